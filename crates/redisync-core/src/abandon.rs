@@ -1,0 +1,108 @@
+//! Requests that finish even when their caller stops waiting.
+//!
+//! Dropping an acquire future while its script is on the wire leaves the outcome unknown: Redis
+//! may still run the script and grant the hold. Instead of guessing, [`Abandonable`] keeps the
+//! request alive: when it is dropped before completing, the rest of the request runs on a
+//! background task and its result goes to a cleanup (for an acquire: release exactly what that
+//! attempt got). The common path, where the caller awaits to the end, spawns nothing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+
+type Cleanup<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
+
+/// A future that, if dropped before completing, finishes in the background and hands its
+/// output to a cleanup.
+#[must_use = "futures do nothing unless polled"]
+pub struct Abandonable<T: Send + 'static> {
+    request: Option<BoxFuture<'static, T>>,
+    cleanup: Option<Cleanup<T>>,
+}
+
+impl<T: Send + 'static> Abandonable<T> {
+    /// Wraps `request`; `cleanup` runs on its output only if the wrapper is dropped first.
+    pub fn new<F, C, CF>(request: F, cleanup: C) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+        C: FnOnce(T) -> CF + Send + 'static,
+        CF: Future<Output = ()> + Send + 'static,
+    {
+        Abandonable {
+            request: Some(Box::pin(request)),
+            cleanup: Some(Box::new(move |out| Box::pin(cleanup(out)))),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Abandonable<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(request) = self.request.as_mut() else {
+            // Polled after completion: stay pending rather than panic.
+            return Poll::Pending;
+        };
+        match request.as_mut().poll(cx) {
+            Poll::Ready(out) => {
+                self.request = None;
+                self.cleanup = None;
+                Poll::Ready(out)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Abandonable<T> {
+    fn drop(&mut self) {
+        if let (Some(request), Some(cleanup)) = (self.request.take(), self.cleanup.take()) {
+            // Without a runtime (it is shutting down) nothing can run; the lease bounds the hold.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let out = request.await;
+                    cleanup(out).await;
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn completed_request_skips_cleanup() {
+        let cleaned = Arc::new(AtomicU32::new(0));
+        let c = cleaned.clone();
+        let out = Abandonable::new(async { 7 }, move |_| async move {
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+        .await;
+        assert_eq!(out, 7);
+        tokio::task::yield_now().await;
+        assert_eq!(cleaned.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn dropped_request_finishes_and_cleans_up() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let request = Abandonable::new(
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                5
+            },
+            move |out| async move {
+                let _ = tx.send(out);
+            },
+        );
+        assert!(tokio::time::timeout(Duration::from_millis(1), request).await.is_err());
+        assert_eq!(rx.await.ok(), Some(5));
+    }
+}

@@ -1,0 +1,487 @@
+//! The client: configuration, connections, and the shared runtime every primitive uses.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::FromRedisValue;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::keys::{self, KeySpace};
+use crate::pubsub::Hub;
+use crate::script::ScriptCall;
+use crate::signal::Flag;
+use crate::stats::{Counters, Stats};
+use crate::wait::WaitQueues;
+use crate::watchdog::Watchdog;
+
+/// Default key prefix.
+pub const DEFAULT_KEY_PREFIX: &str = "redisync";
+/// Default watchdog lease.
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default Redis command timeout.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default number of multiplexed connections.
+pub const DEFAULT_POOL_SIZE: u32 = 4;
+
+/// A handle to Redis and to the client-wide runtime: connections, the pub/sub hub, the
+/// watchdog and the local waiter queues.
+///
+/// `Client` is cheap to clone (an `Arc` inside); clones share everything. Dropping the last
+/// clone, and every primitive handle and guard made from it, shuts the client down.
+///
+/// # Connections
+///
+/// Commands go over `pool_size` multiplexed connections ([`ConnectionManager`]), picked round
+/// robin. A multiplexed connection matches each reply to its request, so dropping a request
+/// future half-way can never hand its reply to the next caller (the failure mode of plain
+/// pooled connections, redis-rs #325), and it pipelines concurrent requests on one socket. It
+/// also reconnects by itself after Redis restarts. A checkout pool (bb8) would add a checkout
+/// per call and buy nothing a multiplexed connection lacks, so redisync does not use one.
+/// Pub/sub wake-ups use one more, dedicated connection (see [`crate::pubsub`]).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> redisync_core::Result<()> {
+/// use redisync_core::Client;
+/// use std::time::Duration;
+///
+/// let client = Client::builder("redis://127.0.0.1:6379/")
+///     .key_prefix("myapp")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// println!("client {}", client.id());
+/// client.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+/// The part whose drop means "the last user is gone". Background tasks hold [`Shared`], never
+/// this, so they do not keep the client alive.
+struct ClientInner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        self.shared.shutdown.set();
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    connections: Vec<ConnectionManager>,
+    next_connection: AtomicUsize,
+    next_id: AtomicU64,
+    pub(crate) counters: Counters,
+    pub(crate) shutdown: Flag,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) queues: Arc<WaitQueues>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) url: String,
+    pub(crate) key_prefix: String,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) pool_size: u32,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("url", &redact_url(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+/// Replaces the password (and user) of a Redis URL so it can be printed.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Builds a [`Client`]; start with [`Client::builder`].
+#[must_use = "a builder does nothing until build() is awaited"]
+pub struct ClientBuilder {
+    config: Config,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// Namespace for every key and channel (default `"redisync"`). It may not be empty, contain
+    /// braces, or exceed [`keys::MAX_PREFIX_LEN`] bytes.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Lease used when no explicit lease is given (default 30 s); the watchdog renews it every
+    /// third of this. A crashed holder's lock frees within this time.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Number of multiplexed connections commands are spread over (default 4).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.config.pool_size = size;
+        self
+    }
+
+    /// A Redis call slower than this fails with [`Error::Timeout`] (default 5 s). Connection
+    /// attempts are bounded by it too.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// Checks the options, connects, and starts the client's background tasks.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, or a zero
+    /// watchdog timeout, pool size or command timeout; with [`Error::Redis`] or
+    /// [`Error::Timeout`] when Redis cannot be reached.
+    pub async fn build(self) -> Result<Client> {
+        let config = self.config;
+        keys::validate_prefix(&config.key_prefix)?;
+        if config.watchdog_timeout.is_zero() {
+            return Err(Error::invalid("watchdog timeout must be greater than zero"));
+        }
+        crate::duration::lease_millis(config.watchdog_timeout)?;
+        if config.command_timeout.is_zero() {
+            return Err(Error::invalid("command timeout must be greater than zero"));
+        }
+        if config.pool_size == 0 {
+            return Err(Error::invalid("pool size must be greater than zero"));
+        }
+        let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| {
+            Error::invalid(format!(
+                "unusable redis url {} ({}); expected redis://[[user]:password@]host[:port][/db] \
+                 or rediss://...",
+                redact_url(&config.url),
+                e.detail().unwrap_or_else(|| e.category())
+            ))
+        })?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.command_timeout))
+            .set_response_timeout(Some(config.command_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
+        let connect_all = async {
+            let mut connections = Vec::with_capacity(config.pool_size as usize);
+            for _ in 0..config.pool_size {
+                connections.push(
+                    ConnectionManager::new_with_config(
+                        redis_client.clone(),
+                        manager_config.clone(),
+                    )
+                    .await?,
+                );
+            }
+            Ok::<_, redis::RedisError>(connections)
+        };
+        let connections = tokio::time::timeout(config.command_timeout, connect_all)
+            .await
+            .map_err(|_| Error::Timeout)??;
+
+        let id = uuid::Uuid::new_v4().to_string();
+        let shared = Arc::new(Shared {
+            id,
+            connections,
+            next_connection: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            counters: Counters::default(),
+            shutdown: Flag::default(),
+            hub: Arc::new(Hub::default()),
+            watchdog: Arc::new(Watchdog::default()),
+            queues: Arc::new(WaitQueues::default()),
+            config,
+        });
+        crate::pubsub::spawn(shared.clone(), redis_client);
+        crate::watchdog::spawn(shared.clone());
+        tracing::debug!(client = %shared.id, config = ?shared.config, "redisync client started");
+        Ok(Client {
+            inner: Arc::new(ClientInner { shared }),
+        })
+    }
+}
+
+impl Client {
+    /// Connects with every option at its default.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redisync_core::Result<()> {
+    /// let client = redisync_core::Client::connect("redis://127.0.0.1:6379/").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(url: impl Into<String>) -> Result<Client> {
+        Client::builder(url).build().await
+    }
+
+    /// Starts configuring a client for `url` (`redis://` or `rediss://`, with optional
+    /// `user:password@` and `/db`).
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            config: Config {
+                url: url.into(),
+                key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+                watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+                command_timeout: DEFAULT_COMMAND_TIMEOUT,
+                pool_size: DEFAULT_POOL_SIZE,
+            },
+        }
+    }
+
+    /// This client's unique id (a UUID), part of every owner id it hands out.
+    pub fn id(&self) -> &str {
+        &self.shared().id
+    }
+
+    /// The counters since the client was built.
+    pub fn stats(&self) -> Stats {
+        self.shared().counters.snapshot()
+    }
+
+    /// Stops the watchdog and the pub/sub hub and wakes every waiter, which returns
+    /// [`Error::Shutdown`]; every later call on this client's handles returns it too.
+    ///
+    /// Holds are not released by shutdown: with the watchdog stopped they expire within their
+    /// lease. Shutdown releases nothing it does not own and is idempotent.
+    pub async fn shutdown(&self) {
+        if self.shared().shutdown.set() {
+            tracing::debug!(client = %self.id(), "redisync client shut down");
+        }
+        // Let the background tasks observe the signal before returning.
+        tokio::task::yield_now().await;
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared().shutdown.is_set()
+    }
+
+    /// The key prefix every key and channel starts with.
+    pub fn key_prefix(&self) -> &str {
+        &self.shared().config.key_prefix
+    }
+
+    /// The lease used when no explicit lease is given.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.shared().config.watchdog_timeout
+    }
+
+    /// The command timeout.
+    pub fn command_timeout(&self) -> Duration {
+        self.shared().config.command_timeout
+    }
+
+    /// The key space of the primitive called `name`, or [`Error::InvalidArgument`] for a bad
+    /// name. Primitive handles call this once and report the error on every call.
+    pub fn key_space(&self, name: &str) -> Result<KeySpace> {
+        keys::validate_name(name)?;
+        Ok(KeySpace::new(&self.shared().config.key_prefix, name))
+    }
+
+    /// A new identifier unique within this client: `<client id>:<n>`. Used for owner ids and
+    /// request ids.
+    pub fn unique_id(&self) -> String {
+        let n = self.shared().next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.shared().id)
+    }
+
+    /// Fails with [`Error::Shutdown`] once the client is shut down.
+    pub fn check_running(&self) -> Result<()> {
+        if self.is_shut_down() {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs one script, bounded by the command timeout. The returned future owns everything it
+    /// needs, so it can be moved to a background task.
+    pub fn eval<T>(&self, call: ScriptCall) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        eval(self.shared().clone(), call)
+    }
+
+    /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken
+    /// connection until the command timeout is spent. Releases use this.
+    pub fn eval_idempotent<T>(
+        &self,
+        call: ScriptCall,
+    ) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        eval_idempotent(self.shared().clone(), call)
+    }
+
+    /// Runs an idempotent script on a background task and forgets it: the release path of a
+    /// dropped guard. Never blocks. Failures are logged; the lease bounds what they leave.
+    pub fn spawn_idempotent(&self, call: ScriptCall) {
+        if self.is_shut_down() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.shared().clone();
+        let script = call.script().name();
+        runtime.spawn(async move {
+            if let Err(err) = eval_idempotent::<redis::Value>(shared, call).await {
+                tracing::warn!(script, error = %err, "background release failed; the lease will free it");
+            }
+        });
+    }
+
+    /// Counts a successful acquisition.
+    pub fn record_acquire(&self) {
+        Counters::bump(&self.shared().counters.acquires, 1);
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.id())
+            .field("config", &self.shared().config)
+            .finish()
+    }
+}
+
+impl Shared {
+    fn connection(&self) -> ConnectionManager {
+        let i = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        self.connections[i].clone()
+    }
+}
+
+pub(crate) async fn eval<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
+    if shared.shutdown.is_set() {
+        return Err(Error::Shutdown);
+    }
+    let mut connection = shared.connection();
+    Counters::bump(&shared.counters.scripts_sent, 1);
+    let span = tracing::trace_span!("redisync.script", script = call.script().name());
+    let request = async move { call.invocation().invoke_async::<T>(&mut connection).await };
+    match tokio::time::timeout(shared.config.command_timeout, request.instrument(span)).await {
+        Ok(reply) => reply.map_err(Error::from),
+        Err(_) => Err(Error::Timeout),
+    }
+}
+
+async fn eval_idempotent<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
+    let started = Instant::now();
+    let budget = shared.config.command_timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match eval(shared.clone(), call.clone()).await {
+            Err(err) if err.is_retryable() && started.elapsed() + pause < budget => {
+                tracing::debug!(script = call.script().name(), error = %err, "retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://:s3cret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://user:p@ss@host/"),
+            "rediss://***@host/"
+        );
+        assert_eq!(redact_url("redis://host:6379/"), "redis://host:6379/");
+        let builder = Client::builder("redis://:hunter2@localhost/");
+        assert!(!format!("{builder:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn client_is_send_sync() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<Client>();
+    }
+}
+
+/// What a client is doing locally right now; see [`Client::local_state`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalState {
+    /// Primitives with at least one local waiter queued.
+    pub waiting_queues: usize,
+    /// Channels with at least one local subscriber.
+    pub subscribed_channels: usize,
+    /// Holds the watchdog is renewing.
+    pub renewed_holds: usize,
+}
+
+impl Client {
+    /// A snapshot of the client's local bookkeeping. When nothing is held or awaited, every
+    /// field is zero; tests use this to prove that cancelled calls leave nothing behind.
+    pub fn local_state(&self) -> LocalState {
+        let shared = self.shared();
+        LocalState {
+            waiting_queues: shared.queues.len(),
+            subscribed_channels: shared.hub.channel_count(),
+            renewed_holds: shared.watchdog.len(),
+        }
+    }
+
+    /// Registers a hold with the watchdog. `renew` follows the watchdog's calling convention
+    /// (see [`crate::watchdog`]); `args` identify the hold; `sent_at` is when the acquiring
+    /// request was sent. Renewal stops when the returned [`Lease`] is dropped.
+    pub fn watch_lease(
+        &self,
+        renew: &'static crate::LuaScript,
+        key: String,
+        args: Vec<String>,
+        sent_at: Instant,
+    ) -> crate::Lease {
+        self.shared().watchdog.register(renew, key, args, sent_at)
+    }
+}

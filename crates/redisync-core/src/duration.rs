@@ -1,0 +1,61 @@
+//! Converting caller-supplied durations into Redis milliseconds.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// The largest duration, in milliseconds, redisync sends to Redis: 2^53 ms (about 285,000
+/// years). Scripts read numbers as Lua doubles, which are exact up to 2^53.
+pub const MAX_MILLIS: u64 = 1 << 53;
+
+/// Converts a lease into whole milliseconds, rounding up so a sub-millisecond lease is 1 ms.
+///
+/// A zero lease or one above [`MAX_MILLIS`] is [`Error::InvalidArgument`].
+pub fn lease_millis(lease: Duration) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::invalid("lease must be greater than zero"));
+    }
+    let ms = lease.as_nanos().div_ceil(1_000_000);
+    if ms > u128::from(MAX_MILLIS) {
+        return Err(Error::invalid(format!(
+            "lease must be at most {MAX_MILLIS} ms, found {ms} ms"
+        )));
+    }
+    Ok(ms as u64)
+}
+
+/// Turns a wait into a deadline on the monotonic clock. A zero wait is valid and means "do not
+/// wait"; a wait too large for Redis milliseconds is [`Error::InvalidArgument`].
+pub fn wait_deadline(wait: Duration) -> Result<Instant> {
+    if wait.as_millis() > u128::from(MAX_MILLIS) {
+        return Err(Error::invalid(format!(
+            "wait must be at most {MAX_MILLIS} ms, found {} ms",
+            wait.as_millis()
+        )));
+    }
+    Instant::now()
+        .checked_add(wait)
+        .ok_or_else(|| Error::invalid("wait is too large for this platform's clock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_checked_and_rounded_up() {
+        assert!(lease_millis(Duration::ZERO).is_err());
+        assert!(lease_millis(Duration::MAX).is_err());
+        assert_eq!(lease_millis(Duration::from_micros(1)).ok(), Some(1));
+        assert_eq!(lease_millis(Duration::from_millis(1500)).ok(), Some(1500));
+        assert_eq!(lease_millis(Duration::from_millis(MAX_MILLIS)).ok(), Some(MAX_MILLIS));
+        assert!(lease_millis(Duration::from_millis(MAX_MILLIS + 1)).is_err());
+    }
+
+    #[test]
+    fn waits_are_checked() {
+        assert!(wait_deadline(Duration::ZERO).is_ok());
+        assert!(wait_deadline(Duration::MAX).is_err());
+        assert!(wait_deadline(Duration::from_secs(3600)).is_ok());
+    }
+}

@@ -1,0 +1,110 @@
+//! The one error type of redisync.
+
+use std::fmt;
+
+/// The result type of every fallible redisync call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a redisync call.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a catch-all arm.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached or answered with an error that is not one of the variants
+    /// below. The source carries the driver's error.
+    #[error("redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+    /// A release or extension was attempted on a hold that is no longer ours: its lease expired,
+    /// it was force-unlocked, or someone else holds the primitive now. Nothing was changed.
+    #[error("not the owner: the hold was lost (lease expired, force-unlocked or taken over)")]
+    NotOwner,
+    /// A reader asked for the write lock while holding a read lock. This would deadlock, so it
+    /// is refused at once.
+    #[error("upgrading a read hold to a write hold is not supported")]
+    UpgradeNotSupported,
+    /// An argument was out of range: an empty or overlong name, a zero lease, a duration too
+    /// large for Redis milliseconds, a count above `i64::MAX`, and the like.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The primitive's key exists in Redis but holds data this primitive did not write.
+    #[error("wrong type: a key of this primitive holds data of another kind")]
+    WrongType,
+    /// A Redis call took longer than the client's command timeout.
+    #[error("timed out: redis did not answer within the command timeout")]
+    Timeout,
+    /// The client was shut down (explicitly, or because its last clone was dropped).
+    #[error("the client was shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// Builds an [`Error::InvalidArgument`] from anything printable.
+    pub fn invalid(message: impl fmt::Display) -> Self {
+        Error::InvalidArgument(message.to_string())
+    }
+
+    /// Whether the error says nothing about the outcome of the request: the connection broke
+    /// or the reply did not arrive in time. Such a request may or may not have run.
+    pub fn is_outcome_unknown(&self) -> bool {
+        match self {
+            Error::Timeout => true,
+            Error::Redis(e) => e.is_io_error() || e.is_connection_dropped() || e.is_timeout(),
+            _ => false,
+        }
+    }
+
+    /// Whether retrying the same request on a fresh connection may succeed.
+    pub(crate) fn is_retryable(&self) -> bool {
+        match self {
+            Error::Redis(e) => {
+                e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        if err.is_timeout() {
+            return Error::Timeout;
+        }
+        // Scripts surface the server's own error code, so foreign data shows up as WRONGTYPE,
+        // or as a "not an integer" complaint when a counter holds something else.
+        let foreign_data = err.code() == Some("WRONGTYPE")
+            || err
+                .detail()
+                .is_some_and(|d| d.contains("not an integer") || d.contains("not a valid"));
+        if foreign_data {
+            return Error::WrongType;
+        }
+        Error::Redis(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn check<T: Send + Sync + 'static + std::error::Error>() {}
+        check::<Error>();
+    }
+
+    #[test]
+    fn messages_are_lower_case() {
+        for e in [
+            Error::NotOwner,
+            Error::UpgradeNotSupported,
+            Error::WrongType,
+            Error::Timeout,
+            Error::Shutdown,
+            Error::invalid("x"),
+        ] {
+            let text = e.to_string();
+            assert!(text.starts_with(|c: char| c.is_lowercase()), "{text}");
+        }
+    }
+}

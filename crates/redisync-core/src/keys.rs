@@ -1,0 +1,129 @@
+//! Key naming: every key and channel of a primitive lives under the client's prefix and carries
+//! the user's name as a Redis Cluster hash tag, so one primitive always lives in one slot.
+//!
+//! A key is `<prefix>:{<name>}:<suffix>`. Redis hashes the text between the first `{` and the
+//! first `}` after it. The prefix may not contain braces, so the first `{` is always ours; the
+//! first `}` after it lies inside `{<name>}` (it is either a brace of the name or our closing
+//! brace). Every key of one primitive shares that text, so they share a slot even when the name
+//! itself contains braces. The one name that would defeat this is one starting with `}`: the tag
+//! would be empty and Redis would hash whole keys. Such names are rejected.
+
+use crate::error::{Error, Result};
+
+/// The longest name, in bytes, a primitive accepts.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The longest key prefix, in bytes, a client accepts.
+pub const MAX_PREFIX_LEN: usize = 128;
+
+/// Checks a user-supplied primitive name.
+pub fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("name must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "name must be at most {MAX_NAME_LEN} bytes, found {} bytes",
+            name.len()
+        )));
+    }
+    if name.starts_with('}') {
+        return Err(Error::invalid(
+            "name must not start with '}': redis cluster would ignore its hash tag",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the client's key prefix.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(Error::invalid("key prefix must not be empty"));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(format!(
+            "key prefix must be at most {MAX_PREFIX_LEN} bytes, found {} bytes",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "key prefix must not contain '{' or '}': the hash tag belongs to the name",
+        ));
+    }
+    Ok(())
+}
+
+/// The key space of one named primitive: `<prefix>:{<name>}:...`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeySpace {
+    base: String,
+}
+
+impl KeySpace {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        KeySpace {
+            base: format!("{prefix}:{{{name}}}"),
+        }
+    }
+
+    /// The key or channel `<prefix>:{<name>}:<suffix>`.
+    pub fn key(&self, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.base.len() + 1 + suffix.len());
+        key.push_str(&self.base);
+        key.push(':');
+        key.push_str(suffix);
+        key
+    }
+
+    /// `<prefix>:{<name>}`, the part every key of the primitive starts with.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis Cluster's hash-tag rule, as in the cluster specification.
+    fn hash_tag(key: &str) -> &str {
+        if let Some(open) = key.find('{') {
+            if let Some(len) = key[open + 1..].find('}') {
+                if len > 0 {
+                    return &key[open + 1..open + 1 + len];
+                }
+            }
+        }
+        key
+    }
+
+    #[test]
+    fn keys_of_one_name_share_a_hash_tag_even_with_braces_in_the_name() {
+        for name in ["orders:42", "a{b}c", "{x}", "a}b", "{", "x{", "{{}}", "a{}b"] {
+            let ks = KeySpace::new("redisync", name);
+            let tags: Vec<String> = ["lock", "fence", "unlock:abc"]
+                .iter()
+                .map(|s| hash_tag(&ks.key(s)).to_owned())
+                .collect();
+            assert!(tags.windows(2).all(|w| w[0] == w[1]), "{name}: {tags:?}");
+            assert!(ks.key("lock").contains(&format!("{{{name}}}")));
+            assert!(
+                ks.base().contains(&format!("{{{}", tags[0])),
+                "{name}: tag {} is not inside the shared base",
+                tags[0]
+            );
+        }
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        assert!(validate_name("").is_err());
+        assert!(validate_name("}x").is_err());
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix("").is_err());
+        assert!(validate_prefix("myapp").is_ok());
+    }
+}

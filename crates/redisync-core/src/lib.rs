@@ -1,0 +1,54 @@
+//! The core runtime of [redisync](https://docs.rs/redisync): the [`Client`], its connections,
+//! the script runner, the pub/sub hub, the watchdog and the local waiter queues.
+//!
+//! Users normally depend on the `redisync` facade crate. This crate is for primitive crates:
+//! it knows nothing about any primitive. A primitive brings its Lua scripts and guard types and
+//! uses:
+//!
+//! * [`Client::eval`] / [`Client::eval_idempotent`] to run one [`ScriptCall`] per operation;
+//! * [`Client::acquire`] to wait for a busy primitive ([`wait`] explains how);
+//! * [`Client::watch_lease`] and [`Lease`] for watchdog renewal and lost-lease notification;
+//! * [`Abandonable`] to make an acquire attempt undo itself when its caller goes away;
+//! * [`Client::key_space`] for cluster-safe key names ([`keys`]).
+//!
+//! # Guarantees every primitive inherits
+//!
+//! * One round trip per operation: each state change is one EVALSHA, reloaded transparently on
+//!   `NOSCRIPT`.
+//! * Every Redis call is bounded by the command timeout; nothing retries for ever.
+//! * One subscriber connection per client, shared and reference-counted per channel.
+//! * Waits are bounded by the holder's remaining lease, so a lost message never parks a task.
+//! * Cancelling any call at any await point leaves no hold, queue place or subscription behind.
+
+#![deny(missing_docs)]
+
+mod abandon;
+mod client;
+pub mod duration;
+mod error;
+pub mod keys;
+mod lease;
+mod primitive;
+pub mod pubsub;
+mod script;
+mod signal;
+mod stats;
+pub mod wait;
+pub mod watchdog;
+
+pub use abandon::Abandonable;
+pub use client::{
+    Client, ClientBuilder, LocalState, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX,
+    DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT,
+};
+pub use error::{Error, Result};
+pub use keys::KeySpace;
+pub use lease::Lease;
+pub use primitive::DistributedPrimitive;
+pub use script::{LuaScript, ScriptCall};
+pub use signal::Flag;
+pub use stats::Stats;
+pub use wait::{Attempt, WaitSpec};
+
+/// Re-exported so primitive crates use the same `async_trait` as core.
+pub use async_trait::async_trait;

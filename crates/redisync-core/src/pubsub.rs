@@ -1,0 +1,301 @@
+//! The pub/sub hub: one subscriber connection per client, shared by every waiter.
+//!
+//! Waiters hold a [`Subscription`] to a channel; subscriptions are reference-counted per
+//! channel, so the client sends `SUBSCRIBE` when the first local waiter of a channel arrives
+//! and `UNSUBSCRIBE` after the last one leaves. Each channel has a [`watch`] of
+//! [`ChannelState`]: a message bumps its generation, and a waiter that noted the generation
+//! before asking Redis sees any message that arrived since (no lost wake-up between "busy" and
+//! "waiting").
+//!
+//! One background task owns the connection. It applies subscription changes in order (so an
+//! unsubscribe never overtakes a later subscribe), delivers messages, and after a lost
+//! connection reconnects, resubscribes every channel still wanted and bumps every generation
+//! so that all waiters re-check: messages published while it was away are gone for good.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch};
+
+use crate::client::Shared;
+use crate::error::{Error, Result};
+
+/// What a waiter can observe about its channel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelState {
+    /// Whether Redis has confirmed the subscription on the current connection.
+    pub subscribed: bool,
+    /// Bumped on every message, and after every reconnect.
+    pub generation: u64,
+}
+
+struct ChannelSlot {
+    refs: usize,
+    state: Arc<watch::Sender<ChannelState>>,
+}
+
+/// The client-wide registry of wanted channels.
+pub(crate) struct Hub {
+    channels: Mutex<HashMap<String, ChannelSlot>>,
+    changes_tx: mpsc::UnboundedSender<String>,
+    changes_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        let (changes_tx, changes_rx) = mpsc::unbounded_channel();
+        Hub {
+            channels: Mutex::default(),
+            changes_tx,
+            changes_rx: Mutex::new(Some(changes_rx)),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The maps stay consistent across a panic elsewhere; keep going rather than propagate it.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Hub {
+    /// Takes a reference on `channel`, subscribing if it is the first.
+    pub(crate) fn subscribe(self: &Arc<Self>, channel: &str) -> Subscription {
+        let mut channels = lock(&self.channels);
+        let slot = channels
+            .entry(channel.to_owned())
+            .or_insert_with(|| ChannelSlot {
+                refs: 0,
+                state: Arc::new(watch::Sender::new(ChannelState::default())),
+            });
+        slot.refs += 1;
+        if slot.refs == 1 {
+            let _ = self.changes_tx.send(channel.to_owned());
+        }
+        Subscription {
+            hub: self.clone(),
+            channel: channel.to_owned(),
+            state: slot.state.clone(),
+        }
+    }
+
+    fn release(&self, channel: &str) {
+        let mut channels = lock(&self.channels);
+        if let Some(slot) = channels.get_mut(channel) {
+            slot.refs -= 1;
+            if slot.refs == 0 {
+                channels.remove(channel);
+                let _ = self.changes_tx.send(channel.to_owned());
+            }
+        }
+    }
+
+    fn wanted(&self) -> HashSet<String> {
+        lock(&self.channels).keys().cloned().collect()
+    }
+
+    fn is_wanted(&self, channel: &str) -> bool {
+        lock(&self.channels).contains_key(channel)
+    }
+
+    fn update(&self, channel: &str, change: impl Fn(&mut ChannelState)) {
+        if let Some(slot) = lock(&self.channels).get(channel) {
+            slot.state.send_modify(|s| change(s));
+        }
+    }
+
+    fn update_all(&self, change: impl Fn(&mut ChannelState)) {
+        for slot in lock(&self.channels).values() {
+            slot.state.send_modify(|s| change(s));
+        }
+    }
+
+    /// Number of channels with at least one local subscriber.
+    pub(crate) fn channel_count(&self) -> usize {
+        lock(&self.channels).len()
+    }
+}
+
+/// A reference on one channel. Dropping the last reference of a channel unsubscribes it.
+pub struct Subscription {
+    hub: Arc<Hub>,
+    channel: String,
+    state: Arc<watch::Sender<ChannelState>>,
+}
+
+impl Subscription {
+    /// The channel this subscription listens to.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// A receiver of the channel's state; each waiter takes its own.
+    pub fn watcher(&self) -> watch::Receiver<ChannelState> {
+        self.state.subscribe()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.release(&self.channel);
+    }
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+/// Waits until the channel's subscription is confirmed, at most `timeout`.
+pub(crate) async fn ready(
+    watcher: &mut watch::Receiver<ChannelState>,
+    timeout: Duration,
+) -> Result<()> {
+    match tokio::time::timeout(timeout, watcher.wait_for(|s| s.subscribed)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => Err(Error::Shutdown),
+        Err(_) => Err(Error::Timeout),
+    }
+}
+
+pub(crate) fn spawn(shared: Arc<Shared>, client: redis::Client) {
+    let Some(changes) = lock(&shared.hub.changes_rx).take() else {
+        return;
+    };
+    tokio::spawn(run(shared, client, changes));
+}
+
+async fn run(shared: Arc<Shared>, client: redis::Client, mut changes: mpsc::UnboundedReceiver<String>) {
+    let hub = shared.hub.clone();
+    let timeout = shared.config.command_timeout;
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let connected = tokio::select! {
+            _ = shared.shutdown.wait() => break,
+            c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
+        };
+        let (mut sink, mut stream) = match connected {
+            Ok(Ok(pubsub)) => pubsub.split(),
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "pub/sub connection failed; retrying");
+                if sleep_or_shutdown(&shared, &mut backoff).await {
+                    break;
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!("pub/sub connection timed out; retrying");
+                if sleep_or_shutdown(&shared, &mut backoff).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        let mut on_server: HashSet<String> = HashSet::new();
+        let wanted: Vec<String> = hub.wanted().into_iter().collect();
+        if !wanted.is_empty() {
+            match tokio::time::timeout(timeout, sink.subscribe(&wanted)).await {
+                Ok(Ok(())) => on_server.extend(wanted),
+                _ => {
+                    if sleep_or_shutdown(&shared, &mut backoff).await {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        }
+        backoff = Duration::from_millis(20);
+        // Everything published while we were away is lost: wake every waiter to re-check.
+        for channel in &on_server {
+            hub.update(channel, |s| {
+                s.subscribed = true;
+                s.generation += 1;
+            });
+        }
+        loop {
+            tokio::select! {
+                _ = shared.shutdown.wait() => {
+                    hub.update_all(|s| s.generation += 1);
+                    return;
+                }
+                message = stream.next() => match message {
+                    Some(message) => {
+                        hub.update(message.get_channel_name(), |s| s.generation += 1);
+                    }
+                    None => break,
+                },
+                Some(first) = changes.recv() => {
+                    let mut touched = HashSet::from([first]);
+                    while let Ok(more) = changes.try_recv() {
+                        touched.insert(more);
+                    }
+                    if apply(&hub, &mut sink, &mut on_server, touched, timeout).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::debug!("pub/sub connection lost; reconnecting");
+        hub.update_all(|s| {
+            s.subscribed = false;
+            s.generation += 1;
+        });
+    }
+    hub.update_all(|s| s.generation += 1);
+}
+
+/// Brings the server's subscriptions in line with the wanted set for `touched` channels.
+async fn apply(
+    hub: &Hub,
+    sink: &mut redis::aio::PubSubSink,
+    on_server: &mut HashSet<String>,
+    touched: HashSet<String>,
+    timeout: Duration,
+) -> std::result::Result<(), ()> {
+    let mut subscribe = Vec::new();
+    let mut unsubscribe = Vec::new();
+    for channel in touched {
+        match (hub.is_wanted(&channel), on_server.contains(&channel)) {
+            (true, false) => subscribe.push(channel),
+            (false, true) => unsubscribe.push(channel),
+            (true, true) => hub.update(&channel, |s| s.subscribed = true),
+            (false, false) => {}
+        }
+    }
+    if !unsubscribe.is_empty() {
+        match tokio::time::timeout(timeout, sink.unsubscribe(&unsubscribe)).await {
+            Ok(Ok(())) => {
+                for channel in &unsubscribe {
+                    on_server.remove(channel);
+                }
+            }
+            _ => return Err(()),
+        }
+    }
+    if !subscribe.is_empty() {
+        match tokio::time::timeout(timeout, sink.subscribe(&subscribe)).await {
+            Ok(Ok(())) => {
+                for channel in subscribe {
+                    hub.update(&channel, |s| s.subscribed = true);
+                    on_server.insert(channel);
+                }
+            }
+            _ => return Err(()),
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps for the backoff (doubling it, up to 1 s); returns true if shutdown came first.
+async fn sleep_or_shutdown(shared: &Shared, backoff: &mut Duration) -> bool {
+    let pause = *backoff;
+    *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    tokio::select! {
+        _ = shared.shutdown.wait() => true,
+        _ = tokio::time::sleep(pause) => false,
+    }
+}

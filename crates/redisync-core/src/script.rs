@@ -1,0 +1,100 @@
+//! Scripts: every state change in redisync is one Lua script, sent with EVALSHA.
+//!
+//! [`LuaScript`] wraps [`redis::Script`], which sends `EVALSHA` and, when Redis answers
+//! `NOSCRIPT` (after `SCRIPT FLUSH` or a restart), loads the script and sends it again. A
+//! [`ScriptCall`] is one invocation with its keys and arguments, owned so that the call can
+//! outlive the caller's future (see [`Client::eval`](crate::Client::eval)).
+
+use std::sync::OnceLock;
+
+use redis::ToRedisArgs;
+
+/// A Lua script embedded in the binary, compiled into a [`redis::Script`] on first use.
+///
+/// Declare one as a `static` next to the code that decodes its reply:
+///
+/// ```
+/// use redisync_core::LuaScript;
+/// static PING: LuaScript = LuaScript::new("ping", "return redis.call('PING')");
+/// assert_eq!(PING.name(), "ping");
+/// ```
+#[derive(Debug)]
+pub struct LuaScript {
+    name: &'static str,
+    source: &'static str,
+    compiled: OnceLock<redis::Script>,
+}
+
+impl LuaScript {
+    /// Declares a script. `name` appears in traces; `source` is usually an `include_str!` of a
+    /// file in `lua/`.
+    pub const fn new(name: &'static str, source: &'static str) -> Self {
+        LuaScript {
+            name,
+            source,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// The script's name, for traces and errors.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The SHA1 Redis knows the script by.
+    pub fn sha1(&self) -> &str {
+        self.compiled().get_hash()
+    }
+
+    pub(crate) fn compiled(&self) -> &redis::Script {
+        self.compiled.get_or_init(|| redis::Script::new(self.source))
+    }
+}
+
+/// One invocation of a [`LuaScript`]: the script, its `KEYS` and its `ARGV`.
+#[derive(Debug, Clone)]
+pub struct ScriptCall {
+    pub(crate) script: &'static LuaScript,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    /// Starts an invocation of `script` with no keys and no arguments.
+    pub fn new(script: &'static LuaScript) -> Self {
+        ScriptCall {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Appends a key (`KEYS[i]`).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(key.into());
+        self
+    }
+
+    /// Appends an argument (`ARGV[i]`). Values that encode as several Redis arguments (such as
+    /// vectors) append each of them.
+    pub fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// The script this call runs.
+    pub fn script(&self) -> &'static LuaScript {
+        self.script
+    }
+
+    pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {
+        let mut invocation = self.script.compiled().prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key.as_str());
+        }
+        for arg in &self.args {
+            invocation.arg(arg.as_slice());
+        }
+        invocation
+    }
+}

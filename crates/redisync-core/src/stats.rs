@@ -1,0 +1,45 @@
+//! Cheap counters a client keeps since it was built.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a client's counters, taken by [`Client::stats`](crate::Client::stats).
+///
+/// Every field counts events since the client was built; the counters only grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Successful acquisitions of any primitive (re-entries included).
+    pub acquires: u64,
+    /// Acquire calls that found the primitive busy and had to wait.
+    pub contended_waits: u64,
+    /// Leases extended by the watchdog (one per hold per renewal).
+    pub renewals: u64,
+    /// Holds the client found lost: renewal saw them gone, or renewals failed past the lease.
+    pub lost_leases: u64,
+    /// Script calls sent to Redis (EVALSHA), including background releases and renewals.
+    pub scripts_sent: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) acquires: AtomicU64,
+    pub(crate) contended_waits: AtomicU64,
+    pub(crate) renewals: AtomicU64,
+    pub(crate) lost_leases: AtomicU64,
+    pub(crate) scripts_sent: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
+            acquires: self.acquires.load(Ordering::Relaxed),
+            contended_waits: self.contended_waits.load(Ordering::Relaxed),
+            renewals: self.renewals.load(Ordering::Relaxed),
+            lost_leases: self.lost_leases.load(Ordering::Relaxed),
+            scripts_sent: self.scripts_sent.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Waiting for a busy primitive: local queues, pub/sub wake-ups and bounded sleeps.
+//!
+//! [`Client::acquire`] is the one waiting loop every primitive uses. A primitive supplies an
+//! attempt (one script call that either acquires or says how long the current hold has left)
+//! and the channel its releases publish on; core does the rest:
+//!
+//! 1. Try once. Uncontended, that is the whole cost: one round trip, no subscription.
+//! 2. Otherwise join the client's local queue for this primitive. Only the queue's head talks
+//!    to Redis; the others wait in-process (seed 000), so N local waiters cost O(1) requests
+//!    per release instead of O(N).
+//! 3. The head subscribes (shared, reference-counted), waits for the subscription to be
+//!    confirmed, notes the channel's generation, then retries. Subscribing before retrying
+//!    closes the race where a release is published between the failed try and the subscribe.
+//! 4. While busy, it sleeps until a message arrives or the time the attempt reported runs out
+//!    (the holder's remaining lease), whichever is first, so a lost message costs at most that.
+//!
+//! Everything is released on every exit path, including the caller dropping the future: the
+//! queue place and subscription are RAII values, and an attempt that was on the wire finishes
+//! in the background and undoes itself (see [`Abandonable`](crate::Abandonable)).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::pubsub::{self, Subscription};
+use crate::stats::Counters;
+
+/// The outcome of one acquire attempt.
+#[derive(Debug)]
+pub enum Attempt<T> {
+    /// The primitive was acquired.
+    Acquired(T),
+    /// The primitive is busy; try again after at most `retry_in` (the holder's remaining lease,
+    /// when known). `None` means no bound is known; core then re-checks periodically.
+    Busy {
+        /// The longest sensible wait before trying again.
+        retry_in: Option<Duration>,
+    },
+}
+
+/// How long to wait when an attempt reports no bound, and the longest single sleep: a waiter
+/// re-checks at least this often even if every message is lost.
+pub const MAX_SLEEP: Duration = Duration::from_secs(10);
+
+/// Where waiters of one primitive meet.
+#[derive(Debug, Clone)]
+pub struct WaitSpec {
+    /// Identifies the primitive within the client (its main key); waiters with the same queue
+    /// key share one local queue.
+    pub queue: String,
+    /// The channel releases of this primitive publish on.
+    pub channel: String,
+    /// Give up (returning `Ok(None)`) at this instant; `None` waits for ever.
+    pub deadline: Option<Instant>,
+}
+
+#[derive(Default)]
+struct QueueSlot {
+    head: Arc<tokio::sync::Mutex<()>>,
+    subscription: Mutex<Option<Arc<Subscription>>>,
+}
+
+/// The client's local wait queues, one per primitive with waiters.
+#[derive(Default)]
+pub(crate) struct WaitQueues {
+    slots: Mutex<HashMap<String, Arc<QueueSlot>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A place in a local queue; dropping it leaves the queue (and removes an empty queue).
+struct Ticket {
+    queues: Arc<WaitQueues>,
+    key: String,
+    slot: Option<Arc<QueueSlot>>,
+}
+
+impl WaitQueues {
+    fn join(self: &Arc<Self>, key: &str) -> Ticket {
+        let slot = lock(&self.slots).entry(key.to_owned()).or_default().clone();
+        Ticket {
+            queues: self.clone(),
+            key: key.to_owned(),
+            slot: Some(slot),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.slots).len()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut slots = lock(&self.queues.slots);
+        // Dropping our reference under the map lock makes "last one out" exact: new tickets
+        // are only created under the same lock.
+        drop(self.slot.take());
+        if slots.get(&self.key).is_some_and(|s| Arc::strong_count(s) == 1) {
+            slots.remove(&self.key);
+        }
+    }
+}
+
+impl Client {
+    /// Acquires a primitive: tries once, then waits as described in the [module docs](self).
+    ///
+    /// `attempt` is called for every try; it must be one request. Returns `Ok(Some(_))` once an
+    /// attempt acquires, `Ok(None)` when the deadline passes first, and the attempt's error if
+    /// one fails (calls are never retried for ever).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the local queue and releases the subscription reference at
+    /// once. An attempt in flight at that moment is the attempt's own business: primitives
+    /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
+    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec, mut attempt: F) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>>>,
+    {
+        self.check_running()?;
+        if let Attempt::Acquired(held) = attempt().await? {
+            return Ok(Some(held));
+        }
+        if spec.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let shared = self.shared().clone();
+        Counters::bump(&shared.counters.contended_waits, 1);
+        let started = Instant::now();
+
+        let ticket = shared.queues.join(&spec.queue);
+        let Some(slot) = ticket.slot.clone() else {
+            return Err(Error::Shutdown);
+        };
+        let head = slot.head.clone().lock_owned();
+        let _head = tokio::select! {
+            _ = shared.shutdown.wait() => return Err(Error::Shutdown),
+            head = head => head,
+            _ = sleep_until_deadline(spec.deadline) => return Ok(None),
+        };
+        let subscription = lock(&slot.subscription)
+            .get_or_insert_with(|| Arc::new(shared.hub.subscribe(&spec.channel)))
+            .clone();
+        let mut watcher = subscription.watcher();
+        let command_timeout = shared.config.command_timeout;
+        loop {
+            let ready_within = match spec.deadline {
+                Some(d) => command_timeout.min(d.saturating_duration_since(Instant::now())),
+                None => command_timeout,
+            };
+            tokio::select! {
+                _ = shared.shutdown.wait() => return Err(Error::Shutdown),
+                ready = pubsub::ready(&mut watcher, ready_within) => match ready {
+                    Ok(()) => {}
+                    Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
+                        return Ok(None);
+                    }
+                    Err(err) => return Err(err),
+                },
+            }
+            watcher.borrow_and_update();
+            let retry_in = match attempt().await? {
+                Attempt::Acquired(held) => {
+                    tracing::debug!(queue = %spec.queue, waited = ?started.elapsed(), "acquired after waiting");
+                    return Ok(Some(held));
+                }
+                Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
+            };
+            let now = Instant::now();
+            let mut wake = now + retry_in;
+            if let Some(deadline) = spec.deadline {
+                if now >= deadline {
+                    return Ok(None);
+                }
+                wake = wake.min(deadline);
+            }
+            tokio::select! {
+                _ = shared.shutdown.wait() => return Err(Error::Shutdown),
+                _ = watcher.changed() => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+}
+
+async fn sleep_until_deadline(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,223 @@
+//! The watchdog: one task per client that keeps watchdog leases alive.
+//!
+//! Every `watchdog_timeout / 3` it renews every registered hold, batched: one script call per
+//! renewal script carries many holds (up to [`BATCH`] each). The renewal script is the
+//! primitive's; core only knows its calling convention:
+//!
+//! * `KEYS[i]` is the key of hold `i`;
+//! * `ARGV[1]` is the lease in milliseconds, `ARGV[2]` the number `n` of arguments per hold, and
+//!   `ARGV[3 + (i-1)*n ..]` the `n` arguments of hold `i` (its identity: owner, token, ...);
+//! * the reply is an array with one integer per hold: `1` renewed, `0` gone or not ours.
+//!
+//! A hold that comes back `0` is marked lost and dropped from the registry. A failed call keeps
+//! the holds and retries sooner; a hold with no successful renewal sent within one lease is
+//! marked lost (monotonic clock). Dropping the [`Renewal`] removes the hold at once, and
+//! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
+//! hold that is not ours.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::client::{eval, Shared};
+use crate::lease::Lease;
+use crate::script::{LuaScript, ScriptCall};
+use crate::signal::Flag;
+use crate::stats::Counters;
+
+/// Most holds renewed by one script call.
+pub const BATCH: usize = 512;
+
+/// Retry period after a failed renewal call.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct HoldId {
+    script: &'static str,
+    key: String,
+    args: Vec<String>,
+}
+
+struct Entry {
+    script: &'static LuaScript,
+    refs: usize,
+    /// When the last successful renewal (or the acquire) was sent.
+    confirmed_at: Instant,
+    lost: Arc<Flag>,
+    serial: u64,
+}
+
+/// The registry of holds the watchdog renews.
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    entries: Mutex<HashMap<HoldId, Entry>>,
+    serial: AtomicU64,
+}
+
+fn lock(mutex: &Mutex<HashMap<HoldId, Entry>>) -> MutexGuard<'_, HashMap<HoldId, Entry>> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
+pub struct Renewal {
+    watchdog: Arc<Watchdog>,
+    id: HoldId,
+}
+
+impl std::fmt::Debug for Renewal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewal").field("key", &self.id.key).finish()
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        let mut entries = lock(&self.watchdog.entries);
+        if let Some(entry) = entries.get_mut(&self.id) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                entries.remove(&self.id);
+            }
+        }
+    }
+}
+
+impl Watchdog {
+    /// Registers a hold acquired by a request sent at `sent_at`. Registering the same hold
+    /// again (a re-entry) shares its renewal and its lost flag.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        script: &'static LuaScript,
+        key: String,
+        args: Vec<String>,
+        sent_at: Instant,
+    ) -> Lease {
+        let id = HoldId {
+            script: script.name(),
+            key,
+            args,
+        };
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(id.clone()).or_insert_with(|| Entry {
+            script,
+            refs: 0,
+            confirmed_at: sent_at,
+            lost: Arc::new(Flag::default()),
+            serial: self.serial.fetch_add(1, Ordering::Relaxed),
+        });
+        entry.refs += 1;
+        let lost = entry.lost.clone();
+        drop(entries);
+        Lease::renewed(
+            Renewal {
+                watchdog: self.clone(),
+                id,
+            },
+            lost,
+        )
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    /// Marks lost every hold whose lease ran out without a confirmed renewal; returns how many,
+    /// and when the next one would run out.
+    fn expire(&self, lease: Duration, now: Instant) -> (u64, Option<Instant>) {
+        let mut entries = lock(&self.entries);
+        let mut expired = 0;
+        entries.retain(|id, entry| {
+            if now >= entry.confirmed_at + lease {
+                tracing::warn!(key = %id.key, "lease lost: no renewal succeeded within the lease");
+                entry.lost.set();
+                expired += 1;
+                false
+            } else {
+                true
+            }
+        });
+        let next = entries.values().map(|e| e.confirmed_at + lease).min();
+        (expired, next)
+    }
+}
+
+pub(crate) fn spawn(shared: Arc<Shared>) {
+    tokio::spawn(run(shared));
+}
+
+async fn run(shared: Arc<Shared>) {
+    let lease = shared.config.watchdog_timeout;
+    let period = lease / 3;
+    let mut next_tick = Instant::now() + period;
+    loop {
+        let (expired, next_expiry) = shared.watchdog.expire(lease, Instant::now());
+        Counters::bump(&shared.counters.lost_leases, expired);
+        let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
+        tokio::select! {
+            _ = shared.shutdown.wait() => return,
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        if Instant::now() < next_tick {
+            continue;
+        }
+        let all_renewed = renew_all(&shared, lease).await;
+        next_tick = Instant::now() + if all_renewed { period } else { RETRY_AFTER_FAILURE.min(period) };
+    }
+}
+
+/// One renewal round. Returns false if any call failed.
+async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
+    let lease_ms = lease.as_millis().max(1) as u64;
+    let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<(HoldId, u64)>)> = HashMap::new();
+    for (id, entry) in lock(&shared.watchdog.entries).iter() {
+        groups
+            .entry(id.script)
+            .or_insert_with(|| (entry.script, Vec::new()))
+            .1
+            .push((id.clone(), entry.serial));
+    }
+    let mut ok = true;
+    for (_, (script, holds)) in groups {
+        for batch in holds.chunks(BATCH) {
+            let arity = batch.first().map_or(0, |(id, _)| id.args.len());
+            let mut call = ScriptCall::new(script).arg(lease_ms).arg(arity);
+            for (id, _) in batch {
+                call = call.key(id.key.clone()).arg(&id.args);
+            }
+            let sent_at = Instant::now();
+            let span = tracing::debug_span!("redisync.renew", script = script.name(), holds = batch.len());
+            match eval::<Vec<i64>>(shared.clone(), call).instrument(span).await {
+                Ok(results) => settle(shared, batch, &results, sent_at),
+                Err(err) => {
+                    tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
+                    ok = false;
+                }
+            }
+        }
+    }
+    ok
+}
+
+fn settle(shared: &Shared, batch: &[(HoldId, u64)], results: &[i64], sent_at: Instant) {
+    let mut entries = lock(&shared.watchdog.entries);
+    for ((id, serial), result) in batch.iter().zip(results.iter().copied().chain(std::iter::repeat(0))) {
+        let Some(entry) = entries.get_mut(id) else {
+            continue; // released while the renewal was in flight
+        };
+        if entry.serial != *serial {
+            continue; // released and registered again meanwhile: not this renewal's hold
+        }
+        if result == 1 {
+            entry.confirmed_at = entry.confirmed_at.max(sent_at);
+            Counters::bump(&shared.counters.renewals, 1);
+        } else {
+            tracing::warn!(key = %id.key, "lease lost: the hold is gone or no longer ours");
+            entry.lost.set();
+            entries.remove(id);
+            Counters::bump(&shared.counters.lost_leases, 1);
+        }
+    }
+}
