@@ -102,7 +102,9 @@ mod tests {
                 let _ = tx.send(out);
             },
         );
-        assert!(tokio::time::timeout(Duration::from_millis(1), request).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(1), request)
+            .await
+            .is_err());
         assert_eq!(rx.await.ok(), Some(5));
     }
 }

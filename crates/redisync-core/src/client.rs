@@ -433,10 +433,7 @@ mod tests {
             redact_url("redis://:s3cret@host:6379/0"),
             "redis://***@host:6379/0"
         );
-        assert_eq!(
-            redact_url("rediss://user:p@ss@host/"),
-            "rediss://***@host/"
-        );
+        assert_eq!(redact_url("rediss://user:p@ss@host/"), "rediss://***@host/");
         assert_eq!(redact_url("redis://host:6379/"), "redis://host:6379/");
         let builder = Client::builder("redis://:hunter2@localhost/");
         assert!(!format!("{builder:?}").contains("hunter2"));

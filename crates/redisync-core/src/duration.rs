@@ -48,7 +48,10 @@ mod tests {
         assert!(lease_millis(Duration::MAX).is_err());
         assert_eq!(lease_millis(Duration::from_micros(1)).ok(), Some(1));
         assert_eq!(lease_millis(Duration::from_millis(1500)).ok(), Some(1500));
-        assert_eq!(lease_millis(Duration::from_millis(MAX_MILLIS)).ok(), Some(MAX_MILLIS));
+        assert_eq!(
+            lease_millis(Duration::from_millis(MAX_MILLIS)).ok(),
+            Some(MAX_MILLIS)
+        );
         assert!(lease_millis(Duration::from_millis(MAX_MILLIS + 1)).is_err());
     }
 

@@ -100,7 +100,16 @@ mod tests {
 
     #[test]
     fn keys_of_one_name_share_a_hash_tag_even_with_braces_in_the_name() {
-        for name in ["orders:42", "a{b}c", "{x}", "a}b", "{", "x{", "{{}}", "a{}b"] {
+        for name in [
+            "orders:42",
+            "a{b}c",
+            "{x}",
+            "a}b",
+            "{",
+            "x{",
+            "{{}}",
+            "a{}b",
+        ] {
             let ks = KeySpace::new("redisync", name);
             let tags: Vec<String> = ["lock", "fence", "unlock:abc"]
                 .iter()

@@ -101,13 +101,13 @@ impl Hub {
 
     fn update(&self, channel: &str, change: impl Fn(&mut ChannelState)) {
         if let Some(slot) = lock(&self.channels).get(channel) {
-            slot.state.send_modify(|s| change(s));
+            notify_if_changed(&slot.state, &change);
         }
     }
 
     fn update_all(&self, change: impl Fn(&mut ChannelState)) {
         for slot in lock(&self.channels).values() {
-            slot.state.send_modify(|s| change(s));
+            notify_if_changed(&slot.state, &change);
         }
     }
 
@@ -115,6 +115,16 @@ impl Hub {
     pub(crate) fn channel_count(&self) -> usize {
         lock(&self.channels).len()
     }
+}
+
+/// Applies `change`, waking watchers only if the state really changed: a waiter woken for
+/// nothing would send a useless request.
+fn notify_if_changed(state: &watch::Sender<ChannelState>, change: &impl Fn(&mut ChannelState)) {
+    state.send_if_modified(|s| {
+        let before = *s;
+        change(s);
+        *s != before
+    });
 }
 
 /// A reference on one channel. Dropping the last reference of a channel unsubscribes it.
@@ -169,7 +179,11 @@ pub(crate) fn spawn(shared: Arc<Shared>, client: redis::Client) {
     tokio::spawn(run(shared, client, changes));
 }
 
-async fn run(shared: Arc<Shared>, client: redis::Client, mut changes: mpsc::UnboundedReceiver<String>) {
+async fn run(
+    shared: Arc<Shared>,
+    client: redis::Client,
+    mut changes: mpsc::UnboundedReceiver<String>,
+) {
     let hub = shared.hub.clone();
     let timeout = shared.config.command_timeout;
     let mut backoff = Duration::from_millis(20);

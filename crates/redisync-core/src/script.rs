@@ -47,7 +47,8 @@ impl LuaScript {
     }
 
     pub(crate) fn compiled(&self) -> &redis::Script {
-        self.compiled.get_or_init(|| redis::Script::new(self.source))
+        self.compiled
+            .get_or_init(|| redis::Script::new(self.source))
     }
 }
 

@@ -101,7 +101,10 @@ impl Drop for Ticket {
         // Dropping our reference under the map lock makes "last one out" exact: new tickets
         // are only created under the same lock.
         drop(self.slot.take());
-        if slots.get(&self.key).is_some_and(|s| Arc::strong_count(s) == 1) {
+        if slots
+            .get(&self.key)
+            .is_some_and(|s| Arc::strong_count(s) == 1)
+        {
             slots.remove(&self.key);
         }
     }

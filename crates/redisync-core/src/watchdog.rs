@@ -69,7 +69,9 @@ pub struct Renewal {
 
 impl std::fmt::Debug for Renewal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renewal").field("key", &self.id.key).finish()
+        f.debug_struct("Renewal")
+            .field("key", &self.id.key)
+            .finish()
     }
 }
 
@@ -164,14 +166,20 @@ async fn run(shared: Arc<Shared>) {
             continue;
         }
         let all_renewed = renew_all(&shared, lease).await;
-        next_tick = Instant::now() + if all_renewed { period } else { RETRY_AFTER_FAILURE.min(period) };
+        next_tick = Instant::now()
+            + if all_renewed {
+                period
+            } else {
+                RETRY_AFTER_FAILURE.min(period)
+            };
     }
 }
 
 /// One renewal round. Returns false if any call failed.
 async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     let lease_ms = lease.as_millis().max(1) as u64;
-    let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<(HoldId, u64)>)> = HashMap::new();
+    let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<(HoldId, u64)>)> =
+        HashMap::new();
     for (id, entry) in lock(&shared.watchdog.entries).iter() {
         groups
             .entry(id.script)
@@ -188,8 +196,15 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
                 call = call.key(id.key.clone()).arg(&id.args);
             }
             let sent_at = Instant::now();
-            let span = tracing::debug_span!("redisync.renew", script = script.name(), holds = batch.len());
-            match eval::<Vec<i64>>(shared.clone(), call).instrument(span).await {
+            let span = tracing::debug_span!(
+                "redisync.renew",
+                script = script.name(),
+                holds = batch.len()
+            );
+            match eval::<Vec<i64>>(shared.clone(), call)
+                .instrument(span)
+                .await
+            {
                 Ok(results) => settle(shared, batch, &results, sent_at),
                 Err(err) => {
                     tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
@@ -203,7 +218,10 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
 
 fn settle(shared: &Shared, batch: &[(HoldId, u64)], results: &[i64], sent_at: Instant) {
     let mut entries = lock(&shared.watchdog.entries);
-    for ((id, serial), result) in batch.iter().zip(results.iter().copied().chain(std::iter::repeat(0))) {
+    for ((id, serial), result) in batch
+        .iter()
+        .zip(results.iter().copied().chain(std::iter::repeat(0)))
+    {
         let Some(entry) = entries.get_mut(id) else {
             continue; // released while the renewal was in flight
         };

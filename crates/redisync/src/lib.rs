@@ -1,1 +1,81 @@
+//! # redisync
+//!
+//! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock
+//! with watchdog lease renewal, fencing tokens and pub/sub wake-ups, with more primitives
+//! (fair lock, read-write lock, semaphores, count-down latch, multi-lock) arriving behind the
+//! same API.
+//!
+//! ```no_run
+//! use redisync::prelude::*;
+//!
+//! # async fn demo() -> redisync::Result<()> {
+//! let client = Client::connect("redis://127.0.0.1:6379/").await?;
+//! let lock = client.lock("orders:42");
+//! {
+//!     let guard = lock.lock().await?;          // waits; the watchdog renews the lease
+//!     println!("fencing token {}", guard.fencing_token());
+//! }                                            // dropped: released in the background
+//! if let Some(guard) = lock.try_lock().await? {
+//!     guard.unlock().await?;                   // explicit release reports lost leases
+//! }
+//! client.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Feature flags
+//!
+//! One flag per primitive; a primitive whose flag is off is not compiled. `full` (the
+//! default) enables all of them.
+//!
+//! | flag | brings |
+//! |---|---|
+//! | `lock` | [`ReentrantLock`], [`LockGuard`] |
+//! | `rwlock`, `semaphore`, `latch`, `multilock` | reserved for the primitives still to come |
+//!
+//! ## Guarantees
+//!
+//! * One Redis round trip per operation; an uncontended acquire and release is two.
+//! * Every call returns within about the command timeout when Redis is unreachable.
+//! * Dropping any future at any await point leaves no hold, waiter or subscription behind.
+//! * A release retried after a lost reply neither releases twice nor reports `NotOwner`.
+//! * Waiters are woken by pub/sub through one connection per client; only one task per client
+//!   and primitive asks Redis, and every wait is bounded by the holder's remaining lease.
+//!
+//! Key layouts are documented on each primitive (for the lock: [`ReentrantLock`]).
 
+#![deny(missing_docs)]
+
+pub use redisync_core::{
+    Client, ClientBuilder, DistributedPrimitive, Error, LocalState, Result, Stats,
+};
+
+/// The lower layer: keys, scripts, waiting and leases, for writing new primitives.
+pub use redisync_core as core;
+
+#[cfg(feature = "lock")]
+pub use redisync_lock::{LockGuard, ReentrantLock};
+
+/// Constructors of every enabled primitive, as methods on [`Client`].
+pub trait ClientExt {
+    /// A handle to the reentrant lock called `name` (see [`ReentrantLock`]). Each call returns
+    /// a new owner; clone the handle to share one.
+    #[cfg(feature = "lock")]
+    fn lock(&self, name: impl Into<String>) -> ReentrantLock;
+}
+
+impl ClientExt for Client {
+    #[cfg(feature = "lock")]
+    fn lock(&self, name: impl Into<String>) -> ReentrantLock {
+        ReentrantLock::new(self, name)
+    }
+}
+
+/// Everything most programs need: `use redisync::prelude::*;`.
+pub mod prelude {
+    pub use crate::ClientExt;
+    pub use redisync_core::{Client, ClientBuilder, DistributedPrimitive, Error, Result, Stats};
+
+    #[cfg(feature = "lock")]
+    pub use redisync_lock::{LockGuard, ReentrantLock};
+}

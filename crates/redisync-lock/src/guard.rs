@@ -1,0 +1,98 @@
+//! [`LockGuard`]: one hold of a lock.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use redisync_core::{Abandonable, Lease, Result};
+
+use crate::lock::LockCore;
+use crate::scripts::decode_release;
+
+/// One hold of a [`ReentrantLock`](crate::ReentrantLock).
+///
+/// The guard owns a clone of its handle, so it is `'static` and can move across tasks. It
+/// releases its hold when dropped, on a background task, without blocking; the watchdog stops
+/// renewing it at once. Use [`unlock`](Self::unlock) to release and learn whether the hold was
+/// still ours.
+#[must_use = "dropping the guard releases the lock at once"]
+#[derive(Debug)]
+pub struct LockGuard {
+    core: Arc<LockCore>,
+    token: u64,
+    lease: Option<Lease>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(core: Arc<LockCore>, token: u64, lease: Lease) -> Self {
+        LockGuard {
+            core,
+            token,
+            lease: Some(lease),
+        }
+    }
+
+    /// The fencing token of this hold: strictly greater than the token of every earlier
+    /// (non-reentrant) acquisition of this lock name, across all clients; a re-entry carries
+    /// the token of the hold it entered. Pass it to the storage you protect and have it reject
+    /// writes with a smaller token than it has seen.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The name of the lock.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Whether the client knows the hold is gone: a renewal found it missing or not ours,
+    /// renewals failed past the lease, or a fixed lease ran out.
+    pub fn is_lost(&self) -> bool {
+        self.lease.as_ref().is_none_or(Lease::is_lost)
+    }
+
+    /// Completes once the hold is known to be gone (see [`is_lost`](Self::is_lost)). The
+    /// future does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let lost = self.lease.as_ref().map(Lease::lost);
+        async move {
+            if let Some(lost) = lost {
+                lost.await;
+            }
+        }
+    }
+
+    /// Releases this hold and reports whether it was still ours.
+    ///
+    /// Renewal stops before the request is sent. A release retried after a lost reply is
+    /// recognised by its request id, so it neither releases twice nor reports a false
+    /// [`NotOwner`](redisync_core::Error::NotOwner).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`](redisync_core::Error::NotOwner) if the lease expired, the lock was
+    /// force-unlocked or someone else holds it now (nothing is changed);
+    /// [`Error::Redis`](redisync_core::Error::Redis) /
+    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not answer (the lease
+    /// then frees the lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the release still runs in the background.
+    pub async fn unlock(mut self) -> Result<()> {
+        drop(self.lease.take());
+        let call = self.core.release_call(self.token)?;
+        let request = self.core.client.eval_idempotent::<i64>(call);
+        let result = Abandonable::new(request, |_| async {}).await;
+        decode_release(result?)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.lease.take().is_some() {
+            if let Ok(call) = self.core.release_call(self.token) {
+                self.core.client.spawn_idempotent(call);
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! [`ReentrantLock`]: a reentrant mutual-exclusion lock shared by every process that uses the
+//! same Redis and name.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisync_core::duration::{lease_millis, wait_deadline};
+use redisync_core::{
+    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, ScriptCall,
+    WaitSpec,
+};
+use tracing::Instrument;
+
+use crate::guard::LockGuard;
+use crate::scripts::{self, decode_status, AcquireReply};
+
+/// The Redis names of one lock.
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) hash: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+    released_prefix: String,
+}
+
+impl LockKeys {
+    /// The key that remembers the result of release request `request`.
+    pub(crate) fn release_record(&self, request: &str) -> String {
+        format!("{}{request}", self.released_prefix)
+    }
+}
+
+/// Everything a handle and its guards share.
+#[derive(Debug)]
+pub(crate) struct LockCore {
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    keys: std::result::Result<LockKeys, String>,
+    pub(crate) owner: String,
+}
+
+impl LockCore {
+    pub(crate) fn keys(&self) -> Result<&LockKeys> {
+        self.keys
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.clone()))
+    }
+
+    /// The script call that gives back one hold of `token`, under a fresh request id.
+    pub(crate) fn release_call(&self, token: u64) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        let request = self.client.unique_id();
+        let remember_ms = (self.client.command_timeout() * 2).as_millis().max(1) as u64;
+        Ok(ScriptCall::new(&scripts::RELEASE)
+            .key(keys.hash.as_str())
+            .key(keys.release_record(&request))
+            .arg(self.owner.as_str())
+            .arg(token)
+            .arg(keys.channel.as_str())
+            .arg(remember_ms))
+    }
+}
+
+/// A reentrant distributed lock, like Redisson's `RLock`.
+///
+/// Create one with `client.lock(name)` (the `ClientExt` method of the `redisync` crate) or
+/// [`ReentrantLock::new`]. The handle is cheap to clone; clones share one owner identity, so a
+/// clone acquiring while another clone holds the lock re-enters it. Two handles created
+/// separately, even in the same task, are different owners and exclude each other.
+///
+/// Each acquisition returns a [`LockGuard`]. The guard releases one hold when dropped (in the
+/// background) or explicitly with [`LockGuard::unlock`], which reports whether the hold was
+/// still ours. Without an explicit lease the lease is the client's watchdog timeout and the
+/// watchdog renews it while the guard lives; with one, the hold simply expires.
+///
+/// # Redis keys
+///
+/// | key / channel | type | content |
+/// |---|---|---|
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token); expires with the lease |
+/// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
+/// | `<prefix>:{<name>}:released:<request>` | string | result of one release, kept briefly so a retried release is idempotent |
+/// | `<prefix>:{<name>}:wake` | channel | a release that frees the lock publishes here |
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | uncontended acquire, re-entry, release | 1 each |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up |
+/// | introspection, `force_unlock` | 1 |
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> redisync_core::Result<()> {
+/// use redisync_core::Client;
+/// use redisync_lock::ReentrantLock;
+///
+/// let client = Client::connect("redis://127.0.0.1:6379/").await?;
+/// let lock = ReentrantLock::new(&client, "orders:42");
+/// let guard = lock.lock().await?;
+/// // ... work, passing guard.fencing_token() to the storage you write to ...
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReentrantLock {
+    pub(crate) core: Arc<LockCore>,
+}
+
+impl ReentrantLock {
+    /// A handle to the lock called `name`. Never fails; a bad name (empty, over
+    /// [`MAX_NAME_LEN`](redisync_core::keys::MAX_NAME_LEN) bytes, or starting with `}`) is
+    /// reported as [`Error::InvalidArgument`] by every call.
+    pub fn new(client: &Client, name: impl Into<String>) -> Self {
+        let name = name.into();
+        let keys = client
+            .key_space(&name)
+            .map(|space| LockKeys {
+                hash: space.key("lock"),
+                fence: space.key("fence"),
+                channel: space.key("wake"),
+                released_prefix: space.key("released:"),
+            })
+            .map_err(|e| match e {
+                Error::InvalidArgument(message) => message,
+                other => other.to_string(),
+            });
+        ReentrantLock {
+            core: Arc::new(LockCore {
+                owner: client.unique_id(),
+                client: client.clone(),
+                name,
+                keys,
+            }),
+        }
+    }
+
+    /// This handle's owner id: the client id and a handle number.
+    pub fn owner_id(&self) -> &str {
+        &self.core.owner
+    }
+
+    /// The client this handle uses.
+    pub fn client(&self) -> &Client {
+        &self.core.client
+    }
+
+    /// Acquires the lock, waiting as long as it takes. The lease is the client's watchdog
+    /// timeout, renewed by the watchdog while the guard lives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] or [`Error::Timeout`] if Redis fails or does not answer within the
+    /// command timeout (waiting never turns an outage into a hang), [`Error::Shutdown`] after
+    /// the client is shut down, [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
+    /// if the lock's key holds foreign data.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves nothing behind: the local queue place and the
+    /// subscription are released at once, and if an acquire request was in flight it finishes
+    /// in the background and, if it took the lock, gives that hold back.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+    }
+
+    /// Acquires the lock with a fixed lease: no watchdog, the hold expires `lease` after it
+    /// was taken unless released first. A zero or overlong lease is
+    /// [`Error::InvalidArgument`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(lease), None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+    }
+
+    /// Acquires the lock only if it is free (or already ours); never waits.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(Duration::ZERO)).await
+    }
+
+    /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it is still busy then. A zero
+    /// wait does not wait.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Acquires the lock with a fixed `lease`, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(lease), Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock.
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.status().await?.0.is_some())
+    }
+
+    /// Whether this handle's owner holds the lock.
+    pub async fn is_held(&self) -> Result<bool> {
+        Ok(self.status().await?.1 > 0)
+    }
+
+    /// How many holds this handle's owner has (0 if it does not hold the lock).
+    pub async fn hold_count(&self) -> Result<u32> {
+        Ok(self.status().await?.1)
+    }
+
+    /// The time left on the current hold, whoever owns it; `None` when the lock is free.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        Ok(self.status().await?.0)
+    }
+
+    /// Frees the lock whoever holds it and wakes the waiters. Returns whether it was held.
+    /// Guards of the removed hold find out: their `unlock` returns [`Error::NotOwner`], and
+    /// watchdog-renewed ones are marked lost at the next renewal.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::FORCE_UNLOCK)
+            .key(keys.hash.as_str())
+            .arg(keys.channel.as_str());
+        let freed: i64 = self.core.client.eval(call).await?;
+        Ok(freed == 1)
+    }
+
+    async fn status(&self) -> Result<(Option<Duration>, u32)> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::STATUS)
+            .key(keys.hash.as_str())
+            .arg(self.core.owner.as_str());
+        let reply: Vec<i64> = self.core.client.eval(call).await?;
+        decode_status(&reply)
+    }
+
+    async fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let core = &self.core;
+        let keys = core.keys()?;
+        let lease_ms = lease_millis(lease.unwrap_or_else(|| core.client.watchdog_timeout()))?;
+        let deadline = wait.map(wait_deadline).transpose()?;
+        let span = tracing::debug_span!(
+            "redisync.lock.acquire",
+            name = %core.name,
+            waited_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let spec = WaitSpec {
+            queue: keys.hash.clone(),
+            channel: keys.channel.clone(),
+            deadline,
+        };
+        let granted = core
+            .client
+            .acquire(spec, || self.attempt(lease_ms))
+            .instrument(span.clone())
+            .await;
+        span.record("waited_ms", started.elapsed().as_millis() as u64);
+        let granted = match granted {
+            Ok(granted) => granted,
+            Err(err) => {
+                span.record("outcome", tracing::field::display(&err));
+                return Err(err);
+            }
+        };
+        let Some((token, sent_at)) = granted else {
+            span.record("outcome", "busy");
+            return Ok(None);
+        };
+        span.record("outcome", "acquired");
+        core.client.record_acquire();
+        let lease = match lease {
+            Some(lease) => redisync_core::Lease::fixed(sent_at + lease),
+            None => core.client.watch_lease(
+                &scripts::RENEW,
+                keys.hash.clone(),
+                vec![core.owner.clone(), token.to_string()],
+                sent_at,
+            ),
+        };
+        Ok(Some(LockGuard::new(self.core.clone(), token, lease)))
+    }
+
+    /// One acquire request. If the caller drops it while it is on the wire, it completes in
+    /// the background and gives back whatever hold it got.
+    fn attempt(
+        &self,
+        lease_ms: u64,
+    ) -> impl std::future::Future<Output = Result<Attempt<(u64, Instant)>>> + Send + 'static {
+        let core = self.core.clone();
+        let sent_at = Instant::now();
+        let request = match core.keys() {
+            Ok(keys) => {
+                let call = ScriptCall::new(&scripts::ACQUIRE)
+                    .key(keys.hash.as_str())
+                    .key(keys.fence.as_str())
+                    .arg(core.owner.as_str())
+                    .arg(lease_ms);
+                Some(core.client.eval::<Vec<i64>>(call))
+            }
+            Err(_) => None,
+        };
+        let undo = core.clone();
+        async move {
+            let Some(request) = request else {
+                return Err(core.keys().err().unwrap_or(Error::Shutdown));
+            };
+            let reply = Abandonable::new(request, move |reply: Result<Vec<i64>>| async move {
+                let Ok(reply) = reply else { return };
+                if let Ok(AcquireReply::Acquired { token }) = AcquireReply::decode(&reply) {
+                    tracing::debug!(name = %undo.name, token, "cancelled acquire got the lock; giving it back");
+                    if let Ok(call) = undo.release_call(token) {
+                        let _ = undo.client.eval_idempotent::<i64>(call).await;
+                    }
+                }
+            })
+            .await?;
+            Ok(match AcquireReply::decode(&reply)? {
+                AcquireReply::Acquired { token } => Attempt::Acquired((token, sent_at)),
+                AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for ReentrantLock {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Same as [`ReentrantLock::force_unlock`]: the lock has no other state (the fencing
+    /// counter is kept on purpose).
+    async fn delete(&self) -> Result<bool> {
+        self.force_unlock().await
+    }
+}

@@ -1,0 +1,92 @@
+//! The lock's scripts and the decoding of their replies, side by side.
+
+use std::time::Duration;
+
+use redisync_core::{Error, LuaScript, Result};
+
+pub(crate) static ACQUIRE: LuaScript = LuaScript::new(
+    "lock_acquire",
+    include_str!("../../../lua/lock_acquire.lua"),
+);
+pub(crate) static RELEASE: LuaScript = LuaScript::new(
+    "lock_release",
+    include_str!("../../../lua/lock_release.lua"),
+);
+pub(crate) static RENEW: LuaScript =
+    LuaScript::new("lock_renew", include_str!("../../../lua/lock_renew.lua"));
+pub(crate) static FORCE_UNLOCK: LuaScript = LuaScript::new(
+    "lock_force_unlock",
+    include_str!("../../../lua/lock_force_unlock.lua"),
+);
+pub(crate) static STATUS: LuaScript =
+    LuaScript::new("lock_status", include_str!("../../../lua/lock_status.lua"));
+
+/// Reply of `lock_acquire`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Acquired { token: u64 },
+    Busy { pttl: Option<Duration> },
+}
+
+impl AcquireReply {
+    pub(crate) fn decode(reply: &[i64]) -> Result<Self> {
+        match reply {
+            [1, token, _count] if *token > 0 => Ok(AcquireReply::Acquired {
+                token: *token as u64,
+            }),
+            [0, pttl] => Ok(AcquireReply::Busy {
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            }),
+            _ => Err(Error::WrongType),
+        }
+    }
+}
+
+/// Reply of `lock_release`.
+pub(crate) fn decode_release(reply: i64) -> Result<()> {
+    match reply {
+        0 | 1 => Ok(()),
+        _ => Err(Error::NotOwner),
+    }
+}
+
+/// Reply of `lock_status`: remaining lease (None when free) and the asking owner's hold count.
+pub(crate) fn decode_status(reply: &[i64]) -> Result<(Option<Duration>, u32)> {
+    match reply {
+        [-2, _] => Ok((None, 0)),
+        [pttl, count] => {
+            let remaining = Duration::from_millis(u64::try_from(*pttl).unwrap_or(0));
+            let count = u32::try_from(*count).map_err(|_| Error::WrongType)?;
+            Ok((Some(remaining), count))
+        }
+        _ => Err(Error::WrongType),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_decode() {
+        assert_eq!(
+            AcquireReply::decode(&[1, 7, 2]).ok(),
+            Some(AcquireReply::Acquired { token: 7 })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, 1500]).ok(),
+            Some(AcquireReply::Busy {
+                pttl: Some(Duration::from_millis(1500))
+            })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, -1]).ok(),
+            Some(AcquireReply::Busy { pttl: None })
+        );
+        assert!(AcquireReply::decode(&[]).is_err());
+        assert!(decode_release(-1).is_err());
+        assert!(decode_release(0).is_ok());
+        assert_eq!(decode_status(&[-2, 0]).ok(), Some((None, 0)));
+        assert!(decode_status(&[10, -3]).is_err());
+    }
+}

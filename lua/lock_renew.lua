@@ -1,0 +1,25 @@
+-- lock_renew: extend many watchdog-held locks at once (the watchdog's batch convention).
+--
+-- KEYS[i]  lock hash of hold i
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  arguments per hold (2)
+-- ARGV[3 + 2(i-1)], ARGV[4 + 2(i-1)]  owner id and fencing token of hold i
+--
+-- Returns an array with, for each hold, 1 if it is still ours (its expiry is now at least the
+-- lease; a longer fixed lease of a re-entry is kept) or 0 if it is gone or someone else's.
+
+local lease = tonumber(ARGV[1])
+local results = {}
+for i, key in ipairs(KEYS) do
+    local at = 3 + (i - 1) * tonumber(ARGV[2])
+    local holder = redis.call('HMGET', key, 'owner', 'token')
+    if holder[1] == ARGV[at] and holder[2] == ARGV[at + 1] then
+        if redis.call('PTTL', key) < lease then
+            redis.call('PEXPIRE', key, lease)
+        end
+        results[i] = 1
+    else
+        results[i] = 0
+    end
+end
+return results

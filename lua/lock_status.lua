@@ -1,0 +1,17 @@
+-- lock_status: read a lock's state as seen by one owner (read-only).
+--
+-- KEYS[1]  lock hash
+-- ARGV[1]  owner id asking
+--
+-- Returns {pttl, count}: pttl is -2 when the lock is free, otherwise its remaining lease in ms
+-- (-1 if it has none); count is the asking owner's hold count (0 if it does not hold it).
+
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+    return {-2, 0}
+end
+local holder = redis.call('HMGET', KEYS[1], 'owner', 'count')
+if holder[1] == ARGV[1] then
+    return {pttl, tonumber(holder[2])}
+end
+return {pttl, 0}
