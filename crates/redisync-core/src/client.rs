@@ -346,22 +346,21 @@ impl Client {
     where
         T: FromRedisValue + Send + 'static,
     {
-        eval_idempotent(self.shared().clone(), call)
+        eval_idempotent(self.shared().clone(), call, Mode::Caller)
     }
 
     /// Runs an idempotent script on a background task and forgets it: the release path of a
-    /// dropped guard. Never blocks. Failures are logged; the lease bounds what they leave.
+    /// dropped guard or of a cancelled acquire that got its hold. Never blocks. It runs even if
+    /// the client shuts down meanwhile, since it only gives back what this client holds.
+    /// Failures are logged; the lease bounds what they leave.
     pub fn spawn_idempotent(&self, call: ScriptCall) {
-        if self.is_shut_down() {
-            return;
-        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let shared = self.shared().clone();
         let script = call.script().name();
         runtime.spawn(async move {
-            if let Err(err) = eval_idempotent::<redis::Value>(shared, call).await {
+            if let Err(err) = eval_idempotent::<redis::Value>(shared, call, Mode::Background).await {
                 tracing::warn!(script, error = %err, "background release failed; the lease will free it");
             }
         });
@@ -393,8 +392,25 @@ impl Shared {
     }
 }
 
+/// Who is waiting for a script call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A caller of the public API: refused once the client is shut down.
+    Caller,
+    /// Background clean-up decided while the client ran: carried out regardless.
+    Background,
+}
+
 pub(crate) async fn eval<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
-    if shared.shutdown.is_set() {
+    eval_in(shared, call, Mode::Caller).await
+}
+
+async fn eval_in<T: FromRedisValue>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+    mode: Mode,
+) -> Result<T> {
+    if mode == Mode::Caller && shared.shutdown.is_set() {
         return Err(Error::Shutdown);
     }
     let mut connection = shared.connection();
@@ -407,12 +423,16 @@ pub(crate) async fn eval<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCal
     }
 }
 
-async fn eval_idempotent<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
+async fn eval_idempotent<T: FromRedisValue>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+    mode: Mode,
+) -> Result<T> {
     let started = Instant::now();
     let budget = shared.config.command_timeout;
     let mut pause = Duration::from_millis(10);
     loop {
-        match eval(shared.clone(), call.clone()).await {
+        match eval_in(shared.clone(), call.clone(), mode).await {
             Err(err) if err.is_retryable() && started.elapsed() + pause < budget => {
                 tracing::debug!(script = call.script().name(), error = %err, "retrying");
                 tokio::time::sleep(pause).await;

@@ -336,7 +336,7 @@ impl ReentrantLock {
                 if let Ok(AcquireReply::Acquired { token }) = AcquireReply::decode(&reply) {
                     tracing::debug!(name = %undo.name, token, "cancelled acquire got the lock; giving it back");
                     if let Ok(call) = undo.release_call(token) {
-                        let _ = undo.client.eval_idempotent::<i64>(call).await;
+                        undo.client.spawn_idempotent(call);
                     }
                 }
             })
