@@ -4,7 +4,10 @@
 //! attempt (one script call that either acquires or says how long the current hold has left)
 //! and the channel its releases publish on; core does the rest:
 //!
-//! 1. Try once. Uncontended, that is the whole cost: one round trip, no subscription.
+//! 1. Try once. Uncontended, that is the whole cost: one round trip, no subscription. A call
+//!    that finds local waiters already queued skips this try and queues behind them (unless it
+//!    may be a re-entry): a task that just released would otherwise win every race against the
+//!    waiters of its own client, which must first hear the release over pub/sub.
 //! 2. Otherwise join the client's local queue for this primitive. Only the queue's head talks
 //!    to Redis; the others wait in-process (seed 000), so N local waiters cost O(1) requests
 //!    per release instead of O(N).
@@ -55,6 +58,9 @@ pub struct WaitSpec {
     pub channel: String,
     /// Give up (returning `Ok(None)`) at this instant; `None` waits for ever.
     pub deadline: Option<Instant>,
+    /// The caller may already hold the primitive (a re-entry). Such a call always tries Redis
+    /// at once; queueing it behind local waiters that wait for it would deadlock.
+    pub may_reenter: bool,
 }
 
 #[derive(Default)]
@@ -93,6 +99,10 @@ impl WaitQueues {
     pub(crate) fn len(&self) -> usize {
         lock(&self.slots).len()
     }
+
+    fn has_waiters(&self, key: &str) -> bool {
+        lock(&self.slots).contains_key(key)
+    }
 }
 
 impl Drop for Ticket {
@@ -128,13 +138,17 @@ impl Client {
         Fut: Future<Output = Result<Attempt<T>>>,
     {
         self.check_running()?;
-        if let Attempt::Acquired(held) = attempt().await? {
-            return Ok(Some(held));
-        }
-        if spec.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
         let shared = self.shared().clone();
+        let others_waiting = !spec.may_reenter && shared.queues.has_waiters(&spec.queue);
+        let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
+        if !others_waiting || no_wait {
+            if let Attempt::Acquired(held) = attempt().await? {
+                return Ok(Some(held));
+            }
+            if no_wait {
+                return Ok(None);
+            }
+        }
         Counters::bump(&shared.counters.contended_waits, 1);
         let started = Instant::now();
 

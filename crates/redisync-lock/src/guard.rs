@@ -1,6 +1,7 @@
 //! [`LockGuard`]: one hold of a lock.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use redisync_core::{Abandonable, Lease, Result};
@@ -24,6 +25,7 @@ pub struct LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(core: Arc<LockCore>, token: u64, lease: Lease) -> Self {
+        core.live_guards.fetch_add(1, Ordering::AcqRel);
         LockGuard {
             core,
             token,
@@ -79,7 +81,7 @@ impl LockGuard {
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
     pub async fn unlock(mut self) -> Result<()> {
-        drop(self.lease.take());
+        self.forget_locally();
         let call = self.core.release_call(self.token)?;
         let request = self.core.client.eval_idempotent::<i64>(call);
         let result = Abandonable::new(request, |_| async {}).await;
@@ -87,9 +89,21 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Stops renewal and stops counting this guard as a local hold. Returns whether the guard
+    /// still had to be released.
+    fn forget_locally(&mut self) -> bool {
+        let had_lease = self.lease.take().is_some();
+        if had_lease {
+            self.core.live_guards.fetch_sub(1, Ordering::AcqRel);
+        }
+        had_lease
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.lease.take().is_some() {
+        if self.forget_locally() {
             if let Ok(call) = self.core.release_call(self.token) {
                 self.core.client.spawn_idempotent(call);
             }

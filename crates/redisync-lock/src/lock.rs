@@ -1,6 +1,7 @@
 //! [`ReentrantLock`]: a reentrant mutual-exclusion lock shared by every process that uses the
 //! same Redis and name.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,9 @@ pub(crate) struct LockCore {
     pub(crate) name: String,
     keys: std::result::Result<LockKeys, String>,
     pub(crate) owner: String,
+    /// Guards of this owner alive in this process: when non-zero, an acquire may be a
+    /// re-entry and must not queue behind local waiters.
+    pub(crate) live_guards: AtomicUsize,
 }
 
 impl LockCore {
@@ -134,6 +138,7 @@ impl ReentrantLock {
                 client: client.clone(),
                 name,
                 keys,
+                live_guards: AtomicUsize::new(0),
             }),
         }
     }
@@ -275,6 +280,7 @@ impl ReentrantLock {
             queue: keys.hash.clone(),
             channel: keys.channel.clone(),
             deadline,
+            may_reenter: core.live_guards.load(Ordering::Acquire) > 0,
         };
         let granted = core
             .client

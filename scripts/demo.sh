@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the demo: several workers in two clients share an inventory under one distributed lock.
+# Uses $REDIS_URL if set; otherwise starts a throw-away redis-server on a free port.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null
+
+cleanup() { :; }
+if [ -z "${REDIS_URL:-}" ]; then
+    dir=$(mktemp -d)
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 63790)
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+        --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
+    cleanup() { kill "$(cat "$dir/redis.pid")" 2>/dev/null || true; rm -rf "$dir"; }
+    trap cleanup EXIT
+    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    export REDIS_URL="redis://127.0.0.1:$port/"
+fi
+cargo run --quiet -p redisync --example inventory

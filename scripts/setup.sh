@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what redisync's demo and tests need on a fresh machine: a Rust toolchain is assumed
+# (cargo); redis-server is installed from the distribution's packages when missing.
+set -euo pipefail
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo was not found: install Rust (https://rustup.rs) first." >&2
+    exit 1
+fi
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "redis-server not found; installing it with apt-get..." >&2
+    if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+    if command -v apt-get >/dev/null 2>&1; then
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-sentinel redis-tools >/dev/null
+        # The package starts a system service on 6379; the tests and demo run their own servers.
+        if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop redis-server >/dev/null 2>&1 || true; fi
+    else
+        echo "no apt-get here: install redis-server (7.x) with your package manager." >&2
+        exit 1
+    fi
+fi
+redis-server --version
