@@ -500,3 +500,56 @@ async fn handles_guards_and_futures_are_send() {
     let guard = tokio::spawn(async move { guard }).await.unwrap();
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_waiters_fail_promptly_when_redis_stops_answering() {
+    let mut server = RedisServer::start();
+    let command_timeout = Duration::from_millis(600);
+    let a = client(&server).await;
+    let b = Client::builder(server.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    let guard = a.lock("outage").lock().await.unwrap();
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let lock = b.lock("outage");
+            tokio::spawn(async move { lock.lock().await.map(|_| ()) })
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .numsub("redisync:{outage}:wake")
+            == 1)
+        .await
+    );
+    assert!(wait_until(Duration::from_secs(5), || b.stats().contended_waits == 8).await);
+    server.pause();
+    let paused_at = Instant::now();
+    for waiter in waiters {
+        let outcome = waiter.await.unwrap();
+        assert!(
+            matches!(outcome, Err(Error::Timeout) | Err(Error::Redis(_))),
+            "{outcome:?}"
+        );
+    }
+    let took = paused_at.elapsed();
+    // A ping every third of the timeout notices the silence within one more timeout; the
+    // waiters queued behind the first give up with its error instead of waiting in turn.
+    assert!(took < command_timeout * 6, "waiters needed {took:?}");
+    server.resume();
+    drop(guard);
+    let lock = b.lock("outage");
+    let mut acquired = None;
+    for _ in 0..50 {
+        if let Ok(Some(g)) = lock.try_lock_for(Duration::from_millis(200)).await {
+            acquired = Some(g);
+            break;
+        }
+    }
+    let g = acquired.expect("works again once redis answers");
+    g.unlock().await.unwrap();
+    assert_eq!(b.local_state(), LocalState::default());
+    server.stop();
+}

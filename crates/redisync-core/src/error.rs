@@ -8,7 +8,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in a redisync call.
 ///
 /// The enum is `#[non_exhaustive]`: match the variants you handle and keep a catch-all arm.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Redis could not be reached or answered with an error that is not one of the variants

@@ -11,6 +11,11 @@
 //! unsubscribe never overtakes a later subscribe), delivers messages, and after a lost
 //! connection reconnects, resubscribes every channel still wanted and bumps every generation
 //! so that all waiters re-check: messages published while it was away are gone for good.
+//!
+//! While any channel is subscribed the task pings Redis every [`ping_interval`], so that a
+//! server that stops answering (paused, or cut off without a reset) is noticed even though no
+//! waiter has a request in flight: waiters then fail with [`Error::Timeout`] instead of
+//! sleeping until the holder's lease would end.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -29,6 +34,10 @@ pub struct ChannelState {
     pub subscribed: bool,
     /// Bumped on every message, and after every reconnect.
     pub generation: u64,
+    /// The hub could not reach Redis: a reconnect failed, or the connection stopped answering
+    /// pings. Cleared once the subscription is confirmed again. Waiters give up on seeing it
+    /// instead of sleeping through an outage.
+    pub unreachable: bool,
 }
 
 struct ChannelSlot {
@@ -160,16 +169,24 @@ impl std::fmt::Debug for Subscription {
     }
 }
 
-/// Waits until the channel's subscription is confirmed, at most `timeout`.
+/// Waits until the channel's subscription is confirmed, at most `timeout`. Fails at once with
+/// [`Error::Timeout`] when the hub finds Redis unreachable.
 pub(crate) async fn ready(
     watcher: &mut watch::Receiver<ChannelState>,
     timeout: Duration,
 ) -> Result<()> {
-    match tokio::time::timeout(timeout, watcher.wait_for(|s| s.subscribed)).await {
-        Ok(Ok(_)) => Ok(()),
+    let settled = watcher.wait_for(|s| s.subscribed || s.unreachable);
+    match tokio::time::timeout(timeout, settled).await {
+        Ok(Ok(state)) if state.subscribed => Ok(()),
+        Ok(Ok(_)) => Err(Error::Timeout),
         Ok(Err(_)) => Err(Error::Shutdown),
         Err(_) => Err(Error::Timeout),
     }
+}
+
+/// How often the hub pings Redis while it has subscriptions.
+pub fn ping_interval(command_timeout: Duration) -> Duration {
+    (command_timeout / 3).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 pub(crate) fn spawn(shared: Arc<Shared>, client: redis::Client) {
@@ -196,6 +213,7 @@ async fn run(
             Ok(Ok(pubsub)) => pubsub.split(),
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "pub/sub connection failed; retrying");
+                hub.update_all(|s| s.unreachable = true);
                 if sleep_or_shutdown(&shared, &mut backoff).await {
                     break;
                 }
@@ -203,6 +221,7 @@ async fn run(
             }
             Err(_) => {
                 tracing::debug!("pub/sub connection timed out; retrying");
+                hub.update_all(|s| s.unreachable = true);
                 if sleep_or_shutdown(&shared, &mut backoff).await {
                     break;
                 }
@@ -215,6 +234,7 @@ async fn run(
             match tokio::time::timeout(timeout, sink.subscribe(&wanted)).await {
                 Ok(Ok(())) => on_server.extend(wanted),
                 _ => {
+                    hub.update_all(|s| s.unreachable = true);
                     if sleep_or_shutdown(&shared, &mut backoff).await {
                         break;
                     }
@@ -227,10 +247,14 @@ async fn run(
         for channel in &on_server {
             hub.update(channel, |s| {
                 s.subscribed = true;
+                s.unreachable = false;
                 s.generation += 1;
             });
         }
+        let ping_every = ping_interval(timeout);
+        let mut next_ping = tokio::time::Instant::now() + ping_every;
         loop {
+            let ping_due = !on_server.is_empty();
             tokio::select! {
                 _ = shared.shutdown.wait() => {
                     hub.update_all(|s| s.generation += 1);
@@ -251,6 +275,18 @@ async fn run(
                         break;
                     }
                 }
+                _ = tokio::time::sleep_until(next_ping), if ping_due => {
+                    next_ping = tokio::time::Instant::now() + ping_every;
+                    let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
+                    if !matches!(pong, Ok(Ok(_))) {
+                        tracing::warn!("redis did not answer a ping on the pub/sub connection");
+                        hub.update_all(|s| s.unreachable = true);
+                        break;
+                    }
+                }
+            }
+            if !ping_due && !on_server.is_empty() {
+                next_ping = tokio::time::Instant::now() + ping_every;
             }
         }
         tracing::debug!("pub/sub connection lost; reconnecting");
@@ -276,7 +312,10 @@ async fn apply(
         match (hub.is_wanted(&channel), on_server.contains(&channel)) {
             (true, false) => subscribe.push(channel),
             (false, true) => unsubscribe.push(channel),
-            (true, true) => hub.update(&channel, |s| s.subscribed = true),
+            (true, true) => hub.update(&channel, |s| {
+                s.subscribed = true;
+                s.unreachable = false;
+            }),
             (false, false) => {}
         }
     }
@@ -294,7 +333,10 @@ async fn apply(
         match tokio::time::timeout(timeout, sink.subscribe(&subscribe)).await {
             Ok(Ok(())) => {
                 for channel in subscribe {
-                    hub.update(&channel, |s| s.subscribed = true);
+                    hub.update(&channel, |s| {
+                        s.subscribed = true;
+                        s.unreachable = false;
+                    });
                     on_server.insert(channel);
                 }
             }

@@ -26,6 +26,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pubsub::{self, Subscription};
@@ -67,6 +69,19 @@ pub struct WaitSpec {
 struct QueueSlot {
     head: Arc<tokio::sync::Mutex<()>>,
     subscription: Mutex<Option<Arc<Subscription>>>,
+    /// The last error a head met, with a count of errors so far. Waiters behind the head give
+    /// up with it rather than each waiting a command timeout of its own in turn when Redis is
+    /// unreachable.
+    failures: watch::Sender<(u64, Option<Error>)>,
+}
+
+impl QueueSlot {
+    fn fail(&self, err: &Error) {
+        self.failures.send_modify(|(count, last)| {
+            *count += 1;
+            *last = Some(err.clone());
+        });
+    }
 }
 
 /// The client's local wait queues, one per primitive with waiters.
@@ -156,12 +171,39 @@ impl Client {
         let Some(slot) = ticket.slot.clone() else {
             return Err(Error::Shutdown);
         };
+        let mut failures = slot.failures.subscribe();
+        failures.borrow_and_update();
         let head = slot.head.clone().lock_owned();
         let _head = tokio::select! {
             _ = shared.shutdown.wait() => return Err(Error::Shutdown),
             head = head => head,
             _ = sleep_until_deadline(spec.deadline) => return Ok(None),
+            Ok(()) = failures.changed() => {
+                let failure = failures.borrow().1.clone();
+                return Err(failure.unwrap_or(Error::Shutdown));
+            }
         };
+        let result = self.wait_as_head(&spec, &slot, attempt).await;
+        if let Err(err) = &result {
+            slot.fail(err);
+        } else if result.as_ref().is_ok_and(Option::is_some) {
+            tracing::debug!(queue = %spec.queue, waited = ?started.elapsed(), "acquired after waiting");
+        }
+        result
+    }
+
+    /// The head's part: subscribe, retry, sleep until woken or the holder's lease runs out.
+    async fn wait_as_head<T, F, Fut>(
+        &self,
+        spec: &WaitSpec,
+        slot: &QueueSlot,
+        mut attempt: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>>>,
+    {
+        let shared = self.shared();
         let subscription = lock(&slot.subscription)
             .get_or_insert_with(|| Arc::new(shared.hub.subscribe(&spec.channel)))
             .clone();
@@ -184,10 +226,7 @@ impl Client {
             }
             watcher.borrow_and_update();
             let retry_in = match attempt().await? {
-                Attempt::Acquired(held) => {
-                    tracing::debug!(queue = %spec.queue, waited = ?started.elapsed(), "acquired after waiting");
-                    return Ok(Some(held));
-                }
+                Attempt::Acquired(held) => return Ok(Some(held)),
                 Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
             };
             let now = Instant::now();
