@@ -46,12 +46,15 @@ pub const DEFAULT_POOL_SIZE: u32 = 4;
 ///
 /// # Examples
 ///
-/// ```no_run
-/// # async fn demo() -> redisync_core::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 /// use redisync_core::Client;
 /// use std::time::Duration;
 ///
-/// let client = Client::builder("redis://127.0.0.1:6379/")
+/// let client = Client::builder(url)
 ///     .key_prefix("myapp")
 ///     .watchdog_timeout(Duration::from_secs(10))
 ///     .build()
@@ -238,9 +241,13 @@ impl ClientBuilder {
 impl Client {
     /// Connects with every option at its default.
     ///
-    /// ```no_run
-    /// # async fn demo() -> redisync_core::Result<()> {
-    /// let client = redisync_core::Client::connect("redis://127.0.0.1:6379/").await?;
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+    /// let client = redisync_core::Client::connect(url).await?;
+    /// assert_eq!(client.stats().acquires, 0);
     /// # Ok(())
     /// # }
     /// ```

@@ -175,11 +175,13 @@ async fn run(shared: Arc<Shared>) {
     }
 }
 
+/// A hold as registered: its identity and its registration serial.
+type Registered = (HoldId, u64);
+
 /// One renewal round. Returns false if any call failed.
 async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     let lease_ms = lease.as_millis().max(1) as u64;
-    let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<(HoldId, u64)>)> =
-        HashMap::new();
+    let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<Registered>)> = HashMap::new();
     for (id, entry) in lock(&shared.watchdog.entries).iter() {
         groups
             .entry(id.script)
@@ -216,7 +218,7 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     ok
 }
 
-fn settle(shared: &Shared, batch: &[(HoldId, u64)], results: &[i64], sent_at: Instant) {
+fn settle(shared: &Shared, batch: &[Registered], results: &[i64], sent_at: Instant) {
     let mut entries = lock(&shared.watchdog.entries);
     for ((id, serial), result) in batch
         .iter()

@@ -15,6 +15,32 @@ use crate::scripts::decode_release;
 /// releases its hold when dropped, on a background task, without blocking; the watchdog stops
 /// renewing it at once. Use [`unlock`](Self::unlock) to release and learn whether the hold was
 /// still ours.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::{Client, Error};
+/// use redisync_lock::ReentrantLock;
+/// use std::time::Duration;
+///
+/// let client = Client::connect(url).await?;
+/// let lock = ReentrantLock::new(&client, "report");
+/// let guard = lock.lock_with_lease(Duration::from_millis(100)).await?;
+/// let token = guard.fencing_token();
+///
+/// // Too slow: the lease runs out and the guard learns it.
+/// guard.lost().await;
+/// assert!(guard.is_lost());
+/// let next = lock.lock().await?;
+/// assert!(next.fencing_token() > token);
+/// assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the guard releases the lock at once"]
 #[derive(Debug)]
 pub struct LockGuard {

@@ -96,16 +96,30 @@ impl LockCore {
 ///
 /// # Examples
 ///
-/// ```no_run
-/// # async fn demo() -> redisync_core::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 /// use redisync_core::Client;
 /// use redisync_lock::ReentrantLock;
+/// use std::time::Duration;
 ///
-/// let client = Client::connect("redis://127.0.0.1:6379/").await?;
+/// let client = Client::connect(url).await?;
 /// let lock = ReentrantLock::new(&client, "orders:42");
+///
 /// let guard = lock.lock().await?;
-/// // ... work, passing guard.fencing_token() to the storage you write to ...
+/// // Work, passing guard.fencing_token() to the storage you write to.
+/// let again = lock.clone().lock().await?;          // a clone re-enters
+/// assert_eq!(again.fencing_token(), guard.fencing_token());
+/// assert_eq!(lock.hold_count().await?, 2);
+///
+/// let other = ReentrantLock::new(&client, "orders:42"); // another owner
+/// assert!(other.try_lock_for(Duration::from_millis(50)).await?.is_none());
+///
+/// again.unlock().await?;
 /// guard.unlock().await?;
+/// assert!(other.try_lock().await?.is_some());
 /// # Ok(())
 /// # }
 /// ```

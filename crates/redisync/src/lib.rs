@@ -5,11 +5,14 @@
 //! (fair lock, read-write lock, semaphores, count-down latch, multi-lock) arriving behind the
 //! same API.
 //!
-//! ```no_run
+//! ```
 //! use redisync::prelude::*;
 //!
-//! # async fn demo() -> redisync::Result<()> {
-//! let client = Client::connect("redis://127.0.0.1:6379/").await?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> redisync::Result<()> {
+//! # let server = redisync_test_harness::RedisServer::start();
+//! # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+//! let client = Client::connect(url).await?;
 //! let lock = client.lock("orders:42");
 //! {
 //!     let guard = lock.lock().await?;          // waits; the watchdog renews the lease
@@ -45,6 +48,11 @@
 //! Key layouts are documented on each primitive (for the lock: [`ReentrantLock`]).
 
 #![deny(missing_docs)]
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 
 pub use redisync_core::{
     Client, ClientBuilder, DistributedPrimitive, Error, LocalState, Result, Stats,
