@@ -19,8 +19,14 @@ const STOCK: i64 = 200;
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let services = [
-        Client::builder(url.as_str()).key_prefix("demo").build().await?,
-        Client::builder(url.as_str()).key_prefix("demo").build().await?,
+        Client::builder(url.as_str())
+            .key_prefix("demo")
+            .build()
+            .await?,
+        Client::builder(url.as_str())
+            .key_prefix("demo")
+            .build()
+            .await?,
     ];
     let mut data = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()

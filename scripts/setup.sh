@@ -8,16 +8,20 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "redis-server not found; installing it with apt-get..." >&2
+missing=""
+command -v redis-server >/dev/null 2>&1 || missing="redis-server redis-sentinel redis-tools"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"   # the TLS test makes certificates
+if [ -n "$missing" ]; then
+    echo "installing with apt-get: $missing" >&2
     if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
     if command -v apt-get >/dev/null 2>&1; then
         $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-sentinel redis-tools >/dev/null
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
         # The package starts a system service on 6379; the tests and demo run their own servers.
         if command -v systemctl >/dev/null 2>&1; then $sudo systemctl stop redis-server >/dev/null 2>&1 || true; fi
     else
-        echo "no apt-get here: install redis-server (7.x) with your package manager." >&2
+        echo "no apt-get here: install $missing with your package manager." >&2
         exit 1
     fi
 fi

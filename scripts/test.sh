@@ -3,5 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo test --workspace --all-targets "$@"
-cargo test --workspace --doc
+# Everything, TLS included.
+cargo test --workspace --all-features --all-targets "$@"
+cargo test --workspace --all-features --doc
+# The default build of core (no TLS), and the facade with every primitive switched off.
+cargo test -p redisync-core --lib
+cargo check -p redisync --no-default-features

@@ -101,6 +101,8 @@ pub(crate) struct Config {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) pool_size: u32,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for Config {
@@ -167,6 +169,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts this CA (PEM) for `rediss://` connections instead of the system's roots: for
+    /// servers with a private certificate authority. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Checks the options, connects, and starts the client's background tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, or a zero
@@ -185,12 +195,11 @@ impl ClientBuilder {
         if config.pool_size == 0 {
             return Err(Error::invalid("pool size must be greater than zero"));
         }
-        let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| {
+        let redis_client = open_redis_client(&config).map_err(|e| {
+            // The URL itself is not echoed: it may carry a password.
             Error::invalid(format!(
-                "unusable redis url {} ({}); expected redis://[[user]:password@]host[:port][/db] \
-                 or rediss://...",
-                redact_url(&config.url),
-                e.detail().unwrap_or_else(|| e.category())
+                "unusable redis url ({e}); expected redis://[[user]:password@]host[:port][/db] \
+                 or rediss://..."
             ))
         })?;
         let manager_config = ConnectionManagerConfig::new()
@@ -265,6 +274,8 @@ impl Client {
                 watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 pool_size: DEFAULT_POOL_SIZE,
+                #[cfg(feature = "tls")]
+                tls_root_certificate: None,
             },
         }
     }
@@ -392,6 +403,31 @@ impl fmt::Debug for Client {
     }
 }
 
+#[cfg(not(feature = "tls"))]
+fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
+    if config.url.starts_with("rediss://") {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "rediss:// needs the `tls` feature of redisync",
+        )));
+    }
+    redis::Client::open(config.url.as_str())
+}
+
+#[cfg(feature = "tls")]
+fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
+    match &config.tls_root_certificate {
+        Some(pem) => redis::Client::build_with_tls(
+            config.url.as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            },
+        ),
+        None => redis::Client::open(config.url.as_str()),
+    }
+}
+
 impl Shared {
     fn connection(&self) -> ConnectionManager {
         let i = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
@@ -466,6 +502,22 @@ mod tests {
         assert!(!format!("{builder:?}").contains("hunter2"));
     }
 
+    #[tokio::test]
+    async fn bad_urls_are_invalid_arguments_without_the_password() {
+        for url in [
+            "redis://:hunter2@host:notaport/",
+            "nope://:hunter2@host/",
+            "hunter2",
+        ] {
+            match Client::connect(url).await {
+                Err(Error::InvalidArgument(message)) => {
+                    assert!(!message.contains("hunter2"), "{message}")
+                }
+                other => panic!("{url}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn client_is_send_sync() {
         fn check<T: Send + Sync + Clone + 'static>() {}
@@ -507,5 +559,18 @@ impl Client {
         sent_at: Instant,
     ) -> crate::Lease {
         self.shared().watchdog.register(renew, key, args, sent_at)
+    }
+}
+
+#[cfg(all(test, not(feature = "tls")))]
+mod without_tls {
+    use super::*;
+
+    #[tokio::test]
+    async fn rediss_urls_ask_for_the_tls_feature() {
+        match Client::connect("rediss://127.0.0.1:1/").await {
+            Err(Error::InvalidArgument(message)) => assert!(message.contains("tls")),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
     }
 }
