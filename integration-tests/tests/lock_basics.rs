@@ -1,5 +1,6 @@
 //! ReentrantLock behaviour against a real redis-server.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redisync::prelude::*;
@@ -170,6 +171,9 @@ async fn client_shut_down_while_holding_frees_the_lock_within_its_lease() {
     let a = client_with_watchdog(&server, watchdog).await;
     let guard = a.lock("crash").lock().await.unwrap();
     a.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("nothing renews the hold after shutdown, so it is reported lost");
     let start = Instant::now();
     let b = client(&server).await;
     let taken = b
@@ -552,4 +556,44 @@ async fn blocked_waiters_fail_promptly_when_redis_stops_answering() {
     g.unlock().await.unwrap();
     assert_eq!(b.local_state(), LocalState::default());
     server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_that_times_out_but_is_granted_later_is_given_back() {
+    let server = Arc::new(RedisServer::start());
+    let a = Client::builder(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let lock = a.lock("late");
+    // Keep Redis busy for 800 ms with a script, so our acquire waits in its queue past the
+    // 300 ms command timeout (an abandoned request gets four command timeouts to finish).
+    let busy = {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            server.cmd(&[
+                "EVAL",
+                "local function now() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end \
+                 local s = now() while now() - s < 800 do end",
+                "0",
+            ])
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    assert!(matches!(lock.try_lock().await, Err(Error::Timeout)));
+    assert!(started.elapsed() < Duration::from_millis(900));
+    busy.await.unwrap();
+    // The acquire ran once Redis was free again, and was granted to nobody: it is given back.
+    assert!(
+        wait_until(Duration::from_secs(3), || {
+            server.cmd(&["GET", "redisync:{late}:fence"]) == redis::Value::BulkString(b"1".to_vec())
+                && !exists(&server, &lock_key("late"))
+        })
+        .await,
+        "the late grant was not given back"
+    );
+    let guard = lock.try_lock().await.unwrap().expect("free again");
+    guard.unlock().await.unwrap();
 }

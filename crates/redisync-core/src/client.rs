@@ -25,6 +25,8 @@ pub const DEFAULT_KEY_PREFIX: &str = "redisync";
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default Redis command timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many command timeouts a request abandoned by its caller may take to finish.
+const ABANDONED_REQUEST_GRACE: u32 = 4;
 /// Default number of multiplexed connections.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
 
@@ -204,7 +206,9 @@ impl ClientBuilder {
         })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
-            .set_response_timeout(Some(config.command_timeout))
+            // Callers give up after the command timeout; a request they abandoned gets longer
+            // to finish, so that an acquire granted late can still be given back.
+            .set_response_timeout(Some(config.command_timeout * ABANDONED_REQUEST_GRACE))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
@@ -355,6 +359,42 @@ impl Client {
         eval(self.shared().clone(), call)
     }
 
+    /// Runs a script whose effect must be undone if nobody is left to use it: an acquire.
+    ///
+    /// The caller gets the reply, or [`Error::Timeout`] after the command timeout. If the
+    /// caller stops waiting (drops the future, or the timeout fires) while the request is on
+    /// the wire, the request still runs to its end in the background (bounded by the
+    /// connection's own response timeout) and, if it succeeded, `undo` runs on its reply. So
+    /// an acquire that was granted after its caller went away gives back exactly what it got.
+    pub fn eval_undoable<T, U, UF>(
+        &self,
+        call: ScriptCall,
+        undo: U,
+    ) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+        U: FnOnce(T) -> UF + Send + 'static,
+        UF: Future<Output = ()> + Send + 'static,
+    {
+        let shared = self.shared().clone();
+        async move {
+            if shared.shutdown.is_set() {
+                return Err(Error::Shutdown);
+            }
+            let timeout = shared.config.command_timeout;
+            let request = send::<T>(shared, call);
+            let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
+                if let Ok(reply) = reply {
+                    undo(reply).await;
+                }
+            });
+            match tokio::time::timeout(timeout, guarded).await {
+                Ok(reply) => reply,
+                Err(_) => Err(Error::Timeout),
+            }
+        }
+    }
+
     /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken
     /// connection until the command timeout is spent. Releases use this.
     pub fn eval_idempotent<T>(
@@ -456,14 +496,23 @@ async fn eval_in<T: FromRedisValue>(
     if mode == Mode::Caller && shared.shutdown.is_set() {
         return Err(Error::Shutdown);
     }
+    let timeout = shared.config.command_timeout;
+    match tokio::time::timeout(timeout, send(shared, call)).await {
+        Ok(reply) => reply,
+        Err(_) => Err(Error::Timeout),
+    }
+}
+
+/// Sends one script call. Only the connection's response timeout bounds it; callers add the
+/// command timeout.
+async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
     let mut connection = shared.connection();
     Counters::bump(&shared.counters.scripts_sent, 1);
     let span = tracing::trace_span!("redisync.script", script = call.script().name());
-    let request = async move { call.invocation().invoke_async::<T>(&mut connection).await };
-    match tokio::time::timeout(shared.config.command_timeout, request.instrument(span)).await {
-        Ok(reply) => reply.map_err(Error::from),
-        Err(_) => Err(Error::Timeout),
-    }
+    async move { call.invocation().invoke_async::<T>(&mut connection).await }
+        .instrument(span)
+        .await
+        .map_err(Error::from)
 }
 
 async fn eval_idempotent<T: FromRedisValue>(

@@ -11,7 +11,8 @@
 //!
 //! A hold that comes back `0` is marked lost and dropped from the registry. A failed call keeps
 //! the holds and retries sooner; a hold with no successful renewal sent within one lease is
-//! marked lost (monotonic clock). Dropping the [`Renewal`] removes the hold at once, and
+//! marked lost (monotonic clock), and so is every hold when the client shuts down. Dropping
+//! the [`Renewal`] removes the hold at once, and
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
 //! hold that is not ours.
 
@@ -126,6 +127,13 @@ impl Watchdog {
         lock(&self.entries).len()
     }
 
+    /// Marks every hold lost and forgets them all: the client is shutting down.
+    fn abandon_all(&self) {
+        for (_, entry) in lock(&self.entries).drain() {
+            entry.lost.set();
+        }
+    }
+
     /// Marks lost every hold whose lease ran out without a confirmed renewal; returns how many,
     /// and when the next one would run out.
     fn expire(&self, lease: Duration, now: Instant) -> (u64, Option<Instant>) {
@@ -159,7 +167,11 @@ async fn run(shared: Arc<Shared>) {
         Counters::bump(&shared.counters.lost_leases, expired);
         let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
         tokio::select! {
-            _ = shared.shutdown.wait() => return,
+            _ = shared.shutdown.wait() => {
+                // Nobody renews these holds any more: they will expire, so say so now.
+                shared.watchdog.abandon_all();
+                return;
+            }
             _ = tokio::time::sleep_until(wake.into()) => {}
         }
         if Instant::now() < next_tick {

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, ScriptCall,
-    WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -327,40 +326,32 @@ impl ReentrantLock {
         Ok(Some(LockGuard::new(self.core.clone(), token, lease)))
     }
 
-    /// One acquire request. If the caller drops it while it is on the wire, it completes in
-    /// the background and gives back whatever hold it got.
+    /// One acquire request. If the caller stops waiting while it is on the wire, it completes
+    /// in the background and gives back whatever hold it got.
     fn attempt(
         &self,
         lease_ms: u64,
     ) -> impl std::future::Future<Output = Result<Attempt<(u64, Instant)>>> + Send + 'static {
         let core = self.core.clone();
         let sent_at = Instant::now();
-        let request = match core.keys() {
-            Ok(keys) => {
-                let call = ScriptCall::new(&scripts::ACQUIRE)
-                    .key(keys.hash.as_str())
-                    .key(keys.fence.as_str())
-                    .arg(core.owner.as_str())
-                    .arg(lease_ms);
-                Some(core.client.eval::<Vec<i64>>(call))
-            }
-            Err(_) => None,
-        };
-        let undo = core.clone();
-        async move {
-            let Some(request) = request else {
-                return Err(core.keys().err().unwrap_or(Error::Shutdown));
-            };
-            let reply = Abandonable::new(request, move |reply: Result<Vec<i64>>| async move {
-                let Ok(reply) = reply else { return };
+        let request = core.keys().map(|keys| {
+            let call = ScriptCall::new(&scripts::ACQUIRE)
+                .key(keys.hash.as_str())
+                .key(keys.fence.as_str())
+                .arg(core.owner.as_str())
+                .arg(lease_ms);
+            let undo = core.clone();
+            core.client.eval_undoable(call, move |reply: Vec<i64>| async move {
                 if let Ok(AcquireReply::Acquired { token }) = AcquireReply::decode(&reply) {
-                    tracing::debug!(name = %undo.name, token, "cancelled acquire got the lock; giving it back");
+                    tracing::debug!(name = %undo.name, token, "abandoned acquire got the lock; giving it back");
                     if let Ok(call) = undo.release_call(token) {
                         undo.client.spawn_idempotent(call);
                     }
                 }
             })
-            .await?;
+        });
+        async move {
+            let reply = request?.await?;
             Ok(match AcquireReply::decode(&reply)? {
                 AcquireReply::Acquired { token } => Attempt::Acquired((token, sent_at)),
                 AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
