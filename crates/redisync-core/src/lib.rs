@@ -28,6 +28,7 @@ pub mod duration;
 mod error;
 pub mod keys;
 mod lease;
+mod locking;
 mod primitive;
 pub mod pubsub;
 mod script;

@@ -18,7 +18,9 @@
 //! sleeping until the holder's lease would end.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::locking::lock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -61,11 +63,6 @@ impl Default for Hub {
             changes_rx: Mutex::new(Some(changes_rx)),
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The maps stay consistent across a panic elsewhere; keep going rather than propagate it.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Hub {

@@ -23,7 +23,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::locking::lock;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -88,10 +90,6 @@ impl QueueSlot {
 #[derive(Default)]
 pub(crate) struct WaitQueues {
     slots: Mutex<HashMap<String, Arc<QueueSlot>>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A place in a local queue; dropping it leaves the queue (and removes an empty queue).

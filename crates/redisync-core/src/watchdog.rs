@@ -18,7 +18,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use crate::locking::lock;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -56,10 +58,6 @@ struct Entry {
 pub(crate) struct Watchdog {
     entries: Mutex<HashMap<HoldId, Entry>>,
     serial: AtomicU64,
-}
-
-fn lock(mutex: &Mutex<HashMap<HoldId, Entry>>) -> MutexGuard<'_, HashMap<HoldId, Entry>> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.

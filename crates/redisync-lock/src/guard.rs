@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use redisync_core::{Abandonable, Lease, Result};
+use tracing::Instrument;
 
 use crate::lock::LockCore;
 use crate::scripts::decode_release;
@@ -109,9 +110,22 @@ impl LockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         self.forget_locally();
         let call = self.core.release_call(self.token)?;
+        let span = tracing::debug_span!(
+            "redisync.lock.release",
+            name = %self.core.name,
+            token = self.token,
+            outcome = tracing::field::Empty,
+        );
         let request = self.core.client.eval_idempotent::<i64>(call);
-        let result = Abandonable::new(request, |_| async {}).await;
-        decode_release(result?)
+        let result = Abandonable::new(request, |_| async {})
+            .instrument(span.clone())
+            .await
+            .and_then(decode_release);
+        match &result {
+            Ok(()) => span.record("outcome", "released"),
+            Err(err) => span.record("outcome", tracing::field::display(err)),
+        };
+        result
     }
 }
 
