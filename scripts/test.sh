@@ -9,3 +9,5 @@ cargo test --workspace --all-features --doc
 # The default build of core (no TLS), and the facade with every primitive switched off.
 cargo test -p redisync-core --lib
 cargo check -p redisync --no-default-features
+# Documentation builds without broken links.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet

@@ -599,7 +599,7 @@ impl Client {
 
     /// Registers a hold with the watchdog. `renew` follows the watchdog's calling convention
     /// (see [`crate::watchdog`]); `args` identify the hold; `sent_at` is when the acquiring
-    /// request was sent. Renewal stops when the returned [`Lease`] is dropped.
+    /// request was sent. Renewal stops when the returned [`Lease`](crate::Lease) is dropped.
     pub fn watch_lease(
         &self,
         renew: &'static crate::LuaScript,
