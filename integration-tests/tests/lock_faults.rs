@@ -1,0 +1,906 @@
+//! Fault and cost tests of the reentrant lock against a real `redis-server`: cancelled calls,
+//! a killed, paused or flushed server, a killed pub/sub connection, exact command counts and
+//! many concurrent waiters.
+//!
+//! Every test starts its own server, so the tests run in parallel. Waits are for events
+//! (`wait_until` on server or client state); the time bounds are generous because CI runs on a
+//! loaded two-core box.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use redisync::prelude::*;
+use redisync::LocalState;
+use redisync_test_harness::{wait_until, RedisServer};
+
+/// How long a condition that should hold "soon" may take before the test fails.
+const SETTLE: Duration = Duration::from_secs(10);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The lock's hash key for the default prefix.
+fn lock_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:lock")
+}
+
+/// The lock's wake-up channel for the default prefix.
+fn wake_channel(name: &str) -> String {
+    format!("redisync:{{{name}}}:wake")
+}
+
+fn key_exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]) == Value::Int(1)
+}
+
+fn text(value: &Value) -> String {
+    redis::from_redis_value_ref::<String>(value)
+        .unwrap_or_else(|e| panic!("expected a string reply, got {value:?}: {e}"))
+}
+
+fn hash_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
+    match server.cmd(&["HGET", key, field]) {
+        Value::Nil => None,
+        value => Some(text(&value)),
+    }
+}
+
+/// Fails the test unless `cond` becomes true within `timeout`.
+async fn eventually(what: impl Display, timeout: Duration, cond: impl FnMut() -> bool) {
+    assert!(
+        wait_until(timeout, cond).await,
+        "timed out after {timeout:?} waiting until {what}"
+    );
+}
+
+fn is_outage_error(err: &Error) -> bool {
+    matches!(err, Error::Redis(_) | Error::Timeout)
+}
+
+/// Awaits `call`, returning its outcome (the success value only as text) and how long it took.
+async fn timed<T: std::fmt::Debug>(
+    call: impl Future<Output = Result<T>>,
+) -> (Result<String>, Duration) {
+    let started = Instant::now();
+    let outcome = call.await.map(|value| format!("{value:?}"));
+    (outcome, started.elapsed())
+}
+
+/// Sends read-only requests through the probe's client, twice as many as it has pooled
+/// connections (picked round robin). Each connection answers in order, so once these return,
+/// requests the client queued earlier, such as an abandoned acquire finishing in the
+/// background, have normally been executed by Redis. This only makes the checks after it
+/// sharper: a request that slips past it is still caught by the next check.
+async fn flush_client_connections(probe: &ReentrantLock) {
+    for _ in 0..2 * redisync::core::DEFAULT_POOL_SIZE {
+        probe.is_locked().await.expect("is_locked during a flush");
+    }
+}
+
+/// Runs `future` until it completes or `after` has passed, whichever comes first, and drops
+/// it in the second case. The clock is checked on every scheduler pass: tokio's timer rounds
+/// deadlines up to whole milliseconds, too coarse to cut a request that takes a few hundred
+/// microseconds at a chosen point.
+async fn cut_after<F: Future>(after: Duration, future: F) -> Option<F::Output> {
+    let deadline = Instant::now() + after;
+    let clock = async {
+        while Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        output = future => Some(output),
+        () = clock => None,
+    }
+}
+
+/// The next delay of a sweep: `step` apart up to `fine_until`, then 10 % apart (a slow machine
+/// may need longer cuts before it sees the outcome the sweep waits for).
+fn next_cut(cut: Duration, step: Duration, fine_until: Duration) -> Duration {
+    if cut < fine_until {
+        cut + step
+    } else {
+        cut + cut / 10
+    }
+}
+
+/// Polls `future` until it completes or has returned `Pending` `pendings + 1` times, and drops
+/// it in the second case: `pendings = 0` cuts it at its first await point that really waits,
+/// `1` at the second, and so on.
+async fn cut_at_await<F: Future>(pendings: usize, future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut left = pendings;
+    std::future::poll_fn(move |cx| match future.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending if left == 0 => Poll::Ready(None),
+        Poll::Pending => {
+            left -= 1;
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// One `SLOWLOG GET` entry: the command with its arguments and the client address
+/// (`?:0` for commands a script ran).
+#[derive(Debug)]
+struct LoggedCommand {
+    args: Vec<String>,
+    addr: String,
+}
+
+impl LoggedCommand {
+    /// The command with its arguments, separated by spaces.
+    fn line(&self) -> String {
+        self.args.join(" ")
+    }
+}
+
+fn slowlog(server: &RedisServer) -> Vec<LoggedCommand> {
+    let Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "-1"]) else {
+        panic!("unexpected SLOWLOG GET reply");
+    };
+    let mut logged: Vec<LoggedCommand> = entries
+        .iter()
+        .map(|entry| {
+            let Value::Array(parts) = entry else {
+                panic!("unexpected slowlog entry {entry:?}");
+            };
+            let Value::Array(args) = &parts[3] else {
+                panic!("unexpected slowlog arguments {:?}", parts[3]);
+            };
+            LoggedCommand {
+                args: args.iter().map(text).collect(),
+                addr: text(&parts[4]),
+            }
+        })
+        .collect();
+    logged.reverse(); // SLOWLOG GET lists the newest first
+    logged
+}
+
+/// A hold left behind by a cancelled attempt would show up here: the lock must be held by
+/// `holder` exactly once.
+fn assert_held_once_by(server: &RedisServer, name: &str, holder: &ReentrantLock) {
+    let key = lock_key(name);
+    assert_eq!(
+        hash_field(server, &key, "owner").as_deref(),
+        Some(holder.owner_id())
+    );
+    assert_eq!(hash_field(server, &key, "count").as_deref(), Some("1"));
+}
+
+/// What a cancelled `lock()` may leave behind, checked after every cut: local state at once;
+/// on the server, once every request the client had queued has run, no subscriber and no hold
+/// other than `holder`'s.
+async fn assert_nothing_left(
+    server: &RedisServer,
+    client: &Client,
+    probe: &ReentrantLock,
+    holder: Option<&ReentrantLock>,
+    what: impl Display,
+) {
+    assert_eq!(
+        client.local_state(),
+        LocalState::default(),
+        "{what} left local state behind"
+    );
+    flush_client_connections(probe).await;
+    let name = probe.name();
+    let channel = wake_channel(name);
+    match holder {
+        Some(holder) => {
+            eventually(
+                format_args!("no subscriber is left after {what}"),
+                SETTLE,
+                || server.numsub(&channel) == 0,
+            )
+            .await;
+            assert_held_once_by(server, name, holder);
+        }
+        None => {
+            let key = lock_key(name);
+            eventually(
+                format_args!("no hold and no subscriber are left after {what}"),
+                SETTLE,
+                || !key_exists(server, &key) && server.numsub(&channel) == 0,
+            )
+            .await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_lock_calls_leave_no_hold_waiter_or_subscription() {
+    let server = RedisServer::start();
+    let name = "cancelled";
+    let holder_client = Client::connect(server.url()).await.unwrap();
+    let client = Client::builder(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let holder = holder_client.lock(name);
+    let probe = client.lock(name);
+
+    // 1. The lock is busy. Cut lock() at each of its await points in turn (first request,
+    //    subscription, second request, sleep), then after 0, 50, 100, ... µs until several cuts
+    //    in a row came after it had started waiting, then after long waits.
+    let held = holder.lock().await.unwrap();
+    let mut asleep_at = None;
+    for pendings in 0..20 {
+        // Past the last await point that is woken by its own progress, lock() sleeps until
+        // the holder's lease would end; the timeout cuts it there.
+        let waiter = client.lock(name);
+        let outcome = tokio::time::timeout(ms(200), cut_at_await(pendings, waiter.lock())).await;
+        let what = format_args!("a lock() cut at await point {pendings}");
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(outcome)) => panic!("lock() returned {outcome:?} while held"),
+            Err(_) => asleep_at = Some(pendings),
+        }
+        assert_nothing_left(&server, &client, &probe, Some(&holder), what).await;
+        if asleep_at.is_some() {
+            break;
+        }
+    }
+    assert!(asleep_at.is_some(), "lock() never went to sleep");
+    let mut cuts = 0;
+    let mut reached_waiting = 0;
+    let mut waiting_in_a_row = 0;
+    let mut cut = Duration::ZERO;
+    while (waiting_in_a_row < 5 || cut < ms(3)) && cut < ms(200) {
+        let waits_before = client.stats().contended_waits;
+        let outcome = cut_after(cut, client.lock(name).lock()).await;
+        assert!(outcome.is_none(), "lock() returned {outcome:?} while held");
+        if client.stats().contended_waits > waits_before {
+            reached_waiting += 1;
+            waiting_in_a_row += 1;
+        } else {
+            waiting_in_a_row = 0;
+        }
+        cuts += 1;
+        let what = format_args!("a lock() cut after {cut:?}");
+        assert_nothing_left(&server, &client, &probe, Some(&holder), what).await;
+        cut = next_cut(cut, Duration::from_micros(50), ms(3));
+    }
+    assert!(
+        reached_waiting >= 5,
+        "only {reached_waiting} of {cuts} cuts reached the waiting phase"
+    );
+    for cut in [0, 1, 2, 10, 25, 50, 100, 250].map(ms) {
+        let outcome = tokio::time::timeout(cut, client.lock(name).lock()).await;
+        assert!(outcome.is_err(), "lock() returned {outcome:?} while held");
+        let what = format_args!("a lock() timed out after {cut:?}");
+        assert_nothing_left(&server, &client, &probe, Some(&holder), what).await;
+    }
+
+    // Nothing is stuck: once the holder releases, the other client gets the lock at once.
+    held.unlock().await.unwrap();
+    let guard = client
+        .lock(name)
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the lock is free right after its holder released it");
+    guard.unlock().await.unwrap();
+
+    // 2. The lock is free: cut the acquire request itself, from "not sent yet" to "reply
+    //    received", with a fresh handle each time. An attempt cut while its request is on the
+    //    wire finishes in the background and must give back the hold it got.
+    let mut acquired = 0;
+    let mut cancelled = 0;
+    let mut tally = |outcome: Option<Result<LockGuard>>| match outcome {
+        Some(Ok(guard)) => {
+            acquired += 1;
+            drop(guard); // released in the background
+            true
+        }
+        Some(Err(err)) => panic!("lock() of a free lock failed: {err}"),
+        None => {
+            cancelled += 1;
+            false
+        }
+    };
+    for pendings in 0..4 {
+        tally(cut_at_await(pendings, client.lock(name).lock()).await);
+        let what = format_args!("a lock() of a free lock cut at await point {pendings}");
+        assert_nothing_left(&server, &client, &probe, None, what).await;
+    }
+    let mut acquired_in_a_row = 0;
+    let mut cut = Duration::ZERO;
+    while (acquired_in_a_row < 5 || cut < ms(2)) && cut < ms(100) {
+        if tally(cut_after(cut, client.lock(name).lock()).await) {
+            acquired_in_a_row += 1;
+        } else {
+            acquired_in_a_row = 0;
+        }
+        let what = format_args!("a lock() of a free lock cut after {cut:?}");
+        assert_nothing_left(&server, &client, &probe, None, what).await;
+        cut = next_cut(cut, Duration::from_micros(20), ms(2));
+    }
+    for cut in [0, 1, 2].map(ms) {
+        tally(
+            tokio::time::timeout(cut, client.lock(name).lock())
+                .await
+                .ok(),
+        );
+        let what = format_args!("a lock() of a free lock timed out after {cut:?}");
+        assert_nothing_left(&server, &client, &probe, None, what).await;
+    }
+    println!(
+        "busy: asleep at await point {asleep_at:?}, {reached_waiting} of {cuts} timed cuts \
+         while waiting; free: {cancelled} cut, {acquired} acquired"
+    );
+    assert!(cancelled >= 2, "only {cancelled} attempts were cut");
+    assert!(acquired >= 5, "only {acquired} attempts completed");
+
+    // Nothing is stuck at the end either.
+    let guard = tokio::time::timeout(Duration::from_secs(5), holder.lock())
+        .await
+        .expect("the lock is not stuck")
+        .unwrap();
+    guard.unlock().await.unwrap();
+    let guard = client
+        .lock(name)
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the lock is free at the end");
+    guard.unlock().await.unwrap();
+    assert_eq!(client.local_state(), LocalState::default());
+    assert_eq!(holder_client.local_state(), LocalState::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restart() {
+    let mut server = RedisServer::start();
+    let command_timeout = Duration::from_secs(1);
+    let connect = |url: String| async move {
+        Client::builder(url)
+            .command_timeout(command_timeout)
+            .build()
+            .await
+            .unwrap()
+    };
+    let client = connect(server.url()).await;
+    let other = connect(server.url()).await;
+    let lock = client.lock("outage");
+    lock.lock().await.unwrap().unlock().await.unwrap();
+
+    // A task blocked in lock() on a lock another client holds.
+    let busy = "outage-busy";
+    let held = other.lock(busy).lock().await.unwrap();
+    let blocked = client.lock(busy);
+    let blocked_task = tokio::spawn(async move {
+        let outcome = blocked.lock().await;
+        (outcome, Instant::now())
+    });
+    eventually("the blocked waiter is subscribed", SETTLE, || {
+        client.stats().contended_waits == 1 && server.numsub(&wake_channel(busy)) == 1
+    })
+    .await;
+
+    server.stop();
+    let stopped_at = Instant::now();
+
+    for (call, (outcome, took)) in [
+        ("lock()", timed(lock.lock()).await),
+        ("try_lock()", timed(lock.try_lock()).await),
+        ("is_locked()", timed(lock.is_locked()).await),
+    ] {
+        assert!(
+            matches!(&outcome, Err(e) if is_outage_error(e)),
+            "{call} with redis down: {outcome:?}"
+        );
+        assert!(took < Duration::from_secs(3), "{call} took {took:?}");
+    }
+
+    let (outcome, finished_at) = tokio::time::timeout(Duration::from_secs(20), blocked_task)
+        .await
+        .expect("a blocked lock() must not hang while redis is down")
+        .unwrap();
+    assert!(
+        matches!(&outcome, Err(e) if is_outage_error(e)),
+        "blocked lock() with redis down: {outcome:?}"
+    );
+    let blocked_for = finished_at.duration_since(stopped_at);
+    assert!(
+        blocked_for < Duration::from_secs(5),
+        "the blocked lock() failed only {blocked_for:?} after redis went down"
+    );
+    drop(held);
+
+    server.restart();
+
+    // The same client works again once its connections are re-established.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let guard = loop {
+        match lock.try_lock().await {
+            Ok(Some(guard)) => break guard,
+            Ok(None) => panic!("the lock is held after a restart without persistence"),
+            Err(err) if Instant::now() < deadline => {
+                assert!(is_outage_error(&err), "unexpected error {err}");
+                tokio::time::sleep(ms(50)).await;
+            }
+            Err(err) => panic!("the client did not recover after the restart: {err}"),
+        }
+    };
+    guard.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .expect("lock() after the restart")
+        .unwrap();
+    assert!(lock.is_held().await.unwrap());
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+
+    // Waking works again too: the pub/sub hubs reconnected and resubscribe.
+    let other_lock = other.lock(busy);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        match other_lock.lock().await {
+            Ok(guard) => break guard,
+            Err(err) if Instant::now() < deadline && is_outage_error(&err) => {
+                tokio::time::sleep(ms(50)).await;
+            }
+            Err(err) => panic!("the other client did not recover after the restart: {err}"),
+        }
+    };
+    let waiter = client.lock(busy);
+    let waiter_task = tokio::spawn(async move { waiter.lock().await });
+    eventually("the waiter subscribes after the restart", SETTLE, || {
+        server.numsub(&wake_channel(busy)) == 1
+    })
+    .await;
+    let released_at = Instant::now();
+    held.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter_task)
+        .await
+        .expect("the waiter is woken after the restart")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released_at.elapsed() < Duration::from_secs(5),
+        "the waiter got the lock only {:?} after the release",
+        released_at.elapsed()
+    );
+    guard.unlock().await.unwrap();
+    client.shutdown().await;
+    other.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_gives_timeout_not_hang() {
+    let server = RedisServer::start();
+    let name = "paused";
+    let client = Client::builder(server.url())
+        .command_timeout(ms(500))
+        .build()
+        .await
+        .unwrap();
+    let other = Client::builder(server.url())
+        .command_timeout(ms(500))
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock(name);
+    lock.lock().await.unwrap().unlock().await.unwrap();
+
+    server.pause();
+    let paused_at = Instant::now();
+    // The three calls run side by side, so the server stays paused for about one command
+    // timeout.
+    let (try_lock, lock_call, is_locked) = tokio::join!(
+        timed(lock.try_lock()),
+        timed(lock.lock()),
+        timed(lock.is_locked())
+    );
+    server.resume();
+    let paused_for = paused_at.elapsed();
+    for (call, (outcome, took)) in [
+        ("try_lock()", try_lock),
+        ("lock()", lock_call),
+        ("is_locked()", is_locked),
+    ] {
+        assert!(
+            matches!(&outcome, Err(e) if is_outage_error(e)),
+            "{call} on a paused server: {outcome:?}"
+        );
+        assert!(took < Duration::from_secs(2), "{call} took {took:?}");
+    }
+    println!("redis was paused for {paused_for:?}");
+
+    // The acquires that timed out were still queued on the paused server and run once it
+    // resumes. Their caller got an error and holds no guard, so whatever they took must be
+    // given back: another owner gets the lock well within the 30 s lease.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(10);
+    let guard = loop {
+        match tokio::time::timeout(Duration::from_secs(5), other.lock(name).lock()).await {
+            Ok(Ok(guard)) => break guard,
+            Ok(Err(err)) if Instant::now() < deadline && is_outage_error(&err) => {
+                tokio::time::sleep(ms(50)).await;
+            }
+            Ok(Err(err)) => panic!("the other client failed after the resume: {err}"),
+            Err(_) => panic!(
+                "the lock stayed held after the resume (owner {:?}); the timed-out acquires \
+                 left a hold behind",
+                hash_field(&server, &lock_key(name), "owner")
+            ),
+        }
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the lock was free only {:?} after the resume",
+        started.elapsed()
+    );
+    guard.unlock().await.unwrap();
+
+    // The client itself works again.
+    let guard = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the lock is free after the resume");
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_transparent() {
+    let server = RedisServer::start();
+    // A short watchdog lease, so that renewals run while the scripts are flushed.
+    let client = Client::builder(server.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let other = Client::connect(server.url()).await.unwrap();
+    let lock = client.lock("flushed");
+    let guard = lock.lock().await.unwrap();
+    assert!(lock.is_held().await.unwrap());
+    guard.unlock().await.unwrap();
+
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    let loads_before = server.command_calls("script|load");
+    let guard = lock.lock().await.unwrap();
+    assert!(other.lock("flushed").try_lock().await.unwrap().is_none());
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(
+        server.command_calls("script|load") > loads_before,
+        "the scripts were not reloaded after SCRIPT FLUSH"
+    );
+
+    // The watchdog's renewal script and the release are reloaded too.
+    let guard = lock.lock().await.unwrap();
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    let renewals = client.stats().renewals;
+    eventually("two renewals after SCRIPT FLUSH", SETTLE, || {
+        client.stats().renewals >= renewals + 2
+    })
+    .await;
+    assert!(!guard.is_lost());
+    assert_eq!(client.stats().lost_leases, 0);
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_lock_and_unlock_send_exactly_two_commands() {
+    let server = RedisServer::start();
+    let name = "two-commands";
+    let client = Client::connect(server.url()).await.unwrap();
+    let lock = client.lock(name);
+    // Warm up: both scripts are loaded.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    // Bring up the pub/sub hub (it connects in the background) with one contended wait, so
+    // that its connection handshake and subscriptions are over before counting starts.
+    let held = lock.lock().await.unwrap();
+    let waiter = client.lock(name);
+    let waiter = tokio::spawn(async move { waiter.lock().await });
+    eventually("the waiter is subscribed", SETTLE, || {
+        server.numsub(&wake_channel(name)) == 1
+    })
+    .await;
+    held.unlock().await.unwrap();
+    waiter.await.unwrap().unwrap().unlock().await.unwrap();
+    eventually("the waiter has unsubscribed", SETTLE, || {
+        server.numsub(&wake_channel(name)) == 0
+    })
+    .await;
+
+    // Log every command (slower than 0 µs): the slow log records the client address of each
+    // top-level command and `?:0` for the commands a script runs, unlike INFO, which counts
+    // both.
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["SLOWLOG", "RESET"]);
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let before = client.stats();
+
+    let guard = lock.lock().await.unwrap();
+    guard.unlock().await.unwrap();
+
+    let after = client.stats();
+    // The window opens with the harness' CONFIG RESETSTAT (SLOWLOG RESET logs itself before
+    // it); every top-level command after it is the client's.
+    let top_level: Vec<LoggedCommand> = slowlog(&server)
+        .into_iter()
+        .filter(|c| c.addr != "?:0")
+        .collect();
+    let opened = top_level
+        .iter()
+        .position(|c| c.line().eq_ignore_ascii_case("config resetstat"))
+        .unwrap_or_else(|| panic!("CONFIG RESETSTAT is not logged: {top_level:?}"));
+    assert!(
+        top_level[..opened]
+            .iter()
+            .all(|c| c.line().eq_ignore_ascii_case("slowlog reset")),
+        "{top_level:?}"
+    );
+    let names: Vec<String> = top_level[opened + 1..]
+        .iter()
+        .map(|c| c.args[0].to_ascii_lowercase())
+        .collect();
+    assert_eq!(
+        names,
+        ["evalsha", "evalsha"],
+        "top-level commands executed: {top_level:?}"
+    );
+    assert_eq!(server.command_calls("evalsha"), 2);
+    assert_eq!(server.command_calls("eval"), 0);
+    assert_eq!(server.command_calls("script|load"), 0);
+    assert_eq!(after.scripts_sent - before.scripts_sent, 2);
+    assert_eq!(after.acquires - before.acquires, 1);
+    assert_eq!(after.contended_waits, before.contended_waits);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_cost_a_bounded_number_of_requests_per_handoff() {
+    const TASKS: usize = 16;
+    const ROUNDS: usize = 3;
+    const HOLD: Duration = Duration::from_millis(20);
+    const MAX_REQUESTS_PER_HANDOFF: u64 = 6;
+    let server = RedisServer::start();
+    let name = "handoff";
+    let client = Client::connect(server.url()).await.unwrap();
+    client
+        .lock(name)
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    let before = client.stats();
+    let evalsha_before = server.command_calls("evalsha");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let lock = client.lock(name); // a handle each: different owners
+            let inside = inside.clone();
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = lock.lock().await.unwrap();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    tokio::time::sleep(HOLD).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let all = futures_join(tasks);
+    tokio::time::timeout(Duration::from_secs(30), all)
+        .await
+        .expect("48 handoffs of 20 ms finish well within 30 s");
+
+    let after = client.stats();
+    let handoffs = (TASKS * ROUNDS) as u64;
+    assert_eq!(after.acquires - before.acquires, handoffs);
+    let sent = after.scripts_sent - before.scripts_sent;
+    let executed = server.command_calls("evalsha") - evalsha_before;
+    println!(
+        "{handoffs} handoffs: {sent} scripts sent ({:.2} per handoff), {executed} EVALSHA executed",
+        sent as f64 / handoffs as f64
+    );
+    assert!(
+        sent <= MAX_REQUESTS_PER_HANDOFF * handoffs,
+        "{sent} requests for {handoffs} handoffs: local waiters poll redis"
+    );
+    assert!(
+        executed <= MAX_REQUESTS_PER_HANDOFF * handoffs,
+        "redis executed {executed} scripts for {handoffs} handoffs"
+    );
+    assert_eq!(client.local_state(), LocalState::default());
+    eventually("nothing is subscribed any more", SETTLE, || {
+        server.numsub(&wake_channel(name)) == 0
+    })
+    .await;
+    assert!(!key_exists(&server, &lock_key(name)));
+}
+
+/// Awaits every task, propagating panics.
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await.expect("task panicked"));
+    }
+    results
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_clients_sixteen_tasks_count_exactly_with_increasing_fencing_tokens() {
+    const CLIENTS: usize = 3;
+    const TASKS: usize = 16;
+    const ITERATIONS: usize = 10;
+    const COUNTER: &str = "fenced-counter";
+    let server = RedisServer::start();
+    let name = "counter-lock";
+    let data = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let client = Client::connect(server.url()).await.unwrap();
+        for t in 0..TASKS {
+            let lock = client.lock(name);
+            let mut con = data.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut records = Vec::with_capacity(ITERATIONS);
+                for i in 0..ITERATIONS {
+                    let guard = lock.lock().await.unwrap();
+                    let value: Option<u64> = redis::cmd("GET")
+                        .arg(COUNTER)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
+                    let value = value.unwrap_or(0);
+                    // Give others a chance to interleave: yield or sleep up to 1 ms.
+                    match (c + t + i) % 3 {
+                        0 => tokio::task::yield_now().await,
+                        1 => tokio::time::sleep(Duration::from_micros(500)).await,
+                        _ => tokio::time::sleep(ms(1)).await,
+                    }
+                    let () = redis::cmd("SET")
+                        .arg(COUNTER)
+                        .arg(value + 1)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
+                    records.push((value, guard.fencing_token()));
+                    guard.unlock().await.unwrap();
+                }
+                records
+            }));
+        }
+        clients.push(client);
+    }
+    let results = tokio::time::timeout(Duration::from_secs(60), futures_join(tasks))
+        .await
+        .expect("480 short critical sections finish within 60 s");
+
+    let total = CLIENTS * TASKS * ITERATIONS;
+    assert_eq!(text(&server.cmd(&["GET", COUNTER])), total.to_string());
+    let mut records: Vec<(u64, u64)> = results.into_iter().flatten().collect();
+    records.sort_unstable();
+    let values: Vec<u64> = records.iter().map(|r| r.0).collect();
+    assert_eq!(values, (0..total as u64).collect::<Vec<_>>());
+    for pair in records.windows(2) {
+        assert!(
+            pair[0].1 < pair[1].1,
+            "fencing token {} for counter {} is not above token {} for counter {}",
+            pair[1].1,
+            pair[1].0,
+            pair[0].1,
+            pair[0].0
+        );
+    }
+    for client in &clients {
+        assert_eq!(client.local_state(), LocalState::default());
+        assert_eq!(client.stats().lost_leases, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_connection_killed_waiters_still_wake() {
+    let server = RedisServer::start();
+    let name = "resubscribe";
+    let channel = wake_channel(name);
+    let lease = Duration::from_secs(30);
+    let holder_client = Client::builder(server.url())
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .unwrap();
+    let waiter_client = Client::builder(server.url())
+        .watchdog_timeout(lease)
+        .build()
+        .await
+        .unwrap();
+    let holder = holder_client.lock(name);
+
+    // In the first round the holder releases after the hub has resubscribed: the message
+    // must reach the new subscription. In the second, one transaction kills the connection
+    // and frees the lock as force_unlock does (DEL, then PUBLISH to nobody): the message is
+    // lost for sure, so only the hub's wake-up after reconnecting can get the waiter going.
+    for lose_the_message in [false, true] {
+        let held = holder.lock().await.unwrap();
+        let waits = waiter_client.stats().contended_waits;
+        let waiter = waiter_client.lock(name);
+        let task = tokio::spawn(async move {
+            let guard = waiter.lock().await;
+            (guard, Instant::now())
+        });
+        eventually("the waiter is subscribed", SETTLE, || {
+            waiter_client.stats().contended_waits > waits && server.numsub(&channel) == 1
+        })
+        .await;
+
+        let released_at;
+        if lose_the_message {
+            let mut con = server.connection();
+            let (killed, deleted, receivers): (u64, u64, u64) = redis::pipe()
+                .atomic()
+                .cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("pubsub")
+                .cmd("DEL")
+                .arg(lock_key(name))
+                .cmd("PUBLISH")
+                .arg(&channel)
+                .arg("released")
+                .query(&mut con)
+                .unwrap();
+            released_at = Instant::now();
+            assert!(killed >= 1, "no pub/sub connection was killed");
+            assert_eq!((deleted, receivers), (1, 0));
+            assert!(matches!(held.unlock().await, Err(Error::NotOwner)));
+        } else {
+            let killed = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+            assert!(
+                matches!(killed, Value::Int(n) if n >= 1),
+                "CLIENT KILL TYPE pubsub: {killed:?}"
+            );
+            eventually("the hub resubscribes", SETTLE, || {
+                server.numsub(&channel) == 1
+            })
+            .await;
+            released_at = Instant::now();
+            held.unlock().await.unwrap();
+        }
+        let (guard, acquired_at) = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("the waiter is woken")
+            .unwrap();
+        let guard = guard.unwrap();
+        let waited = acquired_at.duration_since(released_at);
+        assert!(
+            waited < Duration::from_secs(5),
+            "the waiter got the lock {waited:?} after the release (message lost: \
+             {lose_the_message}); the lease is {lease:?}"
+        );
+        guard.unlock().await.unwrap();
+    }
+    assert_eq!(waiter_client.local_state(), LocalState::default());
+    eventually("nothing is subscribed any more", SETTLE, || {
+        server.numsub(&channel) == 0
+    })
+    .await;
+}
