@@ -1,30 +1,32 @@
--- lock_release: give back one hold of a reentrant lock; idempotent per request id.
+-- lock_release: give back the hold one acquire attempt got, if it got one; idempotent.
 --
--- KEYS[1]  lock hash   {owner, count, token}
--- KEYS[2]  release record of this request: remembers the result so that a retry after a lost
---          reply gets the same answer instead of releasing twice or reporting "not owner"
--- ARGV[1]  owner id of the guard
--- ARGV[2]  fencing token of the guard's hold (a stale guard of the same owner must not
---          release a newer hold)
--- ARGV[3]  channel to publish on when the lock becomes free
--- ARGV[4]  how long to remember the result, in ms
+-- Used by unlock, by a dropped guard, and by an acquire whose caller went away (whether or not
+-- Redis has run that acquire yet).
 --
--- Returns 1 when the lock became free (waiters are woken), 0 when one hold was given back and
--- the owner still holds the lock, -1 when the hold is not ours (nothing changed).
+-- KEYS[1]  lock hash   {owner, count, token, a:<attempt id> = 1 for every live hold}
+-- KEYS[2]  attempt record: the result of the first release of this attempt, so that a retry
+--          after a lost reply gets the same answer instead of releasing twice; its existence
+--          also forbids a late acquire of this attempt from granting (see lock_acquire)
+-- ARGV[1]  attempt id whose hold to give back
+-- ARGV[2]  channel to publish on when the lock becomes free
+-- ARGV[3]  how long to keep the attempt record, in ms
+--
+-- Returns 1 when the lock became free (waiters are woken), 0 when the hold was given back and
+-- the owner still holds the lock through other holds, -1 when the attempt holds nothing (its
+-- hold expired or was force-unlocked, or it never got one): nothing else is changed.
 
 local recorded = redis.call('GET', KEYS[2])
 if recorded then
     return tonumber(recorded)
 end
-local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if holder[1] ~= ARGV[1] or holder[2] ~= ARGV[2] then
-    return -1
+local result = -1
+if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[1]) == 1 then
+    result = 0
+    if redis.call('HINCRBY', KEYS[1], 'count', -1) <= 0 then
+        redis.call('DEL', KEYS[1])
+        redis.call('PUBLISH', ARGV[2], 'released')
+        result = 1
+    end
 end
-local result = 0
-if redis.call('HINCRBY', KEYS[1], 'count', -1) <= 0 then
-    redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[3], 'released')
-    result = 1
-end
-redis.call('SET', KEYS[2], result, 'PX', ARGV[4])
+redis.call('SET', KEYS[2], result, 'PX', ARGV[3])
 return result

@@ -7,13 +7,15 @@
 --
 -- Returns an array with, for each hold, 1 if it is still ours (its expiry is now at least the
 -- lease; a longer fixed lease of a re-entry is kept) or 0 if it is gone or someone else's.
+-- A key holding foreign data counts as gone for its hold only, so it cannot stall the renewal
+-- of the other holds in the batch.
 
 local lease = tonumber(ARGV[1])
 local results = {}
 for i, key in ipairs(KEYS) do
     local at = 3 + (i - 1) * tonumber(ARGV[2])
-    local holder = redis.call('HMGET', key, 'owner', 'token')
-    if holder[1] == ARGV[at] and holder[2] == ARGV[at + 1] then
+    local holder = redis.pcall('HMGET', key, 'owner', 'token')
+    if holder.err == nil and holder[1] == ARGV[at] and holder[2] == ARGV[at + 1] then
         if redis.call('PTTL', key) < lease then
             redis.call('PEXPIRE', key, lease)
         end

@@ -139,8 +139,9 @@ async fn watchdog_keeps_the_lock_past_three_timeouts() {
     tokio::time::sleep(watchdog * 4).await;
     assert!(!guard.is_lost());
     assert!(b.lock("renewed").try_lock().await.unwrap().is_none());
+    // Renewed every third of the lease, so well over half of it is always left.
     let remaining = a.lock("renewed").remaining_lease().await.unwrap().unwrap();
-    assert!(remaining <= watchdog);
+    assert!(remaining > watchdog / 3, "{remaining:?} left");
     assert!(a.stats().renewals >= 3, "{:?}", a.stats());
     guard.unlock().await.unwrap();
     assert_eq!(a.local_state(), LocalState::default());
@@ -192,7 +193,7 @@ async fn client_shut_down_while_holding_frees_the_lock_within_its_lease() {
 }
 
 #[tokio::test]
-async fn client_dropped_with_its_guard_releases_the_lock() {
+async fn dropping_guard_and_client_together_releases_at_once() {
     let server = RedisServer::start();
     let a = client(&server).await;
     let guard = a.lock("dropped-client").lock().await.unwrap();
@@ -347,19 +348,22 @@ async fn release_retried_after_a_lost_reply_neither_releases_twice_nor_reports_n
     let b = client(&server).await;
     let guard = a.lock("retry").lock().await.unwrap();
     let mut conn = server.connection();
-    let holder: Vec<String> = redis::cmd("HMGET")
+    let fields: Vec<String> = redis::cmd("HKEYS")
         .arg(lock_key("retry"))
-        .arg("owner")
-        .arg("token")
         .query(&mut conn)
         .unwrap();
+    let attempt = fields
+        .iter()
+        .find_map(|f| f.strip_prefix("a:"))
+        .expect("the hold records its acquire attempt")
+        .to_owned();
+    let record = format!("redisync:{{retry}}:attempt:{attempt}");
     let script = redis::Script::new(include_str!("../../lua/lock_release.lua"));
     let release = |conn: &mut redis::Connection| -> i64 {
         script
             .key(lock_key("retry"))
-            .key("redisync:{retry}:released:req-1")
-            .arg(&holder[0])
-            .arg(&holder[1])
+            .key(&record)
+            .arg(&attempt)
             .arg("redisync:{retry}:wake")
             .arg(10_000)
             .invoke(conn)
@@ -372,7 +376,10 @@ async fn release_retried_after_a_lost_reply_neither_releases_twice_nor_reports_n
         b.lock("retry").is_locked().await.unwrap(),
         "the retry did not release again"
     );
-    assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
+    // The guard's own unlock is one more retry of the same release: it succeeds, and still
+    // leaves the newer hold alone.
+    guard.unlock().await.unwrap();
+    assert!(b.lock("retry").is_locked().await.unwrap());
     newer.unlock().await.unwrap();
 }
 
@@ -427,6 +434,9 @@ async fn bad_inputs_are_typed_errors() {
         Client::builder(url.clone()).watchdog_timeout(Duration::ZERO),
         Client::builder(url.clone()).command_timeout(Duration::ZERO),
         Client::builder(url.clone()).pool_size(0),
+        Client::builder(url.clone()).pool_size(u32::MAX),
+        Client::builder(url.clone()).command_timeout(Duration::MAX),
+        Client::builder(url.clone()).watchdog_timeout(Duration::MAX),
         Client::builder(url.clone()).key_prefix(""),
         Client::builder(url.clone()).key_prefix("a{b}"),
         Client::builder("not a url"),
@@ -541,7 +551,7 @@ async fn blocked_waiters_fail_promptly_when_redis_stops_answering() {
     let took = paused_at.elapsed();
     // A ping every third of the timeout notices the silence within one more timeout; the
     // waiters queued behind the first give up with its error instead of waiting in turn.
-    assert!(took < command_timeout * 6, "waiters needed {took:?}");
+    assert!(took < command_timeout * 3, "waiters needed {took:?}");
     server.resume();
     drop(guard);
     let lock = b.lock("outage");
@@ -596,4 +606,18 @@ async fn acquire_that_times_out_but_is_granted_later_is_given_back() {
     );
     let guard = lock.try_lock().await.unwrap().expect("free again");
     guard.unlock().await.unwrap();
+}
+
+#[test]
+fn building_outside_a_tokio_runtime_is_an_error_not_a_panic() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let mut build = std::pin::pin!(Client::builder("redis://127.0.0.1:1/").build());
+    match build.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Err(Error::InvalidArgument(message))) => assert!(message.contains("tokio")),
+        other => panic!(
+            "expected InvalidArgument at once, got {:?}",
+            other.map(|r| r.is_ok())
+        ),
+    }
 }

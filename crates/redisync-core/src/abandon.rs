@@ -20,6 +20,9 @@ type Cleanup<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
 pub struct Abandonable<T: Send + 'static> {
     request: Option<BoxFuture<'static, T>>,
     cleanup: Option<Cleanup<T>>,
+    // Taken when the request starts, so a drop outside the runtime (another thread, a
+    // destructor after the runtime's context is gone) can still hand the rest to it.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl<T: Send + 'static> Abandonable<T> {
@@ -33,6 +36,7 @@ impl<T: Send + 'static> Abandonable<T> {
         Abandonable {
             request: Some(Box::pin(request)),
             cleanup: Some(Box::new(move |out| Box::pin(cleanup(out)))),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 }
@@ -59,12 +63,19 @@ impl<T: Send + 'static> Future for Abandonable<T> {
 impl<T: Send + 'static> Drop for Abandonable<T> {
     fn drop(&mut self) {
         if let (Some(request), Some(cleanup)) = (self.request.take(), self.cleanup.take()) {
-            // Without a runtime (it is shutting down) nothing can run; the lease bounds the hold.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let out = request.await;
-                    cleanup(out).await;
-                });
+            // Without a runtime nothing can run; the lease bounds whatever the request got.
+            let runtime = self
+                .runtime
+                .take()
+                .or_else(|| tokio::runtime::Handle::try_current().ok());
+            match runtime {
+                Some(runtime) => {
+                    runtime.spawn(async move {
+                        let out = request.await;
+                        cleanup(out).await;
+                    });
+                }
+                None => tracing::warn!("request abandoned with no runtime to finish it"),
             }
         }
     }

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use crate::locking::lock;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -25,6 +27,10 @@ pub const DEFAULT_KEY_PREFIX: &str = "redisync";
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default Redis command timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest command timeout a client accepts.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest pool a client accepts.
+pub const MAX_POOL_SIZE: u32 = 1024;
 /// How many command timeouts a request abandoned by its caller may take to finish.
 const ABANDONED_REQUEST_GRACE: u32 = 4;
 /// Default number of multiplexed connections.
@@ -85,6 +91,9 @@ impl Drop for ClientInner {
 
 pub(crate) struct Shared {
     pub(crate) id: String,
+    /// The runtime the client was built on: background work goes there even when it is
+    /// started from outside any runtime (a guard dropped on a plain thread).
+    pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) config: Config,
     connections: Vec<ConnectionManager>,
     next_connection: AtomicUsize,
@@ -119,13 +128,22 @@ impl fmt::Debug for Config {
     }
 }
 
-/// Replaces the password (and user) of a Redis URL so it can be printed.
+/// A Redis URL fit for printing: user and password, and any query string (where a unix socket
+/// URL carries its password), are replaced by `***`.
 fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (address, query) = match url.split_once('?') {
+        Some((address, _)) => (address, "?***"),
+        None => (url, ""),
+    };
+    match (address.find("://"), address.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+            format!(
+                "{}://***@{}{query}",
+                &address[..scheme_end],
+                &address[at + 1..]
+            )
         }
-        _ => url.to_owned(),
+        _ => format!("{address}{query}"),
     }
 }
 
@@ -158,14 +176,15 @@ impl ClientBuilder {
         self
     }
 
-    /// Number of multiplexed connections commands are spread over (default 4).
+    /// Number of multiplexed connections commands are spread over (default 4, at most
+    /// [`MAX_POOL_SIZE`]).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.config.pool_size = size;
         self
     }
 
-    /// A Redis call slower than this fails with [`Error::Timeout`] (default 5 s). Connection
-    /// attempts are bounded by it too.
+    /// A Redis call slower than this fails with [`Error::Timeout`] (default 5 s, at most
+    /// [`MAX_COMMAND_TIMEOUT`]). Connection attempts are bounded by it too.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.config.command_timeout = timeout;
         self
@@ -191,12 +210,22 @@ impl ClientBuilder {
             return Err(Error::invalid("watchdog timeout must be greater than zero"));
         }
         crate::duration::lease_millis(config.watchdog_timeout)?;
-        if config.command_timeout.is_zero() {
-            return Err(Error::invalid("command timeout must be greater than zero"));
+        if config.command_timeout.is_zero() || config.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "command timeout must be greater than zero and at most {MAX_COMMAND_TIMEOUT:?}, \
+                 found {:?}",
+                config.command_timeout
+            )));
         }
-        if config.pool_size == 0 {
-            return Err(Error::invalid("pool size must be greater than zero"));
+        if config.pool_size == 0 || config.pool_size > MAX_POOL_SIZE {
+            return Err(Error::invalid(format!(
+                "pool size must be between 1 and {MAX_POOL_SIZE}, found {}",
+                config.pool_size
+            )));
         }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::invalid("a redisync client must be built inside a tokio runtime")
+        })?;
         let redis_client = open_redis_client(&config).map_err(|e| {
             // The URL itself is not echoed: it may carry a password.
             Error::invalid(format!(
@@ -208,7 +237,11 @@ impl ClientBuilder {
             .set_connection_timeout(Some(config.command_timeout))
             // Callers give up after the command timeout; a request they abandoned gets longer
             // to finish, so that an acquire granted late can still be given back.
-            .set_response_timeout(Some(config.command_timeout * ABANDONED_REQUEST_GRACE))
+            .set_response_timeout(Some(
+                config
+                    .command_timeout
+                    .saturating_mul(ABANDONED_REQUEST_GRACE),
+            ))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
@@ -232,6 +265,7 @@ impl ClientBuilder {
         let id = uuid::Uuid::new_v4().to_string();
         let shared = Arc::new(Shared {
             id,
+            runtime,
             connections,
             next_connection: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -242,8 +276,8 @@ impl ClientBuilder {
             queues: Arc::new(WaitQueues::default()),
             config,
         });
-        crate::pubsub::spawn(shared.clone(), redis_client);
-        crate::watchdog::spawn(shared.clone());
+        crate::pubsub::spawn(&shared, redis_client);
+        crate::watchdog::spawn(&shared);
         tracing::debug!(client = %shared.id, config = ?shared.config, "redisync client started");
         Ok(Client {
             inner: Arc::new(ClientInner { shared }),
@@ -361,11 +395,19 @@ impl Client {
 
     /// Runs a script whose effect must be undone if nobody is left to use it: an acquire.
     ///
-    /// The caller gets the reply, or [`Error::Timeout`] after the command timeout. If the
-    /// caller stops waiting (drops the future, or the timeout fires) while the request is on
-    /// the wire, the request still runs to its end in the background (bounded by the
-    /// connection's own response timeout) and, if it succeeded, `undo` runs on its reply. So
-    /// an acquire that was granted after its caller went away gives back exactly what it got.
+    /// The caller gets the reply, or [`Error::Timeout`] after the command timeout. `undo` runs
+    /// in the background whenever the caller may have lost something:
+    ///
+    /// * the caller stopped waiting (dropped the future, or the timeout fired) while the
+    ///   request was on the wire: the request still runs to its end (bounded by the
+    ///   connection's own response timeout, a few command timeouts), then `undo(Some(reply))`
+    ///   if it succeeded, `undo(None)` if its outcome stayed unknown;
+    /// * the caller got an error that leaves the outcome unknown (a broken connection):
+    ///   `undo(None)`.
+    ///
+    /// `undo(None)` must make sure the request can no longer take effect, whether or not Redis
+    /// has run it yet (for an acquire: give back the hold if it was granted, forbid the grant
+    /// otherwise).
     pub fn eval_undoable<T, U, UF>(
         &self,
         call: ScriptCall,
@@ -373,7 +415,7 @@ impl Client {
     ) -> impl Future<Output = Result<T>> + Send + 'static
     where
         T: FromRedisValue + Send + 'static,
-        U: FnOnce(T) -> UF + Send + 'static,
+        U: FnOnce(Option<T>) -> UF + Send + 'static,
         UF: Future<Output = ()> + Send + 'static,
     {
         let shared = self.shared().clone();
@@ -382,16 +424,32 @@ impl Client {
                 return Err(Error::Shutdown);
             }
             let timeout = shared.config.command_timeout;
+            let runtime = shared.runtime.clone();
+            // The undo goes to whichever path needs it: the abandoned request's cleanup, or
+            // the caller's error below.
+            let undo = Arc::new(Mutex::new(Some(undo)));
+            let abandoned_undo = undo.clone();
             let request = send::<T>(shared, call);
             let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
-                if let Ok(reply) = reply {
-                    undo(reply).await;
+                let undo = lock(&abandoned_undo).take();
+                match (undo, reply) {
+                    (Some(undo), Ok(reply)) => undo(Some(reply)).await,
+                    (Some(undo), Err(err)) if err.is_outcome_unknown() => undo(None).await,
+                    _ => {}
                 }
             });
-            match tokio::time::timeout(timeout, guarded).await {
+            let reply = match tokio::time::timeout(timeout, guarded).await {
                 Ok(reply) => reply,
                 Err(_) => Err(Error::Timeout),
+            };
+            if let Err(err) = &reply {
+                if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
+                    if let Some(undo) = lock(&undo).take() {
+                        runtime.spawn(undo(None));
+                    }
+                }
             }
+            reply
         }
     }
 
@@ -412,12 +470,9 @@ impl Client {
     /// the client shuts down meanwhile, since it only gives back what this client holds.
     /// Failures are logged; the lease bounds what they leave.
     pub fn spawn_idempotent(&self, call: ScriptCall) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let shared = self.shared().clone();
         let script = call.script().name();
-        runtime.spawn(async move {
+        shared.runtime.clone().spawn(async move {
             if let Err(err) = eval_idempotent::<redis::Value>(shared, call, Mode::Background).await {
                 tracing::warn!(script, error = %err, "background release failed; the lease will free it");
             }
@@ -456,6 +511,10 @@ fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
 
 #[cfg(feature = "tls")]
 fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
+    // redis' rustls picks the process-wide crypto provider, and panics if another crate's
+    // features left two of them compiled in without choosing. Choose ring, unless the
+    // application already chose one (then this does nothing).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match &config.tls_root_certificate {
         Some(pem) => redis::Client::build_with_tls(
             config.url.as_str(),
@@ -547,6 +606,10 @@ mod tests {
         );
         assert_eq!(redact_url("rediss://user:p@ss@host/"), "rediss://***@host/");
         assert_eq!(redact_url("redis://host:6379/"), "redis://host:6379/");
+        assert_eq!(
+            redact_url("unix:///tmp/redis.sock?db=1&pass=hunter2"),
+            "unix:///tmp/redis.sock?***"
+        );
         let builder = Client::builder("redis://:hunter2@localhost/");
         assert!(!format!("{builder:?}").contains("hunter2"));
     }
@@ -599,7 +662,9 @@ impl Client {
 
     /// Registers a hold with the watchdog. `renew` follows the watchdog's calling convention
     /// (see [`crate::watchdog`]); `args` identify the hold; `sent_at` is when the acquiring
-    /// request was sent. Renewal stops when the returned [`Lease`](crate::Lease) is dropped.
+    /// request was sent, with the watchdog timeout as its lease. Renewal stops when the
+    /// returned [`Lease`](crate::Lease) is dropped. A hold registered while the client shuts
+    /// down is lost at once: nothing will renew it.
     pub fn watch_lease(
         &self,
         renew: &'static crate::LuaScript,
@@ -607,7 +672,17 @@ impl Client {
         args: Vec<String>,
         sent_at: Instant,
     ) -> crate::Lease {
-        self.shared().watchdog.register(renew, key, args, sent_at)
+        let shared = self.shared();
+        let lease =
+            shared
+                .watchdog
+                .register(renew, key, args, sent_at, shared.config.watchdog_timeout);
+        // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
+        // this check sees the shutdown.
+        if shared.shutdown.is_set() {
+            lease.mark_lost();
+        }
+        lease
     }
 }
 

@@ -1,31 +1,101 @@
 //! What a guard knows about its lease: whether it is still ours.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::locking::lock;
 use crate::signal::Flag;
 use crate::watchdog::Renewal;
 
+/// The client's view of one hold: when it ends at the latest, and whether it is known gone.
+///
+/// The deadline is counted on the monotonic clock from when the request that set the lease
+/// was *sent*, so the client never believes it holds longer than Redis does. Once the deadline
+/// passes, or the flag is set, the hold is lost for good: a late confirmation does not revive
+/// it.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    lost: Flag,
+    expires_at: Mutex<Instant>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
+        Arc::new(LeaseState {
+            lost: Flag::default(),
+            expires_at: Mutex::new(expires_at),
+        })
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        *lock(&self.expires_at)
+    }
+
+    /// Whether the hold is gone; sets the flag when the deadline has passed, so the answer
+    /// never flips back.
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.is_set() {
+            return true;
+        }
+        if Instant::now() >= self.expires_at() {
+            self.lost.set();
+            return true;
+        }
+        false
+    }
+
+    /// Marks the hold lost. Returns whether this call did it.
+    pub(crate) fn mark_lost(&self) -> bool {
+        self.lost.set()
+    }
+
+    /// Moves the deadline to `until` after a confirmed renewal, unless the hold was already
+    /// lost (then it stays lost). Returns whether the hold is still alive.
+    pub(crate) fn extend(&self, until: Instant) -> bool {
+        let mut expires_at = lock(&self.expires_at);
+        if self.lost.is_set() || Instant::now() >= *expires_at {
+            drop(expires_at);
+            self.lost.set();
+            return false;
+        }
+        *expires_at = (*expires_at).max(until);
+        true
+    }
+
+    /// Completes once the hold is lost: flagged, or its deadline passed.
+    pub(crate) async fn wait_lost(self: Arc<Self>) {
+        loop {
+            if self.is_lost() {
+                return;
+            }
+            let at = self.expires_at();
+            tokio::select! {
+                _ = self.lost.wait() => return,
+                // The deadline may have moved meanwhile; the loop re-reads it.
+                _ = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+    }
+}
+
 /// The lease behind one guard or permit.
 ///
-/// A watchdog lease is renewed until the `Lease` is dropped; it is marked lost when a renewal
-/// finds the hold gone or not ours, or when renewals kept failing until the lease would have
-/// ended. A fixed lease is lost once its time has passed, counted from the moment the acquire
-/// was sent (so the client never believes it holds longer than Redis does).
+/// A watchdog lease is renewed until the `Lease` is dropped. It is lost when a renewal finds
+/// the hold gone or not ours, when no renewal was confirmed before the lease would have ended
+/// (even while a renewal is still waiting for Redis), or when the client shuts down. A fixed
+/// lease is lost once its time has passed.
 #[derive(Debug)]
 pub struct Lease {
-    lost: Arc<Flag>,
-    expires_at: Option<Instant>,
+    state: Arc<LeaseState>,
     // Dropping this stops renewal at once.
     _renewal: Option<Renewal>,
 }
 
 impl Lease {
-    pub(crate) fn renewed(renewal: Renewal, lost: Arc<Flag>) -> Self {
+    pub(crate) fn renewed(renewal: Renewal, state: Arc<LeaseState>) -> Self {
         Lease {
-            lost,
-            expires_at: None,
+            state,
             _renewal: Some(renewal),
         }
     }
@@ -33,37 +103,24 @@ impl Lease {
     /// A lease that ends at `expires_at` and is never renewed.
     pub fn fixed(expires_at: Instant) -> Self {
         Lease {
-            lost: Arc::new(Flag::default()),
-            expires_at: Some(expires_at),
+            state: LeaseState::new(expires_at),
             _renewal: None,
         }
     }
 
     /// Whether the client knows the hold is gone.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_set() || self.expires_at.is_some_and(|at| Instant::now() >= at)
+        self.state.is_lost()
     }
 
     /// Marks the lease lost (for example after a release found the hold gone).
     pub fn mark_lost(&self) {
-        self.lost.set();
+        self.state.mark_lost();
     }
 
     /// Completes once the hold is known to be gone. The future owns what it needs, so it
     /// outlives the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.lost.clone();
-        let expires_at = self.expires_at;
-        async move {
-            match expires_at {
-                Some(at) => {
-                    tokio::select! {
-                        _ = lost.wait() => {}
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                    }
-                }
-                None => lost.wait().await,
-            }
-        }
+        self.state.clone().wait_lost()
     }
 }

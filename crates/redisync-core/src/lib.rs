@@ -40,7 +40,7 @@ pub mod watchdog;
 pub use abandon::Abandonable;
 pub use client::{
     Client, ClientBuilder, LocalState, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX,
-    DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
 };
 pub use error::{Error, Result};
 pub use keys::KeySpace;

@@ -36,9 +36,9 @@ pub struct ChannelState {
     pub subscribed: bool,
     /// Bumped on every message, and after every reconnect.
     pub generation: u64,
-    /// The hub could not reach Redis: a reconnect failed, or the connection stopped answering
-    /// pings. Cleared once the subscription is confirmed again. Waiters give up on seeing it
-    /// instead of sleeping through an outage.
+    /// The hub could not reach Redis for a whole command timeout: reconnecting kept failing,
+    /// or the connection stopped answering pings. Cleared once the subscription is confirmed
+    /// again. Waiters give up on seeing it instead of sleeping through an outage.
     pub unreachable: bool,
 }
 
@@ -186,11 +186,11 @@ pub fn ping_interval(command_timeout: Duration) -> Duration {
     (command_timeout / 3).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
-pub(crate) fn spawn(shared: Arc<Shared>, client: redis::Client) {
+pub(crate) fn spawn(shared: &Arc<Shared>, client: redis::Client) {
     let Some(changes) = lock(&shared.hub.changes_rx).take() else {
         return;
     };
-    tokio::spawn(run(shared, client, changes));
+    shared.runtime.spawn(run(shared.clone(), client, changes));
 }
 
 async fn run(
@@ -201,7 +201,13 @@ async fn run(
     let hub = shared.hub.clone();
     let timeout = shared.config.command_timeout;
     let mut backoff = Duration::from_millis(20);
+    // Since when reconnecting has been failing; a brief blip (a killed connection, a restart)
+    // must not fail the waiters, an outage of a whole command timeout must.
+    let mut down_since: Option<tokio::time::Instant> = None;
     loop {
+        if down_since.is_some_and(|since| since.elapsed() >= timeout) {
+            hub.update_all(|s| s.unreachable = true);
+        }
         let connected = tokio::select! {
             _ = shared.shutdown.wait() => break,
             c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
@@ -210,7 +216,7 @@ async fn run(
             Ok(Ok(pubsub)) => pubsub.split(),
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "pub/sub connection failed; retrying");
-                hub.update_all(|s| s.unreachable = true);
+                down_since.get_or_insert_with(tokio::time::Instant::now);
                 if sleep_or_shutdown(&shared, &mut backoff).await {
                     break;
                 }
@@ -218,7 +224,7 @@ async fn run(
             }
             Err(_) => {
                 tracing::debug!("pub/sub connection timed out; retrying");
-                hub.update_all(|s| s.unreachable = true);
+                down_since.get_or_insert_with(tokio::time::Instant::now);
                 if sleep_or_shutdown(&shared, &mut backoff).await {
                     break;
                 }
@@ -231,7 +237,7 @@ async fn run(
             match tokio::time::timeout(timeout, sink.subscribe(&wanted)).await {
                 Ok(Ok(())) => on_server.extend(wanted),
                 _ => {
-                    hub.update_all(|s| s.unreachable = true);
+                    down_since.get_or_insert_with(tokio::time::Instant::now);
                     if sleep_or_shutdown(&shared, &mut backoff).await {
                         break;
                     }
@@ -240,6 +246,7 @@ async fn run(
             }
         }
         backoff = Duration::from_millis(20);
+        down_since = None;
         // Everything published while we were away is lost: wake every waiter to re-check.
         for channel in &on_server {
             hub.update(channel, |s| {
@@ -276,8 +283,10 @@ async fn run(
                     next_ping = tokio::time::Instant::now() + ping_every;
                     let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
+                        // A whole command timeout without an answer: that is an outage.
                         tracing::warn!("redis did not answer a ping on the pub/sub connection");
                         hub.update_all(|s| s.unreachable = true);
+                        down_since = Some(tokio::time::Instant::now());
                         break;
                     }
                 }
@@ -287,6 +296,7 @@ async fn run(
             }
         }
         tracing::debug!("pub/sub connection lost; reconnecting");
+        down_since.get_or_insert_with(tokio::time::Instant::now);
         hub.update_all(|s| {
             s.subscribed = false;
             s.generation += 1;

@@ -207,21 +207,35 @@ impl Client {
             .clone();
         let mut watcher = subscription.watcher();
         let command_timeout = shared.config.command_timeout;
+        // The caller's own try just failed; after that, every wake-up retries.
+        let mut retry_before_subscribed = false;
         loop {
-            let ready_within = match spec.deadline {
-                Some(d) => command_timeout.min(d.saturating_duration_since(Instant::now())),
-                None => command_timeout,
-            };
-            tokio::select! {
-                _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-                ready = pubsub::ready(&mut watcher, ready_within) => match ready {
-                    Ok(()) => {}
-                    Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
-                        return Ok(None);
+            if !watcher.borrow().subscribed {
+                // Not subscribed: the first time round, or the hub lost its connection. After
+                // a loss, try at once (a dead Redis then fails this call with its own error,
+                // and a live one may have been released meanwhile), then resubscribe and try
+                // again, since a release published before the subscription is lost.
+                if retry_before_subscribed {
+                    if let Attempt::Acquired(held) = attempt().await? {
+                        return Ok(Some(held));
                     }
-                    Err(err) => return Err(err),
-                },
+                }
+                let ready_within = match spec.deadline {
+                    Some(d) => command_timeout.min(d.saturating_duration_since(Instant::now())),
+                    None => command_timeout,
+                };
+                tokio::select! {
+                    _ = shared.shutdown.wait() => return Err(Error::Shutdown),
+                    ready = pubsub::ready(&mut watcher, ready_within) => match ready {
+                        Ok(()) => {}
+                        Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
+                            return Ok(None);
+                        }
+                        Err(err) => return Err(err),
+                    },
+                }
             }
+            retry_before_subscribed = true;
             watcher.borrow_and_update();
             let retry_in = match attempt().await? {
                 Attempt::Acquired(held) => return Ok(Some(held)),

@@ -26,9 +26,8 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::{eval, Shared};
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseState};
 use crate::script::{LuaScript, ScriptCall};
-use crate::signal::Flag;
 use crate::stats::Counters;
 
 /// Most holds renewed by one script call.
@@ -47,9 +46,8 @@ struct HoldId {
 struct Entry {
     script: &'static LuaScript,
     refs: usize,
-    /// When the last successful renewal (or the acquire) was sent.
-    confirmed_at: Instant,
-    lost: Arc<Flag>,
+    /// Shared with the guards: the deadline moves with each confirmed renewal.
+    state: Arc<LeaseState>,
     serial: u64,
 }
 
@@ -87,14 +85,15 @@ impl Drop for Renewal {
 }
 
 impl Watchdog {
-    /// Registers a hold acquired by a request sent at `sent_at`. Registering the same hold
-    /// again (a re-entry) shares its renewal and its lost flag.
+    /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`.
+    /// Registering the same hold again (a re-entry) shares its renewal and its state.
     pub(crate) fn register(
         self: &Arc<Self>,
         script: &'static LuaScript,
         key: String,
         args: Vec<String>,
         sent_at: Instant,
+        lease: Duration,
     ) -> Lease {
         let id = HoldId {
             script: script.name(),
@@ -105,19 +104,18 @@ impl Watchdog {
         let entry = entries.entry(id.clone()).or_insert_with(|| Entry {
             script,
             refs: 0,
-            confirmed_at: sent_at,
-            lost: Arc::new(Flag::default()),
+            state: LeaseState::new(sent_at + lease),
             serial: self.serial.fetch_add(1, Ordering::Relaxed),
         });
         entry.refs += 1;
-        let lost = entry.lost.clone();
+        let state = entry.state.clone();
         drop(entries);
         Lease::renewed(
             Renewal {
                 watchdog: self.clone(),
                 id,
             },
-            lost,
+            state,
         )
     }
 
@@ -128,32 +126,31 @@ impl Watchdog {
     /// Marks every hold lost and forgets them all: the client is shutting down.
     fn abandon_all(&self) {
         for (_, entry) in lock(&self.entries).drain() {
-            entry.lost.set();
+            entry.state.mark_lost();
         }
     }
 
-    /// Marks lost every hold whose lease ran out without a confirmed renewal; returns how many,
-    /// and when the next one would run out.
-    fn expire(&self, lease: Duration, now: Instant) -> (u64, Option<Instant>) {
+    /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
+    /// by themselves); returns how many, and when the next one would run out.
+    fn expire(&self) -> (u64, Option<Instant>) {
         let mut entries = lock(&self.entries);
         let mut expired = 0;
         entries.retain(|id, entry| {
-            if now >= entry.confirmed_at + lease {
+            if entry.state.is_lost() {
                 tracing::warn!(key = %id.key, "lease lost: no renewal succeeded within the lease");
-                entry.lost.set();
                 expired += 1;
                 false
             } else {
                 true
             }
         });
-        let next = entries.values().map(|e| e.confirmed_at + lease).min();
+        let next = entries.values().map(|e| e.state.expires_at()).min();
         (expired, next)
     }
 }
 
-pub(crate) fn spawn(shared: Arc<Shared>) {
-    tokio::spawn(run(shared));
+pub(crate) fn spawn(shared: &Arc<Shared>) {
+    shared.runtime.spawn(run(shared.clone()));
 }
 
 async fn run(shared: Arc<Shared>) {
@@ -161,7 +158,7 @@ async fn run(shared: Arc<Shared>) {
     let period = lease / 3;
     let mut next_tick = Instant::now() + period;
     loop {
-        let (expired, next_expiry) = shared.watchdog.expire(lease, Instant::now());
+        let (expired, next_expiry) = shared.watchdog.expire();
         Counters::bump(&shared.counters.lost_leases, expired);
         let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
         tokio::select! {
@@ -217,7 +214,7 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
                 .instrument(span)
                 .await
             {
-                Ok(results) => settle(shared, batch, &results, sent_at),
+                Ok(results) => settle(shared, batch, &results, sent_at, lease),
                 Err(err) => {
                     tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
                     ok = false;
@@ -228,7 +225,13 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     ok
 }
 
-fn settle(shared: &Shared, batch: &[Registered], results: &[i64], sent_at: Instant) {
+fn settle(
+    shared: &Shared,
+    batch: &[Registered],
+    results: &[i64],
+    sent_at: Instant,
+    lease: Duration,
+) {
     let mut entries = lock(&shared.watchdog.entries);
     for ((id, serial), result) in batch
         .iter()
@@ -240,12 +243,11 @@ fn settle(shared: &Shared, batch: &[Registered], results: &[i64], sent_at: Insta
         if entry.serial != *serial {
             continue; // released and registered again meanwhile: not this renewal's hold
         }
-        if result == 1 {
-            entry.confirmed_at = entry.confirmed_at.max(sent_at);
+        if result == 1 && entry.state.extend(sent_at + lease) {
             Counters::bump(&shared.counters.renewals, 1);
         } else {
-            tracing::warn!(key = %id.key, "lease lost: the hold is gone or no longer ours");
-            entry.lost.set();
+            tracing::warn!(key = %id.key, "lease lost: the hold is gone, no longer ours, or renewed too late");
+            entry.state.mark_lost();
             entries.remove(id);
             Counters::bump(&shared.counters.lost_leases, 1);
         }

@@ -36,7 +36,8 @@ use crate::scripts::decode_release;
 /// // Too slow: the lease runs out and the guard learns it.
 /// guard.lost().await;
 /// assert!(guard.is_lost());
-/// let next = lock.lock().await?;
+/// // Another owner gets the lock, with a newer token, and the stale guard cannot release it.
+/// let next = ReentrantLock::new(&client, "report").lock().await?;
 /// assert!(next.fencing_token() > token);
 /// assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
 /// # Ok(())
@@ -46,15 +47,18 @@ use crate::scripts::decode_release;
 #[derive(Debug)]
 pub struct LockGuard {
     core: Arc<LockCore>,
+    /// The acquire attempt that got this hold; releasing gives back exactly its share.
+    attempt: String,
     token: u64,
     lease: Option<Lease>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(core: Arc<LockCore>, token: u64, lease: Lease) -> Self {
+    pub(crate) fn new(core: Arc<LockCore>, attempt: String, token: u64, lease: Lease) -> Self {
         core.live_guards.fetch_add(1, Ordering::AcqRel);
         LockGuard {
             core,
+            attempt,
             token,
             lease: Some(lease),
         }
@@ -102,14 +106,22 @@ impl LockGuard {
     /// force-unlocked or someone else holds it now (nothing is changed);
     /// [`Error::Redis`](redisync_core::Error::Redis) /
     /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not answer (the lease
-    /// then frees the lock).
+    /// then frees the lock); [`Error::Shutdown`](redisync_core::Error::Shutdown) if the client
+    /// was shut down (the hold is still given back in the background).
     ///
     /// # Cancel safety
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
     pub async fn unlock(mut self) -> Result<()> {
         self.forget_locally();
-        let call = self.core.release_call(self.token)?;
+        let call = self
+            .core
+            .release_call(&self.attempt, self.core.retry_window())?;
+        if self.core.client.is_shut_down() {
+            // The caller is told, but the hold is still given back, as a drop would.
+            self.core.client.spawn_idempotent(call);
+            return Err(redisync_core::Error::Shutdown);
+        }
         let span = tracing::debug_span!(
             "redisync.lock.release",
             name = %self.core.name,
@@ -144,7 +156,10 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.forget_locally() {
-            if let Ok(call) = self.core.release_call(self.token) {
+            if let Ok(call) = self
+                .core
+                .release_call(&self.attempt, self.core.retry_window())
+            {
                 self.core.client.spawn_idempotent(call);
             }
         }

@@ -20,13 +20,13 @@ pub(crate) struct LockKeys {
     pub(crate) hash: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
-    released_prefix: String,
+    attempt_prefix: String,
 }
 
 impl LockKeys {
-    /// The key that remembers the result of release request `request`.
-    pub(crate) fn release_record(&self, request: &str) -> String {
-        format!("{}{request}", self.released_prefix)
+    /// The record of acquire attempt `attempt`: written when its hold is given back.
+    pub(crate) fn attempt_record(&self, attempt: &str) -> String {
+        format!("{}{attempt}", self.attempt_prefix)
     }
 }
 
@@ -49,19 +49,29 @@ impl LockCore {
             .map_err(|e| Error::InvalidArgument(e.clone()))
     }
 
-    /// The script call that gives back one hold of `token`, under a fresh request id.
-    pub(crate) fn release_call(&self, token: u64) -> Result<ScriptCall> {
+    /// The script call that gives back the hold of acquire attempt `attempt`, remembering
+    /// the outcome for `remember`.
+    pub(crate) fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        let request = self.client.unique_id();
-        let remember_ms = (self.client.command_timeout() * 2).as_millis().max(1) as u64;
         Ok(ScriptCall::new(&scripts::RELEASE)
             .key(keys.hash.as_str())
-            .key(keys.release_record(&request))
-            .arg(self.owner.as_str())
-            .arg(token)
+            .key(keys.attempt_record(attempt))
+            .arg(attempt)
             .arg(keys.channel.as_str())
-            .arg(remember_ms))
+            .arg(millis(remember)))
     }
+
+    /// How long a release is remembered: long enough for its retries.
+    pub(crate) fn retry_window(&self) -> Duration {
+        self.client.command_timeout().saturating_mul(2)
+    }
+}
+
+/// Whole milliseconds, at least 1 (durations here are bounded by the client's limits).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// A reentrant distributed lock, like Redisson's `RLock`.
@@ -80,9 +90,9 @@ impl LockCore {
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token); expires with the lease |
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold); expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
-/// | `<prefix>:{<name>}:released:<request>` | string | result of one release, kept briefly so a retried release is idempotent |
+/// | `<prefix>:{<name>}:attempt:<attempt>` | string | outcome of giving back one acquire attempt's hold, kept briefly: a retried release gets the same answer, and an acquire whose caller gave up can no longer grant |
 /// | `<prefix>:{<name>}:wake` | channel | a release that frees the lock publishes here |
 ///
 /// # Round trips
@@ -139,7 +149,7 @@ impl ReentrantLock {
                 hash: space.key("lock"),
                 fence: space.key("fence"),
                 channel: space.key("wake"),
-                released_prefix: space.key("released:"),
+                attempt_prefix: space.key("attempt:"),
             })
             .map_err(|e| match e {
                 Error::InvalidArgument(message) => message,
@@ -248,6 +258,7 @@ impl ReentrantLock {
     }
 
     /// The time left on the current hold, whoever owns it; `None` when the lock is free.
+    /// ([`Error::WrongType`] if the key has no expiry: redisync never writes such a lock.)
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         Ok(self.status().await?.0)
     }
@@ -280,7 +291,8 @@ impl ReentrantLock {
     ) -> Result<Option<LockGuard>> {
         let core = &self.core;
         let keys = core.keys()?;
-        let lease_ms = lease_millis(lease.unwrap_or_else(|| core.client.watchdog_timeout()))?;
+        let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
+        lease_millis(lease_for)?;
         let deadline = wait.map(wait_deadline).transpose()?;
         let span = tracing::debug_span!(
             "redisync.lock.acquire",
@@ -297,7 +309,7 @@ impl ReentrantLock {
         };
         let granted = core
             .client
-            .acquire(spec, || self.attempt(lease_ms))
+            .acquire(spec, || self.attempt(lease_for))
             .instrument(span.clone())
             .await;
         span.record("waited_ms", started.elapsed().as_millis() as u64);
@@ -308,7 +320,7 @@ impl ReentrantLock {
                 return Err(err);
             }
         };
-        let Some((token, sent_at)) = granted else {
+        let Some((attempt, token, sent_at)) = granted else {
             span.record("outcome", "busy");
             return Ok(None);
         };
@@ -323,38 +335,58 @@ impl ReentrantLock {
                 sent_at,
             ),
         };
-        Ok(Some(LockGuard::new(self.core.clone(), token, lease)))
+        Ok(Some(LockGuard::new(
+            self.core.clone(),
+            attempt,
+            token,
+            lease,
+        )))
     }
 
-    /// One acquire request. If the caller stops waiting while it is on the wire, it completes
-    /// in the background and gives back whatever hold it got.
+    /// One acquire request. If the caller stops waiting while it is on the wire, or its outcome
+    /// is unknown, the hold it may get is given back in the background.
     fn attempt(
         &self,
-        lease_ms: u64,
-    ) -> impl std::future::Future<Output = Result<Attempt<(u64, Instant)>>> + Send + 'static {
+        lease: Duration,
+    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
+    {
         let core = self.core.clone();
         let sent_at = Instant::now();
+        let attempt = core.client.unique_id();
         let request = core.keys().map(|keys| {
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.hash.as_str())
                 .key(keys.fence.as_str())
+                .key(keys.attempt_record(&attempt))
                 .arg(core.owner.as_str())
-                .arg(lease_ms);
+                .arg(millis(lease))
+                .arg(attempt.as_str());
             let undo = core.clone();
-            core.client.eval_undoable(call, move |reply: Vec<i64>| async move {
-                if let Ok(AcquireReply::Acquired { token }) = AcquireReply::decode(&reply) {
-                    tracing::debug!(name = %undo.name, token, "abandoned acquire got the lock; giving it back");
-                    if let Ok(call) = undo.release_call(token) {
-                        undo.client.spawn_idempotent(call);
+            let undo_attempt = attempt.clone();
+            core.client
+                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
+                    let granted = match reply.map(|r| AcquireReply::decode(&r)) {
+                        Some(Ok(AcquireReply::Acquired { .. })) => true,
+                        Some(_) => false,
+                        None => true, // unknown: give back whatever it got, or forbid the grant
+                    };
+                    if granted {
+                        tracing::debug!(name = %undo.name, "giving back an abandoned acquire");
+                        // Remembered past the lease, so a grant that could still run is refused.
+                        let remember = lease.saturating_add(undo.retry_window());
+                        if let Ok(call) = undo.release_call(&undo_attempt, remember) {
+                            undo.client.spawn_idempotent(call);
+                        }
                     }
-                }
-            })
+                })
         });
         async move {
             let reply = request?.await?;
             Ok(match AcquireReply::decode(&reply)? {
-                AcquireReply::Acquired { token } => Attempt::Acquired((token, sent_at)),
+                AcquireReply::Acquired { token } => Attempt::Acquired((attempt, token, sent_at)),
                 AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
+                // Only an attempt given back before it ran says this, and nobody awaits those.
+                AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
         }
     }

@@ -24,8 +24,14 @@ pub(crate) static STATUS: LuaScript =
 /// Reply of `lock_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    Acquired { token: u64 },
-    Busy { pttl: Option<Duration> },
+    Acquired {
+        token: u64,
+    },
+    Busy {
+        pttl: Option<Duration>,
+    },
+    /// The attempt had been given back before Redis ran it.
+    GivenBack,
 }
 
 impl AcquireReply {
@@ -37,6 +43,7 @@ impl AcquireReply {
             [0, pttl] => Ok(AcquireReply::Busy {
                 pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
             }),
+            [-1] => Ok(AcquireReply::GivenBack),
             _ => Err(Error::WrongType),
         }
     }
@@ -55,7 +62,9 @@ pub(crate) fn decode_status(reply: &[i64]) -> Result<(Option<Duration>, u32)> {
     match reply {
         [-2, _] => Ok((None, 0)),
         [pttl, count] => {
-            let remaining = Duration::from_millis(u64::try_from(*pttl).unwrap_or(0));
+            // Every lock redisync writes expires; -1 (no expiry) means foreign data.
+            let remaining =
+                Duration::from_millis(u64::try_from(*pttl).map_err(|_| Error::WrongType)?);
             let count = u32::try_from(*count).map_err(|_| Error::WrongType)?;
             Ok((Some(remaining), count))
         }
@@ -88,5 +97,10 @@ mod tests {
         assert!(decode_release(0).is_ok());
         assert_eq!(decode_status(&[-2, 0]).ok(), Some((None, 0)));
         assert!(decode_status(&[10, -3]).is_err());
+        assert!(decode_status(&[-1, 1]).is_err());
+        assert_eq!(
+            AcquireReply::decode(&[-1]).ok(),
+            Some(AcquireReply::GivenBack)
+        );
     }
 }

@@ -1,0 +1,217 @@
+//! Leases at their edges: renewals that cannot reach Redis, shutdown racing an acquire,
+//! foreign data in a renewal batch, and acquires abandoned while Redis is stalled.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisync::prelude::*;
+use redisync::LocalState;
+use redisync_test_harness::{wait_until, RedisServer};
+
+fn lock_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:lock")
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
+}
+
+#[tokio::test]
+async fn renewals_that_cannot_reach_redis_report_the_lease_lost_when_it_ends() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(600);
+    // A renewal stuck for the whole (long) command timeout must not delay the verdict.
+    let a = Client::builder(server.url())
+        .watchdog_timeout(watchdog)
+        .command_timeout(Duration::from_secs(4))
+        .build()
+        .await
+        .unwrap();
+    let guard = a.lock("stalled").lock().await.unwrap();
+    let acquired_at = Instant::now();
+    server.pause();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost once no renewal succeeded within the lease");
+    let after = acquired_at.elapsed();
+    assert!(guard.is_lost());
+    assert!(after >= watchdog / 2, "lost too early: {after:?}");
+    assert!(
+        after < watchdog + Duration::from_millis(700),
+        "lost late: {after:?}"
+    );
+    server.resume();
+    // Once lost, always lost, even if a late renewal went through.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(guard.is_lost());
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_racing_shutdown_returns_a_guard_known_lost_or_an_error() {
+    let server = Arc::new(RedisServer::start());
+    let a = Client::builder(server.url())
+        .watchdog_timeout(Duration::from_millis(800))
+        .build()
+        .await
+        .unwrap();
+    let lock = a.lock("racing");
+    server.pause();
+    let pending = tokio::spawn(async move { lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    a.shutdown().await;
+    server.resume();
+    match pending.await.unwrap() {
+        Ok(guard) => {
+            assert!(
+                guard.is_lost(),
+                "nothing renews a hold taken during shutdown"
+            );
+            tokio::time::timeout(Duration::from_secs(1), guard.lost())
+                .await
+                .expect("lost() completes");
+        }
+        Err(err) => assert!(matches!(err, Error::Shutdown), "{err:?}"),
+    }
+}
+
+#[tokio::test]
+async fn after_shutdown_unlock_and_drop_both_give_the_hold_back() {
+    let server = RedisServer::start();
+    let a = Client::connect(server.url()).await.unwrap();
+    let unlocked = a.lock("by-unlock").lock().await.unwrap();
+    let dropped = a.lock("by-drop").lock().await.unwrap();
+    a.shutdown().await;
+    assert!(matches!(unlocked.unlock().await, Err(Error::Shutdown)));
+    drop(dropped);
+    for name in ["by-unlock", "by-drop"] {
+        assert!(
+            wait_until(Duration::from_secs(3), || !exists(&server, &lock_key(name))).await,
+            "{name} was not given back"
+        );
+    }
+}
+
+#[test]
+fn a_guard_dropped_outside_the_runtime_is_still_released() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (client, guard) = runtime.block_on(async {
+        let client = Client::connect(server.url()).await.unwrap();
+        let guard = client.lock("thread").lock().await.unwrap();
+        (client, guard)
+    });
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    let released = runtime.block_on(wait_until(Duration::from_secs(3), || {
+        !exists(&server, &lock_key("thread"))
+    }));
+    assert!(released, "the release ran on the client's runtime");
+    drop(client);
+}
+
+#[tokio::test]
+async fn foreign_data_under_one_lock_does_not_stall_renewal_of_the_others() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(600);
+    let a = Client::builder(server.url())
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .unwrap();
+    let spoiled = a.lock("spoiled").lock().await.unwrap();
+    let healthy = a.lock("healthy").lock().await.unwrap();
+    server.cmd(&["SET", &lock_key("spoiled"), "not a hash"]);
+    tokio::time::timeout(Duration::from_secs(3), spoiled.lost())
+        .await
+        .expect("the spoiled hold is reported lost");
+    tokio::time::sleep(watchdog * 3).await;
+    assert!(!healthy.is_lost(), "the healthy hold kept being renewed");
+    assert!(exists(&server, &lock_key("healthy")));
+    healthy.unlock().await.unwrap();
+    drop(spoiled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_stalled_past_its_grace_never_leaves_a_hold_behind() {
+    // The acquire sits unanswered in a paused Redis for longer than the client waits for
+    // abandoned requests (four command timeouts). However it ends (run late, or dropped with
+    // its connection), no hold may survive it. The case where Redis runs it only after the
+    // give-back is pinned down at the script level by the next test.
+    let server = RedisServer::start();
+    let command_timeout = Duration::from_millis(250);
+    let a = Client::builder(server.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    let lock = a.lock("stalled-acquire");
+    server.pause();
+    assert!(matches!(lock.try_lock().await, Err(Error::Timeout)));
+    tokio::time::sleep(command_timeout * 4 + Duration::from_millis(600)).await;
+    server.resume();
+    assert!(
+        wait_until(Duration::from_secs(3), || !exists(
+            &server,
+            &lock_key("stalled-acquire")
+        ))
+        .await,
+        "a hold outlived its abandoned acquire"
+    );
+    // And the handle works normally afterwards, without re-entering a phantom hold.
+    let guard = lock.try_lock().await.unwrap().expect("free");
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(
+        wait_until(Duration::from_secs(3), || a.local_state()
+            == LocalState::default())
+        .await
+    );
+}
+
+#[tokio::test]
+async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let (hash, fence, channel) = (
+        lock_key("late"),
+        "redisync:{late}:fence",
+        "redisync:{late}:wake",
+    );
+    let record = "redisync:{late}:attempt:client-1:7";
+    let release = redis::Script::new(include_str!("../../lua/lock_release.lua"));
+    let acquire = redis::Script::new(include_str!("../../lua/lock_acquire.lua"));
+    // The give-back arrives first: the attempt holds nothing yet.
+    let given_back: i64 = release
+        .key(&hash)
+        .key(record)
+        .arg("client-1:7")
+        .arg(channel)
+        .arg(60_000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(given_back, -1);
+    // Then Redis runs the acquire itself: it must refuse to grant.
+    let late: Vec<i64> = acquire
+        .key(&hash)
+        .key(fence)
+        .key(record)
+        .arg("client-1:owner")
+        .arg(30_000)
+        .arg("client-1:7")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(late, vec![-1]);
+    assert!(!exists(&server, &hash));
+    // Any other attempt still works.
+    let fresh: Vec<i64> = acquire
+        .key(&hash)
+        .key(fence)
+        .key("redisync:{late}:attempt:client-1:8")
+        .arg("client-1:owner")
+        .arg(30_000)
+        .arg("client-1:8")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(fresh, vec![1, 1, 1]);
+}
