@@ -668,8 +668,20 @@ async fn uncontended_lock_and_unlock_send_exactly_two_commands() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_waiters_cost_a_bounded_number_of_requests_per_handoff() {
-    const TASKS: usize = 16;
-    const ROUNDS: usize = 3;
+    // The cost per handoff must not grow with the number of local waiters: four times the
+    // waiters may not cost more than one extra request per handoff.
+    let few = requests_per_handoff(4).await;
+    let many = requests_per_handoff(16).await;
+    assert!(
+        many <= few + 1.0,
+        "{many:.2} requests per handoff with 16 waiters vs {few:.2} with 4: cost grows with N"
+    );
+}
+
+/// Runs `TASKS` local waiters (one handle each) through three turns each on one lock and
+/// returns the scripts the client sent per handoff, after checking the absolute bound.
+async fn requests_per_handoff(tasks: usize) -> f64 {
+    let (tasks_n, rounds) = (tasks, 3usize);
     const HOLD: Duration = Duration::from_millis(20);
     const MAX_REQUESTS_PER_HANDOFF: u64 = 6;
     let server = RedisServer::start();
@@ -687,12 +699,12 @@ async fn local_waiters_cost_a_bounded_number_of_requests_per_handoff() {
     let before = client.stats();
     let evalsha_before = server.command_calls("evalsha");
     let inside = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..TASKS)
+    let tasks: Vec<_> = (0..tasks_n)
         .map(|_| {
             let lock = client.lock(name); // a handle each: different owners
             let inside = inside.clone();
             tokio::spawn(async move {
-                for _ in 0..ROUNDS {
+                for _ in 0..rounds {
                     let guard = lock.lock().await.unwrap();
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                     tokio::time::sleep(HOLD).await;
@@ -705,10 +717,10 @@ async fn local_waiters_cost_a_bounded_number_of_requests_per_handoff() {
     let all = futures_join(tasks);
     tokio::time::timeout(Duration::from_secs(30), all)
         .await
-        .expect("48 handoffs of 20 ms finish well within 30 s");
+        .expect("at most 48 handoffs of 20 ms finish well within 30 s");
 
     let after = client.stats();
-    let handoffs = (TASKS * ROUNDS) as u64;
+    let handoffs = (tasks_n * rounds) as u64;
     assert_eq!(after.acquires - before.acquires, handoffs);
     let sent = after.scripts_sent - before.scripts_sent;
     let executed = server.command_calls("evalsha") - evalsha_before;
@@ -730,6 +742,7 @@ async fn local_waiters_cost_a_bounded_number_of_requests_per_handoff() {
     })
     .await;
     assert!(!key_exists(&server, &lock_key(name)));
+    sent as f64 / handoffs as f64
 }
 
 /// Awaits every task, propagating panics.

@@ -92,11 +92,18 @@ pub(crate) struct WaitQueues {
     slots: Mutex<HashMap<String, Arc<QueueSlot>>>,
 }
 
-/// A place in a local queue; dropping it leaves the queue (and removes an empty queue).
+/// A place in a local queue; dropping it leaves the queue (and removes an empty queue). It
+/// holds the only reference to the slot a waiter has, so "last one out" is exact.
 struct Ticket {
     queues: Arc<WaitQueues>,
     key: String,
-    slot: Option<Arc<QueueSlot>>,
+    slot: Arc<QueueSlot>,
+}
+
+impl Ticket {
+    fn slot(&self) -> &QueueSlot {
+        &self.slot
+    }
 }
 
 impl WaitQueues {
@@ -105,7 +112,7 @@ impl WaitQueues {
         Ticket {
             queues: self.clone(),
             key: key.to_owned(),
-            slot: Some(slot),
+            slot,
         }
     }
 
@@ -121,12 +128,12 @@ impl WaitQueues {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut slots = lock(&self.queues.slots);
-        // Dropping our reference under the map lock makes "last one out" exact: new tickets
-        // are only created under the same lock.
-        drop(self.slot.take());
-        if slots
-            .get(&self.key)
-            .is_some_and(|s| Arc::strong_count(s) == 1)
+        // Under the map lock, where tickets are made: if the map and this ticket hold the only
+        // references, this is the last waiter and the queue goes.
+        if Arc::strong_count(&self.slot) == 2
+            && slots
+                .get(&self.key)
+                .is_some_and(|s| Arc::ptr_eq(s, &self.slot))
         {
             slots.remove(&self.key);
         }
@@ -166,9 +173,7 @@ impl Client {
         let started = Instant::now();
 
         let ticket = shared.queues.join(&spec.queue);
-        let Some(slot) = ticket.slot.clone() else {
-            return Err(Error::Shutdown);
-        };
+        let slot = ticket.slot();
         let mut failures = slot.failures.subscribe();
         failures.borrow_and_update();
         let head = slot.head.clone().lock_owned();
@@ -181,7 +186,7 @@ impl Client {
                 return Err(failure.unwrap_or(Error::Shutdown));
             }
         };
-        let result = self.wait_as_head(&spec, &slot, attempt).await;
+        let result = self.wait_as_head(&spec, slot, attempt).await;
         if let Err(err) = &result {
             slot.fail(err);
         } else if result.as_ref().is_ok_and(Option::is_some) {

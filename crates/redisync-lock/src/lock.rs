@@ -186,11 +186,29 @@ impl ReentrantLock {
     /// the client is shut down, [`Error::InvalidArgument`] for a bad name, [`Error::WrongType`]
     /// if the lock's key holds foreign data.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "orders:42");
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_held().await?);
+    /// drop(guard); // released in the background
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future at any point leaves nothing behind: the local queue place and the
     /// subscription are released at once, and if an acquire request was in flight it finishes
-    /// in the background and, if it took the lock, gives that hold back.
+    /// in the background and, if it took the lock, gives that hold back (if its outcome cannot
+    /// be learned, the give-back also forbids Redis from granting it later).
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, None)
             .await?
@@ -200,6 +218,23 @@ impl ReentrantLock {
     /// Acquires the lock with a fixed lease: no watchdog, the hold expires `lease` after it
     /// was taken unless released first. A zero or overlong lease is
     /// [`Error::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "nightly-report");
+    /// let guard = lock.lock_with_lease(Duration::from_secs(60)).await?;
+    /// assert!(lock.remaining_lease().await?.unwrap() <= Duration::from_secs(60));
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -212,6 +247,24 @@ impl ReentrantLock {
 
     /// Acquires the lock only if it is free (or already ours); never waits.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "cron:cleanup");
+    /// if let Some(guard) = lock.try_lock().await? {
+    ///     // Only one instance runs the job.
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// As for [`lock`](Self::lock).
@@ -222,6 +275,23 @@ impl ReentrantLock {
     /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it is still busy then. A zero
     /// wait does not wait.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let holder = ReentrantLock::new(&client, "cache:refresh");
+    /// let _held = holder.lock().await?;
+    /// let other = ReentrantLock::new(&client, "cache:refresh");
+    /// assert!(other.try_lock_for(Duration::from_millis(50)).await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// As for [`lock`](Self::lock).
@@ -230,6 +300,25 @@ impl ReentrantLock {
     }
 
     /// Acquires the lock with a fixed `lease`, waiting at most `wait`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "payments:7");
+    /// let guard = lock
+    ///     .try_lock_with_lease(Duration::from_millis(500), Duration::from_secs(10))
+    ///     .await?
+    ///     .expect("free");
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -243,22 +332,93 @@ impl ReentrantLock {
     }
 
     /// Whether anyone holds the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "jobs:1");
+    /// assert!(!lock.is_locked().await?);
+    /// let _guard = lock.lock().await?;
+    /// assert!(ReentrantLock::new(&client, "jobs:1").is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn is_locked(&self) -> Result<bool> {
         Ok(self.status().await?.0.is_some())
     }
 
     /// Whether this handle's owner holds the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "jobs:2");
+    /// let _guard = lock.lock().await?;
+    /// assert!(lock.clone().is_held().await?); // clones share the owner
+    /// assert!(!ReentrantLock::new(&client, "jobs:2").is_held().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn is_held(&self) -> Result<bool> {
         Ok(self.status().await?.1 > 0)
     }
 
     /// How many holds this handle's owner has (0 if it does not hold the lock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "jobs:3");
+    /// let outer = lock.lock().await?;
+    /// let inner = lock.lock().await?; // re-entry
+    /// assert_eq!(lock.hold_count().await?, 2);
+    /// inner.unlock().await?;
+    /// outer.unlock().await?;
+    /// assert_eq!(lock.hold_count().await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn hold_count(&self) -> Result<u32> {
         Ok(self.status().await?.1)
     }
 
     /// The time left on the current hold, whoever owns it; `None` when the lock is free.
     /// ([`Error::WrongType`] if the key has no expiry: redisync never writes such a lock.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let lock = ReentrantLock::new(&client, "jobs:4");
+    /// assert_eq!(lock.remaining_lease().await?, None);
+    /// let _guard = lock.lock_with_lease(Duration::from_secs(5)).await?;
+    /// assert!(lock.remaining_lease().await?.unwrap() > Duration::from_secs(4));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         Ok(self.status().await?.0)
     }
@@ -266,6 +426,28 @@ impl ReentrantLock {
     /// Frees the lock whoever holds it and wakes the waiters. Returns whether it was held.
     /// Guards of the removed hold find out: their `unlock` returns [`Error::NotOwner`], and
     /// watchdog-renewed ones are marked lost at the next renewal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_lock::ReentrantLock;
+    /// # use std::time::Duration;
+    /// let stuck = ReentrantLock::new(&client, "jobs:5");
+    /// let guard = stuck.lock().await?;
+    /// assert!(ReentrantLock::new(&client, "jobs:5").force_unlock().await?);
+    /// assert!(matches!(guard.unlock().await, Err(redisync_core::Error::NotOwner)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// One script call: if the future is dropped while it is on the wire, the lock may or may
+    /// not have been freed. Calling it again is harmless.
     pub async fn force_unlock(&self) -> Result<bool> {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::FORCE_UNLOCK)
