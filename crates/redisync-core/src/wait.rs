@@ -53,13 +53,13 @@ pub enum Attempt<T> {
 pub const MAX_SLEEP: Duration = Duration::from_secs(10);
 
 /// Where waiters of one primitive meet.
-#[derive(Debug, Clone)]
-pub struct WaitSpec {
+#[derive(Debug, Clone, Copy)]
+pub struct WaitSpec<'a> {
     /// Identifies the primitive within the client (its main key); waiters with the same queue
     /// key share one local queue.
-    pub queue: String,
+    pub queue: &'a str,
     /// The channel releases of this primitive publish on.
-    pub channel: String,
+    pub channel: &'a str,
     /// Give up (returning `Ok(None)`) at this instant; `None` waits for ever.
     pub deadline: Option<Instant>,
     /// The caller may already hold the primitive (a re-entry). Such a call always tries Redis
@@ -152,14 +152,14 @@ impl Client {
     /// Dropping the future leaves the local queue and releases the subscription reference at
     /// once. An attempt in flight at that moment is the attempt's own business: primitives
     /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
-    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec, mut attempt: F) -> Result<Option<T>>
+    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec<'_>, mut attempt: F) -> Result<Option<T>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>>>,
     {
         self.check_running()?;
         let shared = self.shared().clone();
-        let others_waiting = !spec.may_reenter && shared.queues.has_waiters(&spec.queue);
+        let others_waiting = !spec.may_reenter && shared.queues.has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
         if !others_waiting || no_wait {
             if let Attempt::Acquired(held) = attempt().await? {
@@ -172,7 +172,7 @@ impl Client {
         Counters::bump(&shared.counters.contended_waits, 1);
         let started = Instant::now();
 
-        let ticket = shared.queues.join(&spec.queue);
+        let ticket = shared.queues.join(spec.queue);
         let slot = ticket.slot();
         let mut failures = slot.failures.subscribe();
         failures.borrow_and_update();
@@ -198,7 +198,7 @@ impl Client {
     /// The head's part: subscribe, retry, sleep until woken or the holder's lease runs out.
     async fn wait_as_head<T, F, Fut>(
         &self,
-        spec: &WaitSpec,
+        spec: &WaitSpec<'_>,
         slot: &QueueSlot,
         mut attempt: F,
     ) -> Result<Option<T>>
@@ -208,7 +208,7 @@ impl Client {
     {
         let shared = self.shared();
         let subscription = lock(&slot.subscription)
-            .get_or_insert_with(|| Arc::new(shared.hub.subscribe(&spec.channel)))
+            .get_or_insert_with(|| Arc::new(shared.hub.subscribe(spec.channel)))
             .clone();
         let mut watcher = subscription.watcher();
         let command_timeout = shared.config.command_timeout;

@@ -484,8 +484,8 @@ impl ReentrantLock {
         );
         let started = Instant::now();
         let spec = WaitSpec {
-            queue: keys.hash.clone(),
-            channel: keys.channel.clone(),
+            queue: &keys.hash,
+            channel: &keys.channel,
             deadline,
             may_reenter: core.live_guards.load(Ordering::Acquire) > 0,
         };
