@@ -1,8 +1,11 @@
 //! ReentrantLock behaviour against a real redis-server.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{exists, lock_key};
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::{wait_until, RedisServer};
@@ -17,14 +20,6 @@ async fn client_with_watchdog(server: &RedisServer, watchdog: Duration) -> Clien
         .build()
         .await
         .expect("connect")
-}
-
-fn lock_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:lock")
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

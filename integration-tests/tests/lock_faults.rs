@@ -6,6 +6,8 @@
 //! (`wait_until` on server or client state); the time bounds are generous because CI runs on a
 //! loaded two-core box.
 
+mod common;
+
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use common::{exists, lock_key, wake_channel};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -23,20 +26,6 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// The lock's hash key for the default prefix.
-fn lock_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:lock")
-}
-
-/// The lock's wake-up channel for the default prefix.
-fn wake_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:wake")
-}
-
-fn key_exists(server: &RedisServer, key: &str) -> bool {
-    server.cmd(&["EXISTS", key]) == Value::Int(1)
 }
 
 fn text(value: &Value) -> String {
@@ -210,7 +199,7 @@ async fn assert_nothing_left(
             eventually(
                 format_args!("no hold and no subscriber are left after {what}"),
                 SETTLE,
-                || !key_exists(server, &key) && server.numsub(&channel) == 0,
+                || !exists(server, &key) && server.numsub(&channel) == 0,
             )
             .await;
         }
@@ -741,7 +730,7 @@ async fn requests_per_handoff(tasks: usize) -> f64 {
         server.numsub(&wake_channel(name)) == 0
     })
     .await;
-    assert!(!key_exists(&server, &lock_key(name)));
+    assert!(!exists(&server, &lock_key(name)));
     sent as f64 / handoffs as f64
 }
 

@@ -1,20 +1,15 @@
 //! Leases at their edges: renewals that cannot reach Redis, shutdown racing an acquire,
 //! foreign data in a renewal batch, and acquires abandoned while Redis is stalled.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{exists, lock_key};
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::{wait_until, RedisServer};
-
-fn lock_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:lock")
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
-}
 
 #[tokio::test]
 async fn renewals_that_cannot_reach_redis_report_the_lease_lost_when_it_ends() {
