@@ -1,9 +1,10 @@
 -- lock_renew: extend many watchdog-held locks at once (the watchdog's batch convention).
 --
--- KEYS[i]  lock hash of hold i
+-- KEYS[i]  lock hash of hold i (one key per hold)
 -- ARGV[1]  lease in milliseconds
--- ARGV[2]  arguments per hold (2)
--- ARGV[3 + 2(i-1)], ARGV[4 + 2(i-1)]  owner id and fencing token of hold i
+-- ARGV[2]  keys per hold (1)
+-- ARGV[3]  arguments per hold (2)
+-- ARGV[4 + 2(i-1)], ARGV[5 + 2(i-1)]  owner id and fencing token of hold i
 --
 -- Returns an array with, for each hold, 1 if it is still ours (its expiry is now at least the
 -- lease; a longer fixed lease of a re-entry is kept) or 0 if it is gone or someone else's.
@@ -13,7 +14,7 @@
 local lease = tonumber(ARGV[1])
 local results = {}
 for i, key in ipairs(KEYS) do
-    local at = 3 + (i - 1) * tonumber(ARGV[2])
+    local at = 4 + (i - 1) * tonumber(ARGV[3])
     local holder = redis.pcall('HMGET', key, 'owner', 'token')
     if holder.err == nil and holder[1] == ARGV[at] and holder[2] == ARGV[at + 1] then
         if redis.call('PTTL', key) < lease then

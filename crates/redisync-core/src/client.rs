@@ -661,14 +661,15 @@ impl Client {
     }
 
     /// Registers a hold with the watchdog. `renew` follows the watchdog's calling convention
-    /// (see [`crate::watchdog`]); `args` identify the hold; `sent_at` is when the acquiring
-    /// request was sent, with the watchdog timeout as its lease. Renewal stops when the
+    /// (see [`crate::watchdog`]); `keys` are the hold's keys (the same number for every hold of
+    /// one script) and `args` identify it; `sent_at` is when the acquiring request was sent,
+    /// with the watchdog timeout as its lease. Renewal stops when the
     /// returned [`Lease`](crate::Lease) is dropped. A hold registered while the client shuts
     /// down is lost at once: nothing will renew it.
     pub fn watch_lease(
         &self,
         renew: &'static crate::LuaScript,
-        key: String,
+        keys: Vec<String>,
         args: Vec<String>,
         sent_at: Instant,
     ) -> crate::Lease {
@@ -676,7 +677,7 @@ impl Client {
         let lease =
             shared
                 .watchdog
-                .register(renew, key, args, sent_at, shared.config.watchdog_timeout);
+                .register(renew, keys, args, sent_at, shared.config.watchdog_timeout);
         // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
         // this check sees the shutdown.
         if shared.shutdown.is_set() {

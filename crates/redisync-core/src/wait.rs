@@ -17,6 +17,9 @@
 //! 4. While busy, it sleeps until a message arrives or the time the attempt reported runs out
 //!    (the holder's remaining lease), whichever is first, so a lost message costs at most that.
 //!
+//! Shared waiters (readers) skip the queue of step 2: they wait side by side, and one release
+//! message wakes every one of them, since they can all get in together.
+//!
 //! Everything is released on every exit path, including the caller dropping the future: the
 //! queue place and subscription are RAII values, and an attempt that was on the wire finishes
 //! in the background and undoes itself (see [`Abandonable`](crate::Abandonable)).
@@ -65,6 +68,10 @@ pub struct WaitSpec<'a> {
     /// The caller may already hold the primitive (a re-entry). Such a call always tries Redis
     /// at once; queueing it behind local waiters that wait for it would deadlock.
     pub may_reenter: bool,
+    /// The hold is shared (a read lock): waiters do not exclude one another, so each waits on
+    /// the channel by itself instead of queueing behind a head, and one message wakes them
+    /// all. Exclusive and shared waiters of one primitive should use different `queue` names.
+    pub shared: bool,
 }
 
 #[derive(Default)]
@@ -159,7 +166,8 @@ impl Client {
     {
         self.check_running()?;
         let shared = self.shared().clone();
-        let others_waiting = !spec.may_reenter && shared.queues.has_waiters(spec.queue);
+        let others_waiting =
+            !spec.may_reenter && !spec.shared && shared.queues.has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
         if !others_waiting || no_wait {
             if let Attempt::Acquired(held) = attempt().await? {
@@ -174,6 +182,9 @@ impl Client {
 
         let ticket = shared.queues.join(spec.queue);
         let slot = ticket.slot();
+        if spec.shared {
+            return self.wait_as_head(&spec, slot, attempt).await;
+        }
         let mut failures = slot.failures.subscribe();
         failures.borrow_and_update();
         let head = slot.head.clone().lock_owned();

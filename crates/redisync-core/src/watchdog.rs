@@ -4,9 +4,10 @@
 //! renewal script carries many holds (up to [`BATCH`] each). The renewal script is the
 //! primitive's; core only knows its calling convention:
 //!
-//! * `KEYS[i]` is the key of hold `i`;
-//! * `ARGV[1]` is the lease in milliseconds, `ARGV[2]` the number `n` of arguments per hold, and
-//!   `ARGV[3 + (i-1)*n ..]` the `n` arguments of hold `i` (its identity: owner, token, ...);
+//! * `ARGV[1]` is the lease in milliseconds, `ARGV[2]` the number `k` of keys per hold and
+//!   `ARGV[3]` the number `n` of arguments per hold;
+//! * `KEYS[(i-1)*k + 1 ..= i*k]` are the keys of hold `i`, and `ARGV[4 + (i-1)*n ..]` its `n`
+//!   arguments (its identity: owner, token, attempt, ...);
 //! * the reply is an array with one integer per hold: `1` renewed, `0` gone or not ours.
 //!
 //! A hold that comes back `0` is marked lost and dropped from the registry. A failed call keeps
@@ -39,8 +40,14 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct HoldId {
     script: &'static str,
-    key: String,
+    keys: Vec<String>,
     args: Vec<String>,
+}
+
+impl HoldId {
+    fn key(&self) -> &str {
+        self.keys.first().map_or("", String::as_str)
+    }
 }
 
 struct Entry {
@@ -67,7 +74,7 @@ pub struct Renewal {
 impl std::fmt::Debug for Renewal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Renewal")
-            .field("key", &self.id.key)
+            .field("keys", &self.id.keys)
             .finish()
     }
 }
@@ -90,14 +97,14 @@ impl Watchdog {
     pub(crate) fn register(
         self: &Arc<Self>,
         script: &'static LuaScript,
-        key: String,
+        keys: Vec<String>,
         args: Vec<String>,
         sent_at: Instant,
         lease: Duration,
     ) -> Lease {
         let id = HoldId {
             script: script.name(),
-            key,
+            keys,
             args,
         };
         let mut entries = lock(&self.entries);
@@ -137,7 +144,7 @@ impl Watchdog {
         let mut expired = 0;
         entries.retain(|id, entry| {
             if entry.state.is_lost() {
-                tracing::warn!(key = %id.key, "lease lost: no renewal succeeded within the lease");
+                tracing::warn!(key = %id.key(), "lease lost: no renewal succeeded within the lease");
                 expired += 1;
                 false
             } else {
@@ -199,10 +206,18 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     let mut ok = true;
     for (_, (script, holds)) in groups {
         for batch in holds.chunks(BATCH) {
-            let arity = batch.first().map_or(0, |(id, _)| id.args.len());
-            let mut call = ScriptCall::new(script).arg(lease_ms).arg(arity);
+            let (keys_per_hold, args_per_hold) = batch
+                .first()
+                .map_or((0, 0), |(id, _)| (id.keys.len(), id.args.len()));
+            let mut call = ScriptCall::new(script)
+                .arg(lease_ms)
+                .arg(keys_per_hold)
+                .arg(args_per_hold);
             for (id, _) in batch {
-                call = call.key(id.key.clone()).arg(&id.args);
+                for key in &id.keys {
+                    call = call.key(key.as_str());
+                }
+                call = call.arg(&id.args);
             }
             let sent_at = Instant::now();
             let span = tracing::debug_span!(
@@ -246,7 +261,7 @@ fn settle(
         if result == 1 && entry.state.extend(sent_at + lease) {
             Counters::bump(&shared.counters.renewals, 1);
         } else {
-            tracing::warn!(key = %id.key, "lease lost: the hold is gone, no longer ours, or renewed too late");
+            tracing::warn!(key = %id.key(), "lease lost: the hold is gone, no longer ours, or renewed too late");
             entry.state.mark_lost();
             entries.remove(id);
             Counters::bump(&shared.counters.lost_leases, 1);

@@ -488,6 +488,7 @@ impl ReentrantLock {
             channel: &keys.channel,
             deadline,
             may_reenter: core.live_guards.load(Ordering::Acquire) > 0,
+            shared: false,
         };
         let granted = core
             .client
@@ -512,7 +513,7 @@ impl ReentrantLock {
             Some(lease) => redisync_core::Lease::fixed(sent_at + lease),
             None => core.client.watch_lease(
                 &scripts::RENEW,
-                keys.hash.clone(),
+                vec![keys.hash.clone()],
                 vec![core.owner.clone(), token.to_string()],
                 sent_at,
             ),
