@@ -8,6 +8,7 @@
 //! * [`Client::eval`] / [`Client::eval_idempotent`] to run one [`ScriptCall`] per operation;
 //! * [`Client::acquire`] to wait for a busy primitive ([`wait`] explains how);
 //! * [`Client::watch_lease`] and [`Lease`] for watchdog renewal and lost-lease notification;
+//! * [`Hold`], the part of a guard that releases on drop (in the background) or on demand;
 //! * [`Abandonable`] to make an acquire attempt undo itself when its caller goes away;
 //! * [`Client::key_space`] for cluster-safe key names ([`keys`]).
 //!
@@ -26,6 +27,7 @@ mod abandon;
 mod client;
 pub mod duration;
 mod error;
+mod hold;
 pub mod keys;
 mod lease;
 mod locking;
@@ -43,6 +45,7 @@ pub use client::{
     DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
 };
 pub use error::{Error, Result};
+pub use hold::Hold;
 pub use keys::KeySpace;
 pub use lease::Lease;
 pub use primitive::DistributedPrimitive;

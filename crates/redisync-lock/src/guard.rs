@@ -4,8 +4,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use redisync_core::{Abandonable, Lease, Result};
-use tracing::Instrument;
+use redisync_core::{Hold, Result};
 
 use crate::lock::LockCore;
 use crate::scripts::decode_release;
@@ -47,20 +46,18 @@ use crate::scripts::decode_release;
 #[derive(Debug)]
 pub struct LockGuard {
     core: Arc<LockCore>,
-    /// The acquire attempt that got this hold; releasing gives back exactly its share.
-    attempt: String,
     token: u64,
-    lease: Option<Lease>,
+    // Counted in `core.live_guards` until released.
+    hold: Option<Hold>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(core: Arc<LockCore>, attempt: String, token: u64, lease: Lease) -> Self {
+    pub(crate) fn new(core: Arc<LockCore>, token: u64, hold: Hold) -> Self {
         core.live_guards.fetch_add(1, Ordering::AcqRel);
         LockGuard {
             core,
-            attempt,
             token,
-            lease: Some(lease),
+            hold: Some(hold),
         }
     }
 
@@ -78,15 +75,16 @@ impl LockGuard {
     }
 
     /// Whether the client knows the hold is gone: a renewal found it missing or not ours,
-    /// renewals failed past the lease, or a fixed lease ran out.
+    /// no renewal was confirmed before the lease would end, the client shut down, or a fixed
+    /// lease ran out.
     pub fn is_lost(&self) -> bool {
-        self.lease.as_ref().is_none_or(Lease::is_lost)
+        self.hold.as_ref().is_none_or(Hold::is_lost)
     }
 
     /// Completes once the hold is known to be gone (see [`is_lost`](Self::is_lost)). The
     /// future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.lease.as_ref().map(Lease::lost);
+        let lost = self.hold.as_ref().map(Hold::lost);
         async move {
             if let Some(lost) = lost {
                 lost.await;
@@ -97,7 +95,7 @@ impl LockGuard {
     /// Releases this hold and reports whether it was still ours.
     ///
     /// Renewal stops before the request is sent. A release retried after a lost reply is
-    /// recognised by its request id, so it neither releases twice nor reports a false
+    /// recognised by its attempt id, so it neither releases twice nor reports a false
     /// [`NotOwner`](redisync_core::Error::NotOwner).
     ///
     /// # Errors
@@ -113,55 +111,30 @@ impl LockGuard {
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
     pub async fn unlock(mut self) -> Result<()> {
-        self.forget_locally();
-        let call = self
-            .core
-            .release_call(&self.attempt, self.core.retry_window())?;
-        if self.core.client.is_shut_down() {
-            // The caller is told, but the hold is still given back, as a drop would.
-            self.core.client.spawn_idempotent(call);
-            return Err(redisync_core::Error::Shutdown);
-        }
+        let Some(hold) = self.take_hold() else {
+            return Err(redisync_core::Error::NotOwner);
+        };
         let span = tracing::debug_span!(
             "redisync.lock.release",
             name = %self.core.name,
             token = self.token,
-            outcome = tracing::field::Empty,
         );
-        let request = self.core.client.eval_idempotent::<i64>(call);
-        let result = Abandonable::new(request, |_| async {})
-            .instrument(span.clone())
-            .await
-            .and_then(decode_release);
-        match &result {
-            Ok(()) => span.record("outcome", "released"),
-            Err(err) => span.record("outcome", tracing::field::display(err)),
-        };
-        result
+        hold.release(span).await.and_then(decode_release)
     }
-}
 
-impl LockGuard {
-    /// Stops renewal and stops counting this guard as a local hold. Returns whether the guard
-    /// still had to be released.
-    fn forget_locally(&mut self) -> bool {
-        let had_lease = self.lease.take().is_some();
-        if had_lease {
+    /// Takes the hold out, so that it no longer counts as a local hold of this owner.
+    fn take_hold(&mut self) -> Option<Hold> {
+        let hold = self.hold.take();
+        if hold.is_some() {
             self.core.live_guards.fetch_sub(1, Ordering::AcqRel);
         }
-        had_lease
+        hold
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.forget_locally() {
-            if let Ok(call) = self
-                .core
-                .release_call(&self.attempt, self.core.retry_window())
-            {
-                self.core.client.spawn_idempotent(call);
-            }
-        }
+        // Dropping the hold releases it in the background.
+        drop(self.take_hold());
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, ScriptCall, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -518,12 +518,9 @@ impl ReentrantLock {
                 sent_at,
             ),
         };
-        Ok(Some(LockGuard::new(
-            self.core.clone(),
-            attempt,
-            token,
-            lease,
-        )))
+        let release = core.release_call(&attempt, core.retry_window())?;
+        let hold = Hold::new(core.client.clone(), release, lease);
+        Ok(Some(LockGuard::new(self.core.clone(), token, hold)))
     }
 
     /// One acquire request. If the caller stops waiting while it is on the wire, or its outcome

@@ -1,0 +1,83 @@
+//! [`Hold`]: the part every guard shares — a lease, and a release that always happens.
+
+use std::future::Future;
+
+use tracing::Instrument;
+
+use crate::abandon::Abandonable;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::script::ScriptCall;
+
+/// One hold on a primitive, as a guard owns it: its [`Lease`] and the idempotent script call
+/// that gives it back.
+///
+/// Dropping a `Hold` stops renewal at once and releases in the background without blocking.
+/// [`release`](Self::release) does the same but waits for Redis's answer. The release script
+/// must be idempotent (remember its outcome), since it is retried on a broken connection.
+#[derive(Debug)]
+pub struct Hold {
+    client: Client,
+    // Both are taken when the hold is released; `None` afterwards.
+    release: Option<ScriptCall>,
+    lease: Option<Lease>,
+}
+
+impl Hold {
+    /// A hold released by `release`, with `lease` telling whether it is still ours.
+    pub fn new(client: Client, release: ScriptCall, lease: Lease) -> Self {
+        Hold {
+            client,
+            release: Some(release),
+            lease: Some(lease),
+        }
+    }
+
+    /// Whether the client knows the hold is gone (see [`Lease`]).
+    pub fn is_lost(&self) -> bool {
+        self.lease.as_ref().is_none_or(Lease::is_lost)
+    }
+
+    /// Completes once the hold is known to be gone. The future does not borrow the hold.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let lost = self.lease.as_ref().map(Lease::lost);
+        async move {
+            if let Some(lost) = lost {
+                lost.await;
+            }
+        }
+    }
+
+    /// Gives the hold back and returns the release script's reply.
+    ///
+    /// Renewal stops before the request is sent. After the client was shut down the hold is
+    /// still given back, in the background, and the call returns [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the release still runs in the background.
+    pub async fn release(mut self, span: tracing::Span) -> Result<i64> {
+        drop(self.lease.take());
+        let Some(call) = self.release.take() else {
+            return Err(Error::Shutdown);
+        };
+        if self.client.is_shut_down() {
+            self.client.spawn_idempotent(call);
+            return Err(Error::Shutdown);
+        }
+        let request = self.client.eval_idempotent::<i64>(call);
+        Abandonable::new(request, |_| async {})
+            .instrument(span)
+            .await
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        drop(self.lease.take());
+        if let Some(call) = self.release.take() {
+            self.client.spawn_idempotent(call);
+        }
+    }
+}
