@@ -1,9 +1,9 @@
 //! # redisync
 //!
 //! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock
-//! with watchdog lease renewal, fencing tokens and pub/sub wake-ups, with more primitives
-//! (fair lock, read-write lock, semaphores, count-down latch, multi-lock) arriving behind the
-//! same API.
+//! and a read-write lock with watchdog lease renewal, fencing tokens and pub/sub wake-ups,
+//! with more primitives (fair lock, semaphores, count-down latch, multi-lock) arriving behind
+//! the same API.
 //!
 //! ```
 //! use redisync::prelude::*;
@@ -34,7 +34,9 @@
 //! | flag | brings |
 //! |---|---|
 //! | `lock` | [`ReentrantLock`], [`LockGuard`] |
-//! | `rwlock`, `semaphore`, `latch`, `multilock` | reserved for the primitives still to come |
+//! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`] |
+//! | `semaphore`, `latch`, `multilock` | reserved for the primitives still to come |
+//! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
 //!
@@ -63,6 +65,8 @@ pub use redisync_core as core;
 
 #[cfg(feature = "lock")]
 pub use redisync_lock::{LockGuard, ReentrantLock};
+#[cfg(feature = "rwlock")]
+pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 
 /// Constructors of every enabled primitive, as methods on [`Client`].
 pub trait ClientExt {
@@ -70,12 +74,22 @@ pub trait ClientExt {
     /// a new owner; clone the handle to share one.
     #[cfg(feature = "lock")]
     fn lock(&self, name: impl Into<String>) -> ReentrantLock;
+
+    /// A handle to the read-write lock called `name` (see [`ReadWriteLock`]). Each call
+    /// returns a new owner; clone the handle to share one.
+    #[cfg(feature = "rwlock")]
+    fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock;
 }
 
 impl ClientExt for Client {
     #[cfg(feature = "lock")]
     fn lock(&self, name: impl Into<String>) -> ReentrantLock {
         ReentrantLock::new(self, name)
+    }
+
+    #[cfg(feature = "rwlock")]
+    fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self, name)
     }
 }
 
@@ -86,4 +100,6 @@ pub mod prelude {
 
     #[cfg(feature = "lock")]
     pub use redisync_lock::{LockGuard, ReentrantLock};
+    #[cfg(feature = "rwlock")]
+    pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 }

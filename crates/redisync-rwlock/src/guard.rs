@@ -1,0 +1,149 @@
+//! [`ReadGuard`] and [`WriteGuard`]: one read hold and one write hold.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redisync_core::{Error, Hold, Result};
+
+use crate::rwlock::RwCore;
+use crate::scripts::decode_release;
+
+/// One read hold of a [`ReadWriteLock`](crate::ReadWriteLock).
+///
+/// `'static` and `Send`: it can move across tasks. Dropping it releases the hold in the
+/// background without blocking; [`unlock`](Self::unlock) releases and reports whether the
+/// hold was still ours. Readers carry no fencing token: they do not write.
+#[must_use = "dropping the guard releases the read hold at once"]
+#[derive(Debug)]
+pub struct ReadGuard {
+    core: Arc<RwCore>,
+    hold: Hold,
+}
+
+impl ReadGuard {
+    pub(crate) fn new(core: Arc<RwCore>, hold: Hold) -> Self {
+        ReadGuard { core, hold }
+    }
+
+    /// The name of the lock.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Whether the client knows the hold is gone (renewal found it missing, no renewal was
+    /// confirmed before the lease would end, the client shut down, or a fixed lease ran out).
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Completes once the hold is known to be gone. The future does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.hold.lost()
+    }
+
+    /// Releases this read hold; the last reader leaving wakes a waiting writer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`] if the hold's lease ended or it was force-unlocked (nothing is
+    /// changed); [`Error::Redis`] / [`Error::Timeout`] if Redis did not answer (the lease then
+    /// ends the hold); [`Error::Shutdown`] after shutdown (released in the background anyway).
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the release still runs in the background.
+    pub async fn unlock(self) -> Result<()> {
+        let span =
+            tracing::debug_span!("redisync.rwlock.release", name = %self.core.name, side = "read");
+        self.hold.release(span).await.and_then(decode_release)
+    }
+}
+
+/// The write hold of a [`ReadWriteLock`](crate::ReadWriteLock).
+///
+/// `'static` and `Send`. Dropping it releases the hold in the background; releasing wakes
+/// every waiting reader with one message.
+#[must_use = "dropping the guard releases the write hold at once"]
+#[derive(Debug)]
+pub struct WriteGuard {
+    core: Arc<RwCore>,
+    token: u64,
+    // Counted in `core.live_write_guards` until released.
+    hold: Option<Hold>,
+}
+
+impl WriteGuard {
+    pub(crate) fn new(core: Arc<RwCore>, token: u64, hold: Hold) -> Self {
+        core.live_write_guards.fetch_add(1, Ordering::AcqRel);
+        WriteGuard {
+            core,
+            token,
+            hold: Some(hold),
+        }
+    }
+
+    /// The fencing token of this write hold: strictly greater than every earlier write hold's
+    /// token for this lock name; a re-entry carries the token of the hold it entered.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The name of the lock.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Whether the client knows the hold is gone.
+    pub fn is_lost(&self) -> bool {
+        self.hold.as_ref().is_none_or(Hold::is_lost)
+    }
+
+    /// Completes once the hold is known to be gone. The future does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let lost = self.hold.as_ref().map(Hold::lost);
+        async move {
+            if let Some(lost) = lost {
+                lost.await;
+            }
+        }
+    }
+
+    /// Releases the write hold. Read holds this owner took meanwhile (a downgrade) stay, and
+    /// the lock is then read-locked by this owner.
+    ///
+    /// # Errors
+    ///
+    /// As for [`ReadGuard::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the release still runs in the background.
+    pub async fn unlock(mut self) -> Result<()> {
+        let Some(hold) = self.take_hold() else {
+            return Err(Error::NotOwner);
+        };
+        let span = tracing::debug_span!(
+            "redisync.rwlock.release",
+            name = %self.core.name,
+            side = "write",
+            token = self.token,
+        );
+        hold.release(span).await.and_then(decode_release)
+    }
+
+    fn take_hold(&mut self) -> Option<Hold> {
+        let hold = self.hold.take();
+        if hold.is_some() {
+            self.core.live_write_guards.fetch_sub(1, Ordering::AcqRel);
+        }
+        hold
+    }
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        // Dropping the hold releases it in the background.
+        drop(self.take_hold());
+    }
+}

@@ -1,0 +1,667 @@
+//! [`ReadWriteLock`]: shared reads, exclusive writes, writers never starved.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisync_core::duration::{lease_millis, wait_deadline};
+use redisync_core::{
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
+    WaitSpec,
+};
+use tracing::Instrument;
+
+use crate::guard::{ReadGuard, WriteGuard};
+use crate::scripts::{self, AcquireReply};
+
+/// How often a waiting writer renews its mark, and so the longest a writer that died while
+/// waiting keeps new readers out (three periods).
+const WRITER_MARK_REFRESH: Duration = Duration::from_secs(1);
+
+/// The Redis names of one read-write lock.
+#[derive(Debug)]
+pub(crate) struct RwKeys {
+    pub(crate) hash: String,
+    pub(crate) readers: String,
+    pub(crate) writers: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+    read_queue: String,
+    write_queue: String,
+    attempt_prefix: String,
+}
+
+impl RwKeys {
+    fn attempt_record(&self, attempt: &str) -> String {
+        format!("{}{attempt}", self.attempt_prefix)
+    }
+}
+
+/// Everything a handle and its guards share.
+#[derive(Debug)]
+pub(crate) struct RwCore {
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    keys: std::result::Result<RwKeys, String>,
+    owner: String,
+    /// Write guards of this owner alive in this process: a write while one lives may be a
+    /// re-entry and must not queue behind local writers.
+    pub(crate) live_write_guards: AtomicUsize,
+}
+
+impl RwCore {
+    pub(crate) fn keys(&self) -> Result<&RwKeys> {
+        self.keys
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.clone()))
+    }
+
+    /// The call that gives back the hold of acquire attempt `attempt`, remembering the outcome
+    /// for `remember`.
+    fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::RELEASE)
+            .key(keys.hash.as_str())
+            .key(keys.readers.as_str())
+            .key(keys.attempt_record(attempt))
+            .arg(attempt)
+            .arg(keys.channel.as_str())
+            .arg(millis(remember)))
+    }
+
+    fn retry_window(&self) -> Duration {
+        self.client.command_timeout().saturating_mul(2)
+    }
+}
+
+/// Whole milliseconds, at least 1 (durations here are bounded by the client's limits).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// Which side of the lock an acquire is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Read,
+    Write,
+}
+
+impl Side {
+    fn decode(self, reply: &[i64]) -> Result<AcquireReply> {
+        match self {
+            Side::Read => AcquireReply::decode_read(reply),
+            Side::Write => AcquireReply::decode_write(reply),
+        }
+    }
+}
+
+/// A distributed read-write lock: many readers or one writer, across every process that uses
+/// the same Redis and name.
+///
+/// Create one with `client.read_write_lock(name)` (the `ClientExt` method of the `redisync`
+/// crate) or [`ReadWriteLock::new`]. Clones share one owner identity; separately created
+/// handles are different owners.
+///
+/// * **Readers share, a writer excludes everyone.** Reads and writes are reentrant per owner.
+/// * **Downgrade:** the write holder may also take read holds; releasing the write hold while
+///   still reading leaves the lock in read mode, held by that owner.
+/// * **No upgrade:** an owner holding a read lock that asks for the write lock gets
+///   [`Error::UpgradeNotSupported`] at once; waiting could never end.
+/// * **Writer preference (default):** once a writer waits, new readers queue behind it, so a
+///   stream of overlapping readers cannot starve writers. Owners that already read (and the
+///   writer itself) still get read holds at once. Opt out with
+///   [`prefer_writers(false)`](Self::prefer_writers). A writer that gives up, fails or is
+///   cancelled withdraws its mark at once; one that dies while waiting stops blocking readers
+///   within three seconds.
+/// * **Leases:** every hold has its own lease (the watchdog's, renewed while the guard lives,
+///   or a fixed one), and the lock lives as long as its longest live hold, so a crashed reader
+///   blocks writers for at most its own lease.
+/// * **Wake-ups:** releasing the write hold wakes every waiting reader with one message (they
+///   wait side by side, not in a queue); the last reader leaving wakes a waiting writer.
+///   Writers of one client queue locally, and only the first asks Redis.
+///
+/// # Redis keys
+///
+/// | key / channel | type | content |
+/// |---|---|---|
+/// | `<prefix>:{<name>}:rw` | hash | `mode`; `writer`, `wcount`, `wtoken`, `wexp` (write hold: owner, holds, fencing token, lease end); `r:<owner>` (read holds per owner); `a:<attempt>` (one per hold) |
+/// | `<prefix>:{<name>}:rw:readers` | sorted set | read hold (attempt id) → end of its lease, server ms |
+/// | `<prefix>:{<name>}:rw:writers` | sorted set | waiting writer → when its mark lapses |
+/// | `<prefix>:{<name>}:rw:fence` | string | last fencing token; never expires |
+/// | `<prefix>:{<name>}:rw:attempt:<attempt>` | string | outcome of giving back one attempt's hold, kept briefly (idempotent release; a late acquire of a given-back attempt cannot grant) |
+/// | `<prefix>:{<name>}:rw:wake` | channel | write hold ended, lock freed, or a writer stopped waiting |
+///
+/// The hash and the readers set expire when the longest live hold does. Lease ends are
+/// judged by Redis's clock.
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | uncontended read or write acquire, release | 1 each |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (a waiting writer also re-checks every second, to keep its mark alive) |
+/// | `is_locked`, `force_unlock`, `delete` | 1 |
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::{Client, Error};
+/// use redisync_rwlock::ReadWriteLock;
+///
+/// let client = Client::connect(url).await?;
+/// let users = ReadWriteLock::new(&client, "cache:users");
+///
+/// let r1 = users.read().await?;
+/// let r2 = ReadWriteLock::new(&client, "cache:users").read().await?; // readers share
+/// assert!(matches!(users.write().await, Err(Error::UpgradeNotSupported)));
+/// r1.unlock().await?;
+/// r2.unlock().await?;
+///
+/// let w = users.write().await?;
+/// println!("refreshing under token {}", w.fencing_token());
+/// let r = users.read().await?; // the writer may read (downgrade)
+/// w.unlock().await?;           // now read-locked by this owner only
+/// r.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReadWriteLock {
+    core: Arc<RwCore>,
+    prefer_writers: bool,
+}
+
+impl ReadWriteLock {
+    /// A handle to the read-write lock called `name`. Never fails; a bad name is reported as
+    /// [`Error::InvalidArgument`] by every call.
+    pub fn new(client: &Client, name: impl Into<String>) -> Self {
+        let name = name.into();
+        let keys = client
+            .key_space(&name)
+            .map(|space| RwKeys {
+                hash: space.key("rw"),
+                readers: space.key("rw:readers"),
+                writers: space.key("rw:writers"),
+                fence: space.key("rw:fence"),
+                channel: space.key("rw:wake"),
+                read_queue: space.key("rw:read-queue"),
+                write_queue: space.key("rw:write-queue"),
+                attempt_prefix: space.key("rw:attempt:"),
+            })
+            .map_err(|e| match e {
+                Error::InvalidArgument(message) => message,
+                other => other.to_string(),
+            });
+        ReadWriteLock {
+            core: Arc::new(RwCore {
+                owner: client.unique_id(),
+                client: client.clone(),
+                name,
+                keys,
+                live_write_guards: AtomicUsize::new(0),
+            }),
+            prefer_writers: true,
+        }
+    }
+
+    /// Whether new readers give way to waiting writers (the default, `true`). With `false`,
+    /// readers get in whenever no writer holds the lock, which maximises read throughput but
+    /// lets a steady stream of readers starve writers. The setting belongs to this handle (and
+    /// its later clones): it decides how *its* reads behave.
+    pub fn prefer_writers(mut self, prefer: bool) -> Self {
+        self.prefer_writers = prefer;
+        self
+    }
+
+    /// This handle's owner id: the client id and a handle number.
+    pub fn owner_id(&self) -> &str {
+        &self.core.owner
+    }
+
+    /// Takes a read hold, waiting as long as it takes; renewed by the watchdog.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_rwlock::ReadWriteLock;
+    /// let cache = ReadWriteLock::new(&client, "cache");
+    /// let guard = cache.read().await?;
+    /// assert!(cache.is_locked().await?);
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing behind: no hold (an attempt on the wire is given
+    /// back when it completes, or forbidden from granting), and no subscription.
+    pub async fn read(&self) -> Result<ReadGuard> {
+        self.acquire_read(None, None)
+            .await?
+            .ok_or_else(unbounded_wait_ended)
+    }
+
+    /// Takes the write hold, waiting as long as it takes; renewed by the watchdog.
+    ///
+    /// Fails at once with [`Error::UpgradeNotSupported`] if this owner holds a read lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_rwlock::ReadWriteLock;
+    /// let cache = ReadWriteLock::new(&client, "cache");
+    /// let guard = cache.write().await?;
+    /// assert!(guard.fencing_token() > 0);
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing behind: no hold, no queue place, no subscription, and
+    /// no waiting-writer mark (readers stop giving way at once).
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.acquire_write(None, None)
+            .await?
+            .ok_or_else(unbounded_wait_ended)
+    }
+
+    /// Takes a read hold only if that needs no waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`read`](Self::read).
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        self.acquire_read(None, Some(Duration::ZERO)).await
+    }
+
+    /// Takes the write hold only if that needs no waiting. A failed try does not mark the
+    /// caller as a waiting writer.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`write`](Self::write).
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        self.acquire_write(None, Some(Duration::ZERO)).await
+    }
+
+    /// Takes a read hold, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`read`](Self::read).
+    pub async fn try_read_for(&self, wait: Duration) -> Result<Option<ReadGuard>> {
+        self.acquire_read(None, Some(wait)).await
+    }
+
+    /// Takes the write hold, waiting at most `wait`; on giving up, the waiting-writer mark is
+    /// withdrawn.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`write`](Self::write).
+    pub async fn try_write_for(&self, wait: Duration) -> Result<Option<WriteGuard>> {
+        self.acquire_write(None, Some(wait)).await
+    }
+
+    /// Takes a read hold with a fixed lease (no watchdog), waiting as long as it takes.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`read`](Self::read).
+    pub async fn read_with_lease(&self, lease: Duration) -> Result<ReadGuard> {
+        self.acquire_read(Some(lease), None)
+            .await?
+            .ok_or_else(unbounded_wait_ended)
+    }
+
+    /// Takes the write hold with a fixed lease (no watchdog), waiting as long as it takes.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`write`](Self::write).
+    pub async fn write_with_lease(&self, lease: Duration) -> Result<WriteGuard> {
+        self.acquire_write(Some(lease), None)
+            .await?
+            .ok_or_else(unbounded_wait_ended)
+    }
+
+    /// Takes a read hold with a fixed lease, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`read`](Self::read).
+    pub async fn try_read_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<ReadGuard>> {
+        self.acquire_read(Some(lease), Some(wait)).await
+    }
+
+    /// Takes the write hold with a fixed lease, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`write`](Self::write).
+    pub async fn try_write_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<WriteGuard>> {
+        self.acquire_write(Some(lease), Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock, in either mode. Holds whose lease ended do not count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_rwlock::ReadWriteLock;
+    /// let lock = ReadWriteLock::new(&client, "inspect");
+    /// assert!(!lock.is_locked().await?);
+    /// let _r = lock.read().await?;
+    /// assert!(lock.is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::STATUS)
+            .key(keys.hash.as_str())
+            .key(keys.readers.as_str());
+        let reply: Vec<i64> = self.core.client.eval(call).await?;
+        match reply.as_slice() {
+            [writer, readers] => Ok(*writer > 0 || *readers > 0),
+            _ => Err(Error::WrongType),
+        }
+    }
+
+    /// Frees the lock whatever holds it, readers and writer, and wakes the waiters. Returns
+    /// whether it was held. The holders' guards then get [`Error::NotOwner`] from `unlock`,
+    /// and watchdog-renewed ones are marked lost at the next renewal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_rwlock::ReadWriteLock;
+    /// let lock = ReadWriteLock::new(&client, "stuck");
+    /// let _w = lock.write().await?;
+    /// assert!(ReadWriteLock::new(&client, "stuck").force_unlock().await?);
+    /// assert!(!lock.is_locked().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// One script call: if the future is dropped while it is on the wire, the lock may or may
+    /// not have been freed. Calling it again is harmless.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::FORCE_UNLOCK)
+            .key(keys.hash.as_str())
+            .key(keys.readers.as_str())
+            .arg(keys.channel.as_str());
+        let freed: i64 = self.core.client.eval(call).await?;
+        Ok(freed == 1)
+    }
+
+    async fn acquire_read(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<ReadGuard>> {
+        let granted = self.acquire(Side::Read, lease, wait, None).await?;
+        Ok(granted.map(|(hold, _)| ReadGuard::new(self.core.clone(), hold)))
+    }
+
+    async fn acquire_write(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<WriteGuard>> {
+        let mark = WriterMark::new(self.core.clone());
+        let granted = self.acquire(Side::Write, lease, wait, Some(&mark)).await?;
+        Ok(granted.map(|(hold, token)| {
+            // The grant removed the mark in the same script.
+            mark.disarm();
+            WriteGuard::new(self.core.clone(), token, hold)
+        }))
+    }
+
+    async fn acquire(
+        &self,
+        side: Side,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+        mark: Option<&WriterMark>,
+    ) -> Result<Option<(Hold, u64)>> {
+        let core = &self.core;
+        let keys = core.keys()?;
+        let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
+        lease_millis(lease_for)?;
+        let deadline = wait.map(wait_deadline).transpose()?;
+        let span = tracing::debug_span!(
+            "redisync.rwlock.acquire",
+            name = %core.name,
+            side = ?side,
+            outcome = tracing::field::Empty,
+        );
+        let spec = WaitSpec {
+            queue: match side {
+                Side::Read => &keys.read_queue,
+                Side::Write => &keys.write_queue,
+            },
+            channel: &keys.channel,
+            deadline,
+            may_reenter: side == Side::Write && core.live_write_guards.load(Ordering::Acquire) > 0,
+            shared: side == Side::Read,
+        };
+        let granted = core
+            .client
+            .acquire(spec, || self.attempt(side, lease_for, deadline, mark))
+            .instrument(span.clone())
+            .await;
+        let granted = match granted {
+            Ok(Some(granted)) => granted,
+            Ok(None) => {
+                span.record("outcome", "busy");
+                return Ok(None);
+            }
+            Err(err) => {
+                span.record("outcome", tracing::field::display(&err));
+                return Err(err);
+            }
+        };
+        span.record("outcome", "acquired");
+        let (attempt, token, sent_at) = granted;
+        core.client.record_acquire();
+        let lease = match lease {
+            Some(lease) => Lease::fixed(sent_at + lease),
+            None => core.client.watch_lease(
+                &scripts::RENEW,
+                vec![keys.hash.clone(), keys.readers.clone()],
+                vec![attempt.clone()],
+                sent_at,
+            ),
+        };
+        let release = core.release_call(&attempt, core.retry_window())?;
+        Ok(Some((
+            Hold::new(core.client.clone(), release, lease),
+            token,
+        )))
+    }
+
+    /// One acquire request for `side`. If the caller stops waiting while it is on the wire, or
+    /// its outcome is unknown, whatever it may get is given back in the background.
+    fn attempt(
+        &self,
+        side: Side,
+        lease: Duration,
+        deadline: Option<Instant>,
+        mark: Option<&WriterMark>,
+    ) -> impl Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static {
+        let core = self.core.clone();
+        let sent_at = Instant::now();
+        let attempt = core.client.unique_id();
+        let will_wait = deadline.is_none_or(|d| sent_at < d);
+        let request = core.keys().map(|keys| {
+            let call = match (side, mark) {
+                (Side::Write, Some(mark)) => {
+                    // Mark only a writer that is going to wait; a failed try stays unnoticed.
+                    let mark_ms = if will_wait {
+                        mark.armed.store(true, Ordering::Release);
+                        millis(WRITER_MARK_REFRESH * 3)
+                    } else {
+                        0
+                    };
+                    ScriptCall::new(&scripts::ACQUIRE_WRITE)
+                        .key(keys.hash.as_str())
+                        .key(keys.readers.as_str())
+                        .key(keys.writers.as_str())
+                        .key(keys.fence.as_str())
+                        .key(keys.attempt_record(&attempt))
+                        .arg(core.owner.as_str())
+                        .arg(millis(lease))
+                        .arg(attempt.as_str())
+                        .arg(mark.waiter.as_str())
+                        .arg(mark_ms)
+                }
+                _ => ScriptCall::new(&scripts::ACQUIRE_READ)
+                    .key(keys.hash.as_str())
+                    .key(keys.readers.as_str())
+                    .key(keys.writers.as_str())
+                    .key(keys.attempt_record(&attempt))
+                    .arg(core.owner.as_str())
+                    .arg(millis(lease))
+                    .arg(attempt.as_str())
+                    .arg(if self.prefer_writers { "1" } else { "0" }),
+            };
+            let undo = core.clone();
+            let undo_attempt = attempt.clone();
+            core.client
+                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
+                    let granted = match reply {
+                        Some(reply) => {
+                            matches!(side.decode(&reply), Ok(AcquireReply::Acquired { .. }))
+                        }
+                        None => true, // unknown: give back whatever it got, or forbid the grant
+                    };
+                    if granted {
+                        tracing::debug!(name = %undo.name, "giving back an abandoned acquire");
+                        let remember = lease.saturating_add(undo.retry_window());
+                        if let Ok(call) = undo.release_call(&undo_attempt, remember) {
+                            undo.client.spawn_idempotent(call);
+                        }
+                    }
+                })
+        });
+        async move {
+            let reply = request?.await?;
+            Ok(match side.decode(&reply)? {
+                AcquireReply::Acquired { token } => Attempt::Acquired((attempt, token, sent_at)),
+                AcquireReply::Busy { retry_in } => Attempt::Busy {
+                    retry_in: match side {
+                        // A waiting writer comes back in time to keep its mark alive.
+                        Side::Write if will_wait => Some(
+                            retry_in.map_or(WRITER_MARK_REFRESH, |r| r.min(WRITER_MARK_REFRESH)),
+                        ),
+                        _ => retry_in,
+                    },
+                },
+                AcquireReply::Upgrade => return Err(Error::UpgradeNotSupported),
+                // Only an attempt given back before it ran says this, and nobody awaits those.
+                AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
+            })
+        }
+    }
+}
+
+fn unbounded_wait_ended() -> Error {
+    Error::invalid("an unbounded wait ended without the lock")
+}
+
+/// A writer's "I am waiting" mark, withdrawn when the write acquire ends without the lock
+/// (gave up, failed, or was dropped), so readers stop giving way to a writer that left.
+struct WriterMark {
+    core: Arc<RwCore>,
+    waiter: String,
+    /// Set once an attempt that may mark was sent.
+    armed: AtomicBool,
+}
+
+impl WriterMark {
+    fn new(core: Arc<RwCore>) -> Self {
+        let waiter = core.client.unique_id();
+        WriterMark {
+            core,
+            waiter,
+            armed: AtomicBool::new(false),
+        }
+    }
+
+    fn disarm(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for WriterMark {
+    fn drop(&mut self) {
+        if !self.armed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(keys) = self.core.keys() {
+            let call = ScriptCall::new(&scripts::WITHDRAW)
+                .key(keys.writers.as_str())
+                .arg(self.waiter.as_str())
+                .arg(keys.channel.as_str());
+            self.core.client.spawn_idempotent(call);
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for ReadWriteLock {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Removes the holds and the waiting-writer marks and wakes every waiter. The fencing
+    /// counter is kept, so write tokens never repeat.
+    async fn delete(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::DELETE)
+            .key(keys.hash.as_str())
+            .key(keys.readers.as_str())
+            .key(keys.writers.as_str())
+            .arg(keys.channel.as_str());
+        let deleted: i64 = self.core.client.eval(call).await?;
+        Ok(deleted == 1)
+    }
+}

@@ -1,0 +1,14 @@
+-- rwlock_force_unlock: free the lock whatever holds it (readers and writer) and wake waiters.
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  readers
+-- ARGV[1]  channel to publish on
+--
+-- Returns 1 if the lock was held, 0 if it was free. Waiting writers keep their marks, and the
+-- fencing counter is kept, so tokens never repeat.
+
+if redis.call('DEL', KEYS[1], KEYS[2]) > 0 then
+    redis.call('PUBLISH', ARGV[1], 'released')
+    return 1
+end
+return 0

@@ -1,0 +1,47 @@
+-- rwlock_renew: extend many watchdog-held read and write holds at once (the watchdog's batch
+-- convention). (Prefixed with rwlock_prelude.lua.)
+--
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  keys per hold (2)
+-- ARGV[3]  arguments per hold (1)
+-- KEYS[2i-1], KEYS[2i]  lock hash and readers of hold i
+-- ARGV[3 + i]  attempt id of hold i
+--
+-- Returns an array with, for each hold, 1 if it is still live (its lease now ends no sooner
+-- than a full lease from now) or 0 if it is gone. A key holding foreign data counts as gone
+-- for its hold only.
+
+local now = now_ms()
+local lease_end = now + tonumber(ARGV[1])
+local per_hold = tonumber(ARGV[2])
+local results = {}
+for i = 1, #KEYS / per_hold do
+    local hash, readers = KEYS[(i - 1) * per_hold + 1], KEYS[(i - 1) * per_hold + 2]
+    local attempt = ARGV[3 + i]
+    local kind = redis.pcall('HGET', hash, 'a:' .. attempt)
+    local live = 0
+    if type(kind) == 'string' then
+        if string.sub(kind, 1, 1) == 'r' then
+            local ends = redis.call('ZSCORE', readers, attempt)
+            if ends and tonumber(ends) > now then
+                if tonumber(ends) < lease_end then
+                    redis.call('ZADD', readers, lease_end, attempt)
+                end
+                live = 1
+            end
+        else
+            local w = redis.call('HMGET', hash, 'wtoken', 'wexp')
+            if w[1] and kind == 'w' .. w[1] and tonumber(w[2]) > now then
+                if tonumber(w[2]) < lease_end then
+                    redis.call('HSET', hash, 'wexp', lease_end)
+                end
+                live = 1
+            end
+        end
+        if live == 1 then
+            settle(hash, readers, now)
+        end
+    end
+    results[i] = live
+end
+return results

@@ -1,0 +1,14 @@
+-- rwlock_withdraw: a writer stops waiting (it gave up, failed or was cancelled): remove its
+-- mark so new readers stop giving way to it, and wake them.
+--
+-- KEYS[1]  waiting writers: sorted set <waiter id> -> when that mark lapses
+-- ARGV[1]  waiter id
+-- ARGV[2]  channel to publish on
+--
+-- Returns 1 if the mark was there, 0 if not (already gone: granted, lapsed or withdrawn).
+
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+    redis.call('PUBLISH', ARGV[2], 'writer left')
+    return 1
+end
+return 0
