@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs the demo: several workers in two clients share an inventory under one distributed lock.
+# `scripts/demo.sh cache` runs the read-write lock demo instead (a read-mostly cache).
 # Uses $REDIS_URL if set; otherwise starts a throw-away redis-server on a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +17,4 @@ if [ -z "${REDIS_URL:-}" ]; then
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
     export REDIS_URL="redis://127.0.0.1:$port/"
 fi
-cargo run --quiet -p redisync --example inventory
+cargo run --quiet --release -p redisync --example "${1:-inventory}"
