@@ -14,6 +14,10 @@ use crate::scripts::decode_release;
 /// `'static` and `Send`: it can move across tasks. Dropping it releases the hold in the
 /// background without blocking; [`unlock`](Self::unlock) releases and reports whether the
 /// hold was still ours. Readers carry no fencing token: they do not write.
+///
+/// Because a drop releases in the background, an owner that reads and then wants to write
+/// should `unlock().await` its read guards first: right after a drop the read hold may still
+/// be there, and the write is then refused as an upgrade.
 #[must_use = "dropping the guard releases the read hold at once"]
 #[derive(Debug)]
 pub struct ReadGuard {
