@@ -22,12 +22,17 @@ use crate::scripts::decode_release;
 #[derive(Debug)]
 pub struct ReadGuard {
     core: Arc<RwCore>,
-    hold: Hold,
+    // Counted in `core.live_read_guards` until released.
+    hold: Option<Hold>,
 }
 
 impl ReadGuard {
     pub(crate) fn new(core: Arc<RwCore>, hold: Hold) -> Self {
-        ReadGuard { core, hold }
+        core.live_read_guards.fetch_add(1, Ordering::AcqRel);
+        ReadGuard {
+            core,
+            hold: Some(hold),
+        }
     }
 
     /// The name of the lock.
@@ -38,12 +43,17 @@ impl ReadGuard {
     /// Whether the client knows the hold is gone (renewal found it missing, no renewal was
     /// confirmed before the lease would end, the client shut down, or a fixed lease ran out).
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        self.hold.as_ref().is_none_or(Hold::is_lost)
     }
 
     /// Completes once the hold is known to be gone. The future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.hold.lost()
+        let lost = self.hold.as_ref().map(Hold::lost);
+        async move {
+            if let Some(lost) = lost {
+                lost.await;
+            }
+        }
     }
 
     /// Releases this read hold; the last reader leaving wakes a waiting writer.
@@ -57,10 +67,28 @@ impl ReadGuard {
     /// # Cancel safety
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
-    pub async fn unlock(self) -> Result<()> {
+    pub async fn unlock(mut self) -> Result<()> {
+        let Some(hold) = self.take_hold() else {
+            return Err(Error::NotOwner);
+        };
         let span =
             tracing::debug_span!("redisync.rwlock.release", name = %self.core.name, side = "read");
-        self.hold.release(span).await.and_then(decode_release)
+        hold.release(span).await.and_then(decode_release)
+    }
+
+    fn take_hold(&mut self) -> Option<Hold> {
+        let hold = self.hold.take();
+        if hold.is_some() {
+            self.core.live_read_guards.fetch_sub(1, Ordering::AcqRel);
+        }
+        hold
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        // Dropping the hold releases it in the background.
+        drop(self.take_hold());
     }
 }
 

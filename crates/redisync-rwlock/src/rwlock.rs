@@ -48,6 +48,10 @@ pub(crate) struct RwCore {
     /// Write guards of this owner alive in this process: a write while one lives may be a
     /// re-entry and must not queue behind local writers.
     pub(crate) live_write_guards: AtomicUsize,
+    /// Read guards of this owner alive in this process: a write while one lives may be an
+    /// upgrade, which Redis must refuse at once; queued behind a local writer that waits for
+    /// this very read hold, it would deadlock.
+    pub(crate) live_read_guards: AtomicUsize,
 }
 
 impl RwCore {
@@ -142,7 +146,7 @@ impl Side {
 /// | operation | round trips |
 /// |---|---|
 /// | uncontended read or write acquire, release | 1 each |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (a waiting writer also re-checks every second, to keep its mark alive) |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (a waiting writer also re-checks every second, to keep its mark alive, and one that gives up withdraws its mark before returning: + 1) |
 /// | `is_locked`, `force_unlock`, `delete` | 1 |
 ///
 /// # Examples
@@ -206,6 +210,7 @@ impl ReadWriteLock {
                 name,
                 keys,
                 live_write_guards: AtomicUsize::new(0),
+                live_read_guards: AtomicUsize::new(0),
             }),
             prefer_writers: true,
         }
@@ -447,12 +452,20 @@ impl ReadWriteLock {
         wait: Option<Duration>,
     ) -> Result<Option<WriteGuard>> {
         let mark = WriterMark::new(self.core.clone());
-        let granted = self.acquire(Side::Write, lease, wait, Some(&mark)).await?;
-        Ok(granted.map(|(hold, token)| {
-            // The grant removed the mark in the same script.
-            mark.disarm();
-            WriteGuard::new(self.core.clone(), token, hold)
-        }))
+        match self.acquire(Side::Write, lease, wait, Some(&mark)).await? {
+            Some((hold, token)) => {
+                // The grant removed the mark in the same script.
+                mark.disarm();
+                Ok(Some(WriteGuard::new(self.core.clone(), token, hold)))
+            }
+            None => {
+                // Gave up: take the mark away before returning, so that readers stop giving
+                // way by the time the caller learns it has no lock. (Errors and cancellation
+                // leave it to the mark's drop, in the background.)
+                mark.withdraw().await;
+                Ok(None)
+            }
+        }
     }
 
     async fn acquire(
@@ -480,7 +493,9 @@ impl ReadWriteLock {
             },
             channel: &keys.channel,
             deadline,
-            may_reenter: side == Side::Write && core.live_write_guards.load(Ordering::Acquire) > 0,
+            may_reenter: side == Side::Write
+                && (core.live_write_guards.load(Ordering::Acquire) > 0
+                    || core.live_read_guards.load(Ordering::Acquire) > 0),
             shared: side == Side::Read,
         };
         let granted = core
@@ -532,11 +547,14 @@ impl ReadWriteLock {
         let attempt = core.client.unique_id();
         let will_wait = deadline.is_none_or(|d| sent_at < d);
         let request = core.keys().map(|keys| {
+            // The withdrawal of the mark this attempt may set, if it is abandoned.
+            let mut withdraw = None;
             let call = match (side, mark) {
                 (Side::Write, Some(mark)) => {
                     // Mark only a writer that is going to wait; a failed try stays unnoticed.
                     let mark_ms = if will_wait {
                         mark.armed.store(true, Ordering::Release);
+                        withdraw = Some(mark.call(keys));
                         millis(WRITER_MARK_REFRESH * 3)
                     } else {
                         0
@@ -567,11 +585,14 @@ impl ReadWriteLock {
             let undo_attempt = attempt.clone();
             core.client
                 .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    let granted = match reply {
-                        Some(reply) => {
-                            matches!(side.decode(&reply), Ok(AcquireReply::Acquired { .. }))
-                        }
-                        None => true, // unknown: give back whatever it got, or forbid the grant
+                    let (granted, marked) = match reply {
+                        Some(reply) => match side.decode(&reply) {
+                            Ok(AcquireReply::Acquired { .. }) => (true, false),
+                            Ok(AcquireReply::Busy { .. }) => (false, true),
+                            _ => (false, false),
+                        },
+                        // Unknown: give back whatever it got, or forbid the grant.
+                        None => (true, true),
                     };
                     if granted {
                         tracing::debug!(name = %undo.name, "giving back an abandoned acquire");
@@ -579,6 +600,12 @@ impl ReadWriteLock {
                         if let Ok(call) = undo.release_call(&undo_attempt, remember) {
                             undo.client.spawn_idempotent(call);
                         }
+                    }
+                    // A busy write attempt marked its writer as waiting. The mark's own drop
+                    // may have withdrawn it before Redis ran this attempt (they travel on
+                    // different connections), so withdraw again now that it has run.
+                    if let (true, Some(call)) = (marked, withdraw) {
+                        undo.client.spawn_idempotent(call);
                     }
                 })
         });
@@ -629,18 +656,36 @@ impl WriterMark {
     fn disarm(&self) {
         self.armed.store(false, Ordering::Release);
     }
+
+    /// The call that removes this mark.
+    fn call(&self, keys: &RwKeys) -> ScriptCall {
+        ScriptCall::new(&scripts::WITHDRAW)
+            .key(keys.writers.as_str())
+            .arg(self.waiter.as_str())
+            .arg(keys.channel.as_str())
+    }
+
+    fn withdraw_call(&self) -> Option<ScriptCall> {
+        if !self.armed.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.call(self.core.keys().ok()?))
+    }
+
+    /// Withdraws the mark now. If that fails (or the future is dropped first), the mark stays
+    /// armed and its drop withdraws it in the background.
+    async fn withdraw(&self) {
+        if let Some(call) = self.withdraw_call() {
+            if self.core.client.eval_idempotent::<i64>(call).await.is_ok() {
+                self.disarm();
+            }
+        }
+    }
 }
 
 impl Drop for WriterMark {
     fn drop(&mut self) {
-        if !self.armed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Ok(keys) = self.core.keys() {
-            let call = ScriptCall::new(&scripts::WITHDRAW)
-                .key(keys.writers.as_str())
-                .arg(self.waiter.as_str())
-                .arg(keys.channel.as_str());
+        if let Some(call) = self.withdraw_call() {
             self.core.client.spawn_idempotent(call);
         }
     }
