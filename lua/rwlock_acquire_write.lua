@@ -6,6 +6,8 @@
 -- KEYS[3]  waiting writers: sorted set <waiter id> -> when that mark lapses (server ms)
 -- KEYS[4]  fence: counter of fencing tokens; never expires, never deleted
 -- KEYS[5]  attempt record of this attempt; exists only if the attempt was given back already
+-- KEYS[6]  waiter record: exists once this write() call withdrew its mark, so an attempt of it
+--          that Redis runs only afterwards does not mark again
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id
@@ -22,14 +24,15 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
 end
 local now = now_ms()
 prune(KEYS[1], KEYS[2], now)
-local lease_end = now + tonumber(ARGV[2])
+local write_end = now + tonumber(ARGV[2])
 local writer = redis.call('HGET', KEYS[1], 'writer')
 if writer == ARGV[1] then
+    redis.call('ZREM', KEYS[3], ARGV[4])
     local holds = redis.call('HINCRBY', KEYS[1], 'wcount', 1)
     local token = redis.call('HGET', KEYS[1], 'wtoken')
     redis.call('HSET', KEYS[1], 'a:' .. ARGV[3], 'w' .. token)
-    if tonumber(redis.call('HGET', KEYS[1], 'wexp')) < lease_end then
-        redis.call('HSET', KEYS[1], 'wexp', lease_end)
+    if tonumber(redis.call('HGET', KEYS[1], 'wexp')) < write_end then
+        redis.call('HSET', KEYS[1], 'wexp', write_end)
     end
     settle(KEYS[1], KEYS[2], now)
     return {1, tonumber(token), holds}
@@ -39,7 +42,7 @@ if not writer and redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then
 end
 if writer or redis.call('ZCARD', KEYS[2]) > 0 then
     local mark_ms = tonumber(ARGV[5])
-    if mark_ms > 0 then
+    if mark_ms > 0 and redis.call('EXISTS', KEYS[6]) == 0 then
         redis.call('ZADD', KEYS[3], now + mark_ms, ARGV[4])
         local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
         redis.call('PEXPIREAT', KEYS[3], tonumber(last[2]))
@@ -49,6 +52,6 @@ end
 redis.call('ZREM', KEYS[3], ARGV[4])
 local token = redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[1], 'writer', ARGV[1], 'wcount', 1, 'wtoken', token,
-    'wexp', lease_end, 'a:' .. ARGV[3], 'w' .. token)
+    'wexp', write_end, 'a:' .. ARGV[3], 'w' .. token)
 settle(KEYS[1], KEYS[2], now)
 return {1, token, 1}

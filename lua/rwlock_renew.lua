@@ -12,7 +12,7 @@
 -- for its hold only.
 
 local now = now_ms()
-local lease_end = now + tonumber(ARGV[1])
+local renewed_end = now + tonumber(ARGV[1])
 local per_hold = tonumber(ARGV[2])
 local results = {}
 for i = 1, #KEYS / per_hold do
@@ -22,18 +22,18 @@ for i = 1, #KEYS / per_hold do
     local live = 0
     if type(kind) == 'string' then
         if string.sub(kind, 1, 1) == 'r' then
-            local ends = redis.call('ZSCORE', readers, attempt)
-            if ends and tonumber(ends) > now then
-                if tonumber(ends) < lease_end then
-                    redis.call('ZADD', readers, lease_end, attempt)
+            local ends = redis.pcall('ZSCORE', readers, attempt)
+            if type(ends) == 'string' and tonumber(ends) > now then
+                if tonumber(ends) < renewed_end then
+                    redis.call('ZADD', readers, renewed_end, attempt)
                 end
                 live = 1
             end
         else
             local w = redis.call('HMGET', hash, 'wtoken', 'wexp')
             if w[1] and kind == 'w' .. w[1] and tonumber(w[2]) > now then
-                if tonumber(w[2]) < lease_end then
-                    redis.call('HSET', hash, 'wexp', lease_end)
+                if tonumber(w[2]) < renewed_end then
+                    redis.call('HSET', hash, 'wexp', renewed_end)
                 end
                 live = 1
             end

@@ -1536,3 +1536,162 @@ async fn bad_inputs_are_invalid_arguments() {
     guard.unlock().await.unwrap();
     assert_eq!(lock.name(), "inputs");
 }
+
+#[tokio::test]
+async fn a_reentrant_write_grant_removes_its_waiting_mark() {
+    // One write() call (waiter w1) marks itself while a reader holds; meanwhile its owner gets
+    // the write hold through another call (w2). When w1's next attempt is granted as a
+    // re-entry, its mark must go with it, or readers would keep giving way to nobody.
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let name = "reentry-mark";
+    let acquire = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../../lua/rwlock_prelude.lua"),
+        include_str!("../../lua/rwlock_acquire_write.lua")
+    ));
+    let write = |conn: &mut redis::Connection, attempt: &str, waiter: &str| -> Vec<i64> {
+        acquire
+            .key(hash_key(name))
+            .key(readers_key(name))
+            .key(writers_key(name))
+            .key(fence_key(name))
+            .key(format!("redisync:{{{name}}}:rw:attempt:{attempt}"))
+            .key(format!("redisync:{{{name}}}:rw:waiter:{waiter}"))
+            .arg("owner-1")
+            .arg(30_000)
+            .arg(attempt)
+            .arg(waiter)
+            .arg(3000)
+            .invoke(conn)
+            .unwrap()
+    };
+    server.cmd(&["HSET", &hash_key(name), "r:someone", "1", "a:x", "rsomeone"]);
+    server.cmd(&["ZADD", &readers_key(name), "99999999999999", "x"]);
+    assert_eq!(write(&mut conn, "a1", "w1").first(), Some(&0));
+    assert_eq!(zcard(&server, &writers_key(name)), 1, "w1 waits, marked");
+    server.cmd(&["DEL", &hash_key(name), &readers_key(name)]);
+    assert_eq!(
+        write(&mut conn, "a2", "w2").first(),
+        Some(&1),
+        "w2 is granted"
+    );
+    assert_eq!(
+        write(&mut conn, "a3", "w1").first(),
+        Some(&1),
+        "w1 re-enters"
+    );
+    assert_eq!(
+        zcard(&server, &writers_key(name)),
+        0,
+        "w1's mark outlived its grant"
+    );
+}
+
+#[tokio::test]
+async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
+    // The withdrawal and a late attempt of the same write() call travel on different
+    // connections; whichever Redis runs first, no mark may survive.
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let name = "late-mark";
+    let prelude = include_str!("../../lua/rwlock_prelude.lua");
+    let acquire = redis::Script::new(&format!(
+        "{prelude}{}",
+        include_str!("../../lua/rwlock_acquire_write.lua")
+    ));
+    let withdraw = redis::Script::new(include_str!("../../lua/rwlock_withdraw.lua"));
+    let waiter_record = format!("redisync:{{{name}}}:rw:waiter:w1");
+    // A reader holds, so the write attempt is busy and would mark.
+    server.cmd(&["HSET", &hash_key(name), "r:someone", "1", "a:x", "rsomeone"]);
+    server.cmd(&["ZADD", &readers_key(name), "99999999999999", "x"]);
+    let withdrawn: i64 = withdraw
+        .key(writers_key(name))
+        .key(&waiter_record)
+        .arg("w1")
+        .arg(channel(name))
+        .arg(3000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(withdrawn, 0, "nothing was marked yet");
+    let late: Vec<i64> = acquire
+        .key(hash_key(name))
+        .key(readers_key(name))
+        .key(writers_key(name))
+        .key(fence_key(name))
+        .key(format!("redisync:{{{name}}}:rw:attempt:a1"))
+        .key(&waiter_record)
+        .arg("owner-1")
+        .arg(30_000)
+        .arg("a1")
+        .arg("w1")
+        .arg(3000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(late.first(), Some(&0), "busy: a reader holds");
+    assert_eq!(
+        zcard(&server, &writers_key(name)),
+        0,
+        "the late attempt left a mark"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_upgrade_does_not_fail_other_waiting_writers() {
+    use redisync::core::{Attempt, WaitSpec};
+    // Core's waiting loop, driven directly: the head's own error (an upgrade refused) must
+    // not be handed to the writer queued behind it, only outages are.
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let (head_busy_tx, head_busy_rx) = tokio::sync::oneshot::channel::<()>();
+    let spec = |deadline| WaitSpec {
+        queue: "q",
+        channel: "redisync:{fanout}:wake",
+        deadline,
+        may_reenter: false,
+        shared: false,
+    };
+    let head = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let mut tries = 0;
+            let mut tx = Some(head_busy_tx);
+            a.acquire(spec(None), || {
+                tries += 1;
+                let first = tries == 1;
+                let busy = tries == 2;
+                let tx = if busy { tx.take() } else { None };
+                async move {
+                    if first || busy {
+                        if let Some(tx) = tx {
+                            let _ = tx.send(());
+                            tokio::time::sleep(ms(200)).await;
+                            return Err::<Attempt<()>, _>(Error::UpgradeNotSupported);
+                        }
+                        return Ok(Attempt::Busy {
+                            retry_in: Some(ms(50)),
+                        });
+                    }
+                    Ok(Attempt::Busy {
+                        retry_in: Some(ms(50)),
+                    })
+                }
+            })
+            .await
+        })
+    };
+    head_busy_rx.await.unwrap();
+    let behind = a
+        .acquire(spec(Some(Instant::now() + ms(1500))), || async {
+            Ok(Attempt::Acquired(()))
+        })
+        .await;
+    assert!(matches!(
+        head.await.unwrap(),
+        Err(Error::UpgradeNotSupported)
+    ));
+    assert!(
+        matches!(behind, Ok(Some(()))),
+        "the queued writer got {behind:?} instead of trying itself"
+    );
+}

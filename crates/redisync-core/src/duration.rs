@@ -24,6 +24,16 @@ pub fn lease_millis(lease: Duration) -> Result<u64> {
     Ok(ms as u64)
 }
 
+/// Whole milliseconds for a Redis argument (`PX`, a lease): rounded up, so Redis never holds
+/// for less than the client assumes, at least 1 (Redis refuses 0), saturating rather than
+/// overflowing. For durations already checked by [`lease_millis`] or bounded by the client's
+/// limits.
+pub fn redis_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 /// Turns a wait into a deadline on the monotonic clock. A zero wait is valid and means "do not
 /// wait"; a wait too large for Redis milliseconds is [`Error::InvalidArgument`].
 pub fn wait_deadline(wait: Duration) -> Result<Instant> {
@@ -53,6 +63,14 @@ mod tests {
             Some(MAX_MILLIS)
         );
         assert!(lease_millis(Duration::from_millis(MAX_MILLIS + 1)).is_err());
+    }
+
+    #[test]
+    fn redis_millis_round_up_and_never_reach_zero() {
+        assert_eq!(redis_millis(Duration::ZERO), 1);
+        assert_eq!(redis_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(redis_millis(Duration::from_millis(7)), 7);
+        assert_eq!(redis_millis(Duration::MAX), u64::MAX);
     }
 
     #[test]

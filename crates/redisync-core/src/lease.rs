@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::locking::lock;
 use crate::signal::Flag;
@@ -11,13 +11,25 @@ use crate::watchdog::Renewal;
 /// The client's view of one hold: when it ends at the latest, and whether it is known gone.
 ///
 /// The deadline is counted on the monotonic clock from when the request that set the lease
-/// was *sent*, so the client never believes it holds longer than Redis does. Once the deadline
-/// passes, or the flag is set, the hold is lost for good: a late confirmation does not revive
-/// it.
+/// was *sent*, less [`CLOCK_MARGIN`], so the client never believes it holds longer than Redis
+/// does. Once the deadline passes, or the flag is set, the hold is lost for good: a late
+/// confirmation does not revive it.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: Flag,
     expires_at: Mutex<Instant>,
+}
+
+/// Taken off every client-side deadline: Redis counts expiry in whole milliseconds from when
+/// it ran the request, which may put the end of a hold up to a millisecond before `sent +
+/// lease` on the client's clock.
+pub const CLOCK_MARGIN: Duration = Duration::from_millis(2);
+
+/// The client-side deadline of a lease set by a request sent at `sent_at`.
+pub(crate) fn deadline(sent_at: Instant, lease: Duration) -> Instant {
+    (sent_at + lease)
+        .checked_sub(CLOCK_MARGIN)
+        .unwrap_or(sent_at)
 }
 
 impl LeaseState {
@@ -100,10 +112,10 @@ impl Lease {
         }
     }
 
-    /// A lease that ends at `expires_at` and is never renewed.
-    pub fn fixed(expires_at: Instant) -> Self {
+    /// A fixed lease of `lease`, set by a request sent at `sent_at`, never renewed.
+    pub fn fixed(sent_at: Instant, lease: Duration) -> Self {
         Lease {
-            state: LeaseState::new(expires_at),
+            state: LeaseState::new(deadline(sent_at, lease)),
             _renewal: None,
         }
     }

@@ -199,7 +199,11 @@ impl Client {
         };
         let result = self.wait_as_head(&spec, slot, attempt).await;
         if let Err(err) = &result {
-            slot.fail(err);
+            // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an error
+            // about this caller's own request (an upgrade refused, a bad argument) does not.
+            if matches!(err, Error::Redis(_) | Error::Timeout | Error::Shutdown) {
+                slot.fail(err);
+            }
         } else if result.as_ref().is_ok_and(Option::is_some) {
             tracing::debug!(queue = %spec.queue, waited = ?started.elapsed(), "acquired after waiting");
         }

@@ -111,7 +111,7 @@ impl Watchdog {
         let entry = entries.entry(id.clone()).or_insert_with(|| Entry {
             script,
             refs: 0,
-            state: LeaseState::new(sent_at + lease),
+            state: LeaseState::new(crate::lease::deadline(sent_at, lease)),
             serial: self.serial.fetch_add(1, Ordering::Relaxed),
         });
         entry.refs += 1;
@@ -258,7 +258,7 @@ fn settle(
         if entry.serial != *serial {
             continue; // released and registered again meanwhile: not this renewal's hold
         }
-        if result == 1 && entry.state.extend(sent_at + lease) {
+        if result == 1 && entry.state.extend(crate::lease::deadline(sent_at, lease)) {
             Counters::bump(&shared.counters.renewals, 1);
         } else {
             tracing::warn!(key = %id.key(), "lease lost: the hold is gone, no longer ours, or renewed too late");

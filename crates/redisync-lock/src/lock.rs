@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, wait_deadline};
+use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
     async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, ScriptCall, WaitSpec,
 };
@@ -58,20 +58,13 @@ impl LockCore {
             .key(keys.attempt_record(attempt))
             .arg(attempt)
             .arg(keys.channel.as_str())
-            .arg(millis(remember)))
+            .arg(redis_millis(remember)))
     }
 
     /// How long a release is remembered: long enough for its retries.
     pub(crate) fn retry_window(&self) -> Duration {
         self.client.command_timeout().saturating_mul(2)
     }
-}
-
-/// Whole milliseconds, at least 1 (durations here are bounded by the client's limits).
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 /// A reentrant distributed lock, like Redisson's `RLock`.
@@ -510,7 +503,7 @@ impl ReentrantLock {
         span.record("outcome", "acquired");
         core.client.record_acquire();
         let lease = match lease {
-            Some(lease) => redisync_core::Lease::fixed(sent_at + lease),
+            Some(lease) => redisync_core::Lease::fixed(sent_at, lease),
             None => core.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone()],
@@ -539,7 +532,7 @@ impl ReentrantLock {
                 .key(keys.fence.as_str())
                 .key(keys.attempt_record(&attempt))
                 .arg(core.owner.as_str())
-                .arg(millis(lease))
+                .arg(redis_millis(lease))
                 .arg(attempt.as_str());
             let undo = core.clone();
             let undo_attempt = attempt.clone();

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, wait_deadline};
+use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
     async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
     WaitSpec,
@@ -15,9 +15,11 @@ use tracing::Instrument;
 use crate::guard::{ReadGuard, WriteGuard};
 use crate::scripts::{self, AcquireReply};
 
-/// How often a waiting writer renews its mark, and so the longest a writer that died while
-/// waiting keeps new readers out (three periods).
+/// How often a waiting writer renews its mark.
 const WRITER_MARK_REFRESH: Duration = Duration::from_secs(1);
+/// How long a mark lasts unless renewed: the longest a writer that died while waiting keeps
+/// new readers out.
+const WRITER_MARK_LIFETIME: Duration = Duration::from_secs(3);
 
 /// The Redis names of one read-write lock.
 #[derive(Debug)]
@@ -30,11 +32,16 @@ pub(crate) struct RwKeys {
     read_queue: String,
     write_queue: String,
     attempt_prefix: String,
+    waiter_prefix: String,
 }
 
 impl RwKeys {
     fn attempt_record(&self, attempt: &str) -> String {
         format!("{}{attempt}", self.attempt_prefix)
+    }
+
+    fn waiter_record(&self, waiter: &str) -> String {
+        format!("{}{waiter}", self.waiter_prefix)
     }
 }
 
@@ -71,19 +78,12 @@ impl RwCore {
             .key(keys.attempt_record(attempt))
             .arg(attempt)
             .arg(keys.channel.as_str())
-            .arg(millis(remember)))
+            .arg(redis_millis(remember)))
     }
 
     fn retry_window(&self) -> Duration {
         self.client.command_timeout().saturating_mul(2)
     }
-}
-
-/// Whole milliseconds, at least 1 (durations here are bounded by the client's limits).
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 /// Which side of the lock an acquire is for.
@@ -116,10 +116,14 @@ impl Side {
 ///   [`Error::UpgradeNotSupported`] at once; waiting could never end.
 /// * **Writer preference (default):** once a writer waits, new readers queue behind it, so a
 ///   stream of overlapping readers cannot starve writers. Owners that already read (and the
-///   writer itself) still get read holds at once. Opt out with
-///   [`prefer_writers(false)`](Self::prefer_writers). A writer that gives up, fails or is
-///   cancelled withdraws its mark at once; one that dies while waiting stops blocking readers
-///   within three seconds.
+///   writer itself) still get read holds at once, since making them wait could deadlock. So
+///   give each reading task its own handle ([`ReadWriteLock::new`] or
+///   `client.read_write_lock(name)` per task): tasks sharing clones of one handle share one
+///   owner, and as long as any of them reads, the others keep getting in past a waiting
+///   writer. Opt out with [`prefer_writers(false)`](Self::prefer_writers). A writer that gives
+///   up withdraws its mark before returning; one that fails or is cancelled withdraws it in the
+///   background, and an attempt of it that Redis runs only afterwards cannot mark again; one
+///   that dies while waiting stops blocking readers within three seconds.
 /// * **Leases:** every hold has its own lease (the watchdog's, renewed while the guard lives,
 ///   or a fixed one), and the lock lives as long as its longest live hold, so a crashed reader
 ///   blocks writers for at most its own lease.
@@ -135,6 +139,7 @@ impl Side {
 /// | `<prefix>:{<name>}:rw:readers` | sorted set | read hold (attempt id) → end of its lease, server ms |
 /// | `<prefix>:{<name>}:rw:writers` | sorted set | waiting writer → when its mark lapses |
 /// | `<prefix>:{<name>}:rw:fence` | string | last fencing token; never expires |
+/// | `<prefix>:{<name>}:rw:waiter:<waiter>` | string | a waiting writer withdrew its mark; kept as long as a mark lasts, so a late attempt of it cannot mark again |
 /// | `<prefix>:{<name>}:rw:attempt:<attempt>` | string | outcome of giving back one attempt's hold, kept briefly (idempotent release; a late acquire of a given-back attempt cannot grant) |
 /// | `<prefix>:{<name>}:rw:wake` | channel | write hold ended, lock freed, or a writer stopped waiting |
 ///
@@ -198,6 +203,7 @@ impl ReadWriteLock {
                 read_queue: space.key("rw:read-queue"),
                 write_queue: space.key("rw:write-queue"),
                 attempt_prefix: space.key("rw:attempt:"),
+                waiter_prefix: space.key("rw:waiter:"),
             })
             .map_err(|e| match e {
                 Error::InvalidArgument(message) => message,
@@ -260,7 +266,8 @@ impl ReadWriteLock {
 
     /// Takes the write hold, waiting as long as it takes; renewed by the watchdog.
     ///
-    /// Fails at once with [`Error::UpgradeNotSupported`] if this owner holds a read lock.
+    /// Fails at once with [`Error::UpgradeNotSupported`] if this owner holds a read lock but
+    /// not the write lock (the write holder's own reads are a downgrade, and it re-enters).
     ///
     /// # Examples
     ///
@@ -518,7 +525,7 @@ impl ReadWriteLock {
         let (attempt, token, sent_at) = granted;
         core.client.record_acquire();
         let lease = match lease {
-            Some(lease) => Lease::fixed(sent_at + lease),
+            Some(lease) => Lease::fixed(sent_at, lease),
             None => core.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone(), keys.readers.clone()],
@@ -547,17 +554,25 @@ impl ReadWriteLock {
         let attempt = core.client.unique_id();
         let will_wait = deadline.is_none_or(|d| sent_at < d);
         let request = core.keys().map(|keys| {
-            // The withdrawal of the mark this attempt may set, if it is abandoned.
-            let mut withdraw = None;
-            let call = match (side, mark) {
-                (Side::Write, Some(mark)) => {
+            let call = match side {
+                Side::Read => ScriptCall::new(&scripts::ACQUIRE_READ)
+                    .key(keys.hash.as_str())
+                    .key(keys.readers.as_str())
+                    .key(keys.writers.as_str())
+                    .key(keys.attempt_record(&attempt))
+                    .arg(core.owner.as_str())
+                    .arg(redis_millis(lease))
+                    .arg(attempt.as_str())
+                    .arg(if self.prefer_writers { "1" } else { "0" }),
+                Side::Write => {
                     // Mark only a writer that is going to wait; a failed try stays unnoticed.
-                    let mark_ms = if will_wait {
-                        mark.armed.store(true, Ordering::Release);
-                        withdraw = Some(mark.call(keys));
-                        millis(WRITER_MARK_REFRESH * 3)
-                    } else {
-                        0
+                    let (waiter, mark_ms) = match mark {
+                        Some(mark) if will_wait => {
+                            mark.armed.store(true, Ordering::Release);
+                            (mark.waiter.as_str(), redis_millis(WRITER_MARK_LIFETIME))
+                        }
+                        Some(mark) => (mark.waiter.as_str(), 0),
+                        None => (attempt.as_str(), 0),
                     };
                     ScriptCall::new(&scripts::ACQUIRE_WRITE)
                         .key(keys.hash.as_str())
@@ -565,34 +580,23 @@ impl ReadWriteLock {
                         .key(keys.writers.as_str())
                         .key(keys.fence.as_str())
                         .key(keys.attempt_record(&attempt))
+                        .key(keys.waiter_record(waiter))
                         .arg(core.owner.as_str())
-                        .arg(millis(lease))
+                        .arg(redis_millis(lease))
                         .arg(attempt.as_str())
-                        .arg(mark.waiter.as_str())
+                        .arg(waiter)
                         .arg(mark_ms)
                 }
-                _ => ScriptCall::new(&scripts::ACQUIRE_READ)
-                    .key(keys.hash.as_str())
-                    .key(keys.readers.as_str())
-                    .key(keys.writers.as_str())
-                    .key(keys.attempt_record(&attempt))
-                    .arg(core.owner.as_str())
-                    .arg(millis(lease))
-                    .arg(attempt.as_str())
-                    .arg(if self.prefer_writers { "1" } else { "0" }),
             };
             let undo = core.clone();
             let undo_attempt = attempt.clone();
             core.client
                 .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    let (granted, marked) = match reply {
-                        Some(reply) => match side.decode(&reply) {
-                            Ok(AcquireReply::Acquired { .. }) => (true, false),
-                            Ok(AcquireReply::Busy { .. }) => (false, true),
-                            _ => (false, false),
-                        },
-                        // Unknown: give back whatever it got, or forbid the grant.
-                        None => (true, true),
+                    let granted = match reply {
+                        Some(reply) => {
+                            matches!(side.decode(&reply), Ok(AcquireReply::Acquired { .. }))
+                        }
+                        None => true, // unknown: give back whatever it got, or forbid the grant
                     };
                     if granted {
                         tracing::debug!(name = %undo.name, "giving back an abandoned acquire");
@@ -600,12 +604,6 @@ impl ReadWriteLock {
                         if let Ok(call) = undo.release_call(&undo_attempt, remember) {
                             undo.client.spawn_idempotent(call);
                         }
-                    }
-                    // A busy write attempt marked its writer as waiting. The mark's own drop
-                    // may have withdrawn it before Redis ran this attempt (they travel on
-                    // different connections), so withdraw again now that it has run.
-                    if let (true, Some(call)) = (marked, withdraw) {
-                        undo.client.spawn_idempotent(call);
                     }
                 })
         });
@@ -661,8 +659,10 @@ impl WriterMark {
     fn call(&self, keys: &RwKeys) -> ScriptCall {
         ScriptCall::new(&scripts::WITHDRAW)
             .key(keys.writers.as_str())
+            .key(keys.waiter_record(&self.waiter))
             .arg(self.waiter.as_str())
             .arg(keys.channel.as_str())
+            .arg(redis_millis(WRITER_MARK_LIFETIME))
     }
 
     fn withdraw_call(&self) -> Option<ScriptCall> {
