@@ -151,7 +151,8 @@ impl Side {
 /// | operation | round trips |
 /// |---|---|
 /// | uncontended read or write acquire, release | 1 each |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (a waiting writer also re-checks every second, to keep its mark alive, and one that gives up withdraws its mark before returning: + 1) |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up; a waiting writer also re-checks every second (keeping its mark alive), and one that gives up withdraws its mark before returning (+ 1) |
+/// | blocked reader | re-checks on every release message of the lock, and at the latest when the hold or the writer mark in its way would end by itself |
 /// | `is_locked`, `force_unlock`, `delete` | 1 |
 ///
 /// # Examples
