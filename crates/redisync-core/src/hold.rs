@@ -1,6 +1,8 @@
 //! [`Hold`]: the part every guard shares — a lease, and a release that always happens.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tracing::Instrument;
 
@@ -22,6 +24,8 @@ pub struct Hold {
     // Both are taken when the hold is released; `None` afterwards.
     release: Option<ScriptCall>,
     lease: Option<Lease>,
+    // Counts this hold among its owner's live local holds until it is released.
+    local: Option<Arc<AtomicUsize>>,
 }
 
 impl Hold {
@@ -31,6 +35,21 @@ impl Hold {
             client,
             release: Some(release),
             lease: Some(lease),
+            local: None,
+        }
+    }
+
+    /// Counts this hold in `counter` until it is released or dropped. Primitives use this to
+    /// know whether an owner may be re-entering (and must not queue behind local waiters).
+    pub fn counted_in(mut self, counter: Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        self.local = Some(counter);
+        self
+    }
+
+    fn leave_local_count(&mut self) {
+        if let Some(counter) = self.local.take() {
+            counter.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -59,6 +78,7 @@ impl Hold {
     /// If the future is dropped before it completes, the release still runs in the background.
     pub async fn release(mut self, span: tracing::Span) -> Result<i64> {
         drop(self.lease.take());
+        self.leave_local_count();
         let Some(call) = self.release.take() else {
             return Err(Error::Shutdown);
         };
@@ -76,6 +96,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         drop(self.lease.take());
+        self.leave_local_count();
         if let Some(call) = self.release.take() {
             self.client.spawn_idempotent(call);
         }

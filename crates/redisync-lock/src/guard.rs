@@ -1,7 +1,6 @@
 //! [`LockGuard`]: one hold of a lock.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use redisync_core::{Hold, Result};
@@ -47,18 +46,14 @@ use crate::scripts::decode_release;
 pub struct LockGuard {
     core: Arc<LockCore>,
     token: u64,
-    // Counted in `core.live_guards` until released.
-    hold: Option<Hold>,
+    // Releases on drop; counted in the owner's live guards until then.
+    hold: Hold,
 }
 
 impl LockGuard {
     pub(crate) fn new(core: Arc<LockCore>, token: u64, hold: Hold) -> Self {
-        core.live_guards.fetch_add(1, Ordering::AcqRel);
-        LockGuard {
-            core,
-            token,
-            hold: Some(hold),
-        }
+        let hold = hold.counted_in(core.live_guards.clone());
+        LockGuard { core, token, hold }
     }
 
     /// The fencing token of this hold: strictly greater than the token of every earlier
@@ -78,18 +73,13 @@ impl LockGuard {
     /// no renewal was confirmed before the lease would end, the client shut down, or a fixed
     /// lease ran out.
     pub fn is_lost(&self) -> bool {
-        self.hold.as_ref().is_none_or(Hold::is_lost)
+        self.hold.is_lost()
     }
 
     /// Completes once the hold is known to be gone (see [`is_lost`](Self::is_lost)). The
     /// future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.hold.as_ref().map(Hold::lost);
-        async move {
-            if let Some(lost) = lost {
-                lost.await;
-            }
-        }
+        self.hold.lost()
     }
 
     /// Releases this hold and reports whether it was still ours.
@@ -110,31 +100,12 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.take_hold() else {
-            return Err(redisync_core::Error::NotOwner);
-        };
+    pub async fn unlock(self) -> Result<()> {
         let span = tracing::debug_span!(
             "redisync.lock.release",
             name = %self.core.name,
             token = self.token,
         );
-        hold.release(span).await.and_then(decode_release)
-    }
-
-    /// Takes the hold out, so that it no longer counts as a local hold of this owner.
-    fn take_hold(&mut self) -> Option<Hold> {
-        let hold = self.hold.take();
-        if hold.is_some() {
-            self.core.live_guards.fetch_sub(1, Ordering::AcqRel);
-        }
-        hold
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        // Dropping the hold releases it in the background.
-        drop(self.take_hold());
+        self.hold.release(span).await.and_then(decode_release)
     }
 }

@@ -39,7 +39,7 @@ pub(crate) struct LockCore {
     pub(crate) owner: String,
     /// Guards of this owner alive in this process: when non-zero, an acquire may be a
     /// re-entry and must not queue behind local waiters.
-    pub(crate) live_guards: AtomicUsize,
+    pub(crate) live_guards: Arc<AtomicUsize>,
 }
 
 impl LockCore {
@@ -154,7 +154,7 @@ impl ReentrantLock {
                 client: client.clone(),
                 name,
                 keys,
-                live_guards: AtomicUsize::new(0),
+                live_guards: Arc::default(),
             }),
         }
     }

@@ -1,10 +1,9 @@
 //! [`ReadGuard`] and [`WriteGuard`]: one read hold and one write hold.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use redisync_core::{Error, Hold, Result};
+use redisync_core::{Hold, Result};
 
 use crate::rwlock::RwCore;
 use crate::scripts::decode_release;
@@ -22,17 +21,14 @@ use crate::scripts::decode_release;
 #[derive(Debug)]
 pub struct ReadGuard {
     core: Arc<RwCore>,
-    // Counted in `core.live_read_guards` until released.
-    hold: Option<Hold>,
+    // Releases on drop; counted in the owner's live read guards until then.
+    hold: Hold,
 }
 
 impl ReadGuard {
     pub(crate) fn new(core: Arc<RwCore>, hold: Hold) -> Self {
-        core.live_read_guards.fetch_add(1, Ordering::AcqRel);
-        ReadGuard {
-            core,
-            hold: Some(hold),
-        }
+        let hold = hold.counted_in(core.live_read_guards.clone());
+        ReadGuard { core, hold }
     }
 
     /// The name of the lock.
@@ -43,52 +39,31 @@ impl ReadGuard {
     /// Whether the client knows the hold is gone (renewal found it missing, no renewal was
     /// confirmed before the lease would end, the client shut down, or a fixed lease ran out).
     pub fn is_lost(&self) -> bool {
-        self.hold.as_ref().is_none_or(Hold::is_lost)
+        self.hold.is_lost()
     }
 
     /// Completes once the hold is known to be gone. The future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.hold.as_ref().map(Hold::lost);
-        async move {
-            if let Some(lost) = lost {
-                lost.await;
-            }
-        }
+        self.hold.lost()
     }
 
     /// Releases this read hold; the last reader leaving wakes a waiting writer.
     ///
     /// # Errors
     ///
-    /// [`Error::NotOwner`] if the hold's lease ended or it was force-unlocked (nothing is
-    /// changed); [`Error::Redis`] / [`Error::Timeout`] if Redis did not answer (the lease then
-    /// ends the hold); [`Error::Shutdown`] after shutdown (released in the background anyway).
+    /// [`Error::NotOwner`](redisync_core::Error::NotOwner) if the hold's lease ended or it was
+    /// force-unlocked (nothing is changed); [`Error::Redis`](redisync_core::Error::Redis) /
+    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not answer (the lease
+    /// then ends the hold); [`Error::Shutdown`](redisync_core::Error::Shutdown) after shutdown
+    /// (released in the background anyway).
     ///
     /// # Cancel safety
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.take_hold() else {
-            return Err(Error::NotOwner);
-        };
+    pub async fn unlock(self) -> Result<()> {
         let span =
             tracing::debug_span!("redisync.rwlock.release", name = %self.core.name, side = "read");
-        hold.release(span).await.and_then(decode_release)
-    }
-
-    fn take_hold(&mut self) -> Option<Hold> {
-        let hold = self.hold.take();
-        if hold.is_some() {
-            self.core.live_read_guards.fetch_sub(1, Ordering::AcqRel);
-        }
-        hold
-    }
-}
-
-impl Drop for ReadGuard {
-    fn drop(&mut self) {
-        // Dropping the hold releases it in the background.
-        drop(self.take_hold());
+        self.hold.release(span).await.and_then(decode_release)
     }
 }
 
@@ -101,18 +76,14 @@ impl Drop for ReadGuard {
 pub struct WriteGuard {
     core: Arc<RwCore>,
     token: u64,
-    // Counted in `core.live_write_guards` until released.
-    hold: Option<Hold>,
+    // Releases on drop; counted in the owner's live write guards until then.
+    hold: Hold,
 }
 
 impl WriteGuard {
     pub(crate) fn new(core: Arc<RwCore>, token: u64, hold: Hold) -> Self {
-        core.live_write_guards.fetch_add(1, Ordering::AcqRel);
-        WriteGuard {
-            core,
-            token,
-            hold: Some(hold),
-        }
+        let hold = hold.counted_in(core.live_write_guards.clone());
+        WriteGuard { core, token, hold }
     }
 
     /// The fencing token of this write hold: strictly greater than every earlier write hold's
@@ -128,17 +99,12 @@ impl WriteGuard {
 
     /// Whether the client knows the hold is gone.
     pub fn is_lost(&self) -> bool {
-        self.hold.as_ref().is_none_or(Hold::is_lost)
+        self.hold.is_lost()
     }
 
     /// Completes once the hold is known to be gone. The future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.hold.as_ref().map(Hold::lost);
-        async move {
-            if let Some(lost) = lost {
-                lost.await;
-            }
-        }
+        self.hold.lost()
     }
 
     /// Releases the write hold. Read holds this owner took meanwhile (a downgrade) stay, and
@@ -151,31 +117,13 @@ impl WriteGuard {
     /// # Cancel safety
     ///
     /// If the future is dropped before it completes, the release still runs in the background.
-    pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.take_hold() else {
-            return Err(Error::NotOwner);
-        };
+    pub async fn unlock(self) -> Result<()> {
         let span = tracing::debug_span!(
             "redisync.rwlock.release",
             name = %self.core.name,
             side = "write",
             token = self.token,
         );
-        hold.release(span).await.and_then(decode_release)
-    }
-
-    fn take_hold(&mut self) -> Option<Hold> {
-        let hold = self.hold.take();
-        if hold.is_some() {
-            self.core.live_write_guards.fetch_sub(1, Ordering::AcqRel);
-        }
-        hold
-    }
-}
-
-impl Drop for WriteGuard {
-    fn drop(&mut self) {
-        // Dropping the hold releases it in the background.
-        drop(self.take_hold());
+        self.hold.release(span).await.and_then(decode_release)
     }
 }

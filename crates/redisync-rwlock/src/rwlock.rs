@@ -54,11 +54,11 @@ pub(crate) struct RwCore {
     owner: String,
     /// Write guards of this owner alive in this process: a write while one lives may be a
     /// re-entry and must not queue behind local writers.
-    pub(crate) live_write_guards: AtomicUsize,
+    pub(crate) live_write_guards: Arc<AtomicUsize>,
     /// Read guards of this owner alive in this process: a write while one lives may be an
     /// upgrade, which Redis must refuse at once; queued behind a local writer that waits for
     /// this very read hold, it would deadlock.
-    pub(crate) live_read_guards: AtomicUsize,
+    pub(crate) live_read_guards: Arc<AtomicUsize>,
 }
 
 impl RwCore {
@@ -216,8 +216,8 @@ impl ReadWriteLock {
                 client: client.clone(),
                 name,
                 keys,
-                live_write_guards: AtomicUsize::new(0),
-                live_read_guards: AtomicUsize::new(0),
+                live_write_guards: Arc::default(),
+                live_read_guards: Arc::default(),
             }),
             prefer_writers: true,
         }
