@@ -453,6 +453,34 @@ impl Client {
         }
     }
 
+    /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
+    /// outcome is unknown, `give_back` (an idempotent release of exactly this attempt, which
+    /// must also forbid a grant Redis has not made yet) runs in the background, unless the
+    /// reply shows nothing was granted (`granted` says which replies grant).
+    ///
+    /// This is [`eval_undoable`](Self::eval_undoable) with the undo every acquire needs.
+    pub fn eval_acquire<T>(
+        &self,
+        call: ScriptCall,
+        give_back: ScriptCall,
+        granted: fn(&T) -> bool,
+    ) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        let client = self.clone();
+        self.eval_undoable(call, move |reply: Option<T>| async move {
+            // Unknown: give back whatever it got, or forbid the grant.
+            if reply.as_ref().is_none_or(granted) {
+                tracing::debug!(
+                    script = give_back.script().name(),
+                    "giving back an abandoned acquire"
+                );
+                client.spawn_idempotent(give_back);
+            }
+        })
+    }
+
     /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken
     /// connection until the command timeout is spent. Releases use this.
     pub fn eval_idempotent<T>(
@@ -477,11 +505,6 @@ impl Client {
                 tracing::warn!(script, error = %err, "background release failed; the lease will free it");
             }
         });
-    }
-
-    /// Counts a successful acquisition.
-    pub fn record_acquire(&self) {
-        Counters::bump(&self.shared().counters.acquires, 1);
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

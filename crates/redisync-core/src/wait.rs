@@ -32,6 +32,7 @@ use crate::locking::lock;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -149,6 +150,8 @@ impl Drop for Ticket {
 
 impl Client {
     /// Acquires a primitive: tries once, then waits as described in the [module docs](self).
+    /// Runs in a `redisync.acquire` tracing span (queue, wait time, outcome) and counts a
+    /// successful acquisition in [`Stats::acquires`](crate::Stats::acquires).
     ///
     /// `attempt` is called for every try; it must be one request. Returns `Ok(Some(_))` once an
     /// attempt acquires, `Ok(None)` when the deadline passes first, and the attempt's error if
@@ -159,7 +162,44 @@ impl Client {
     /// Dropping the future leaves the local queue and releases the subscription reference at
     /// once. An attempt in flight at that moment is the attempt's own business: primitives
     /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
-    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec<'_>, mut attempt: F) -> Result<Option<T>>
+    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec<'_>, attempt: F) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>>>,
+    {
+        let span = tracing::debug_span!(
+            "redisync.acquire",
+            queue = spec.queue,
+            shared = spec.shared,
+            waited_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .wait_for_turn(spec, attempt)
+            .instrument(span.clone())
+            .await;
+        span.record("waited_ms", started.elapsed().as_millis() as u64);
+        match &result {
+            Ok(Some(_)) => {
+                span.record("outcome", "acquired");
+                Counters::bump(&self.shared().counters.acquires, 1);
+            }
+            Ok(None) => {
+                span.record("outcome", "busy");
+            }
+            Err(err) => {
+                span.record("outcome", tracing::field::display(err));
+            }
+        }
+        result
+    }
+
+    async fn wait_for_turn<T, F, Fut>(
+        &self,
+        spec: WaitSpec<'_>,
+        mut attempt: F,
+    ) -> Result<Option<T>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>>>,
@@ -178,7 +218,6 @@ impl Client {
             }
         }
         Counters::bump(&shared.counters.contended_waits, 1);
-        let started = Instant::now();
 
         let ticket = shared.queues.join(spec.queue);
         let slot = ticket.slot();
@@ -204,8 +243,6 @@ impl Client {
             if matches!(err, Error::Redis(_) | Error::Timeout | Error::Shutdown) {
                 slot.fail(err);
             }
-        } else if result.as_ref().is_ok_and(Option::is_some) {
-            tracing::debug!(queue = %spec.queue, waited = ?started.elapsed(), "acquired after waiting");
         }
         result
     }

@@ -469,13 +469,6 @@ impl ReentrantLock {
         let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
         lease_millis(lease_for)?;
         let deadline = wait.map(wait_deadline).transpose()?;
-        let span = tracing::debug_span!(
-            "redisync.lock.acquire",
-            name = %core.name,
-            waited_ms = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        let started = Instant::now();
         let spec = WaitSpec {
             queue: &keys.hash,
             channel: &keys.channel,
@@ -486,22 +479,11 @@ impl ReentrantLock {
         let granted = core
             .client
             .acquire(spec, || self.attempt(lease_for))
-            .instrument(span.clone())
-            .await;
-        span.record("waited_ms", started.elapsed().as_millis() as u64);
-        let granted = match granted {
-            Ok(granted) => granted,
-            Err(err) => {
-                span.record("outcome", tracing::field::display(&err));
-                return Err(err);
-            }
-        };
+            .instrument(tracing::debug_span!("redisync.lock", name = %core.name))
+            .await?;
         let Some((attempt, token, sent_at)) = granted else {
-            span.record("outcome", "busy");
             return Ok(None);
         };
-        span.record("outcome", "acquired");
-        core.client.record_acquire();
         let lease = match lease {
             Some(lease) => redisync_core::Lease::fixed(sent_at, lease),
             None => core.client.watch_lease(
@@ -526,7 +508,7 @@ impl ReentrantLock {
         let core = self.core.clone();
         let sent_at = Instant::now();
         let attempt = core.client.unique_id();
-        let request = core.keys().map(|keys| {
+        let request = core.keys().and_then(|keys| {
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.hash.as_str())
                 .key(keys.fence.as_str())
@@ -534,24 +516,17 @@ impl ReentrantLock {
                 .arg(core.owner.as_str())
                 .arg(redis_millis(lease))
                 .arg(attempt.as_str());
-            let undo = core.clone();
-            let undo_attempt = attempt.clone();
-            core.client
-                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    let granted = match reply.map(|r| AcquireReply::decode(&r)) {
-                        Some(Ok(AcquireReply::Acquired { .. })) => true,
-                        Some(_) => false,
-                        None => true, // unknown: give back whatever it got, or forbid the grant
-                    };
-                    if granted {
-                        tracing::debug!(name = %undo.name, "giving back an abandoned acquire");
-                        // Remembered past the lease, so a grant that could still run is refused.
-                        let remember = lease.saturating_add(undo.retry_window());
-                        if let Ok(call) = undo.release_call(&undo_attempt, remember) {
-                            undo.client.spawn_idempotent(call);
-                        }
-                    }
-                })
+            // Remembered past the lease, so a grant that could still run is refused.
+            let give_back =
+                core.release_call(&attempt, lease.saturating_add(core.retry_window()))?;
+            Ok(core
+                .client
+                .eval_acquire(call, give_back, |reply: &Vec<i64>| {
+                    matches!(
+                        AcquireReply::decode(reply),
+                        Ok(AcquireReply::Acquired { .. })
+                    )
+                }))
         });
         async move {
             let reply = request?.await?;

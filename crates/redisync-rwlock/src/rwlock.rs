@@ -488,12 +488,6 @@ impl ReadWriteLock {
         let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
         lease_millis(lease_for)?;
         let deadline = wait.map(wait_deadline).transpose()?;
-        let span = tracing::debug_span!(
-            "redisync.rwlock.acquire",
-            name = %core.name,
-            side = ?side,
-            outcome = tracing::field::Empty,
-        );
         let spec = WaitSpec {
             queue: match side {
                 Side::Read => &keys.read_queue,
@@ -509,22 +503,11 @@ impl ReadWriteLock {
         let granted = core
             .client
             .acquire(spec, || self.attempt(side, lease_for, deadline, mark))
-            .instrument(span.clone())
-            .await;
-        let granted = match granted {
-            Ok(Some(granted)) => granted,
-            Ok(None) => {
-                span.record("outcome", "busy");
-                return Ok(None);
-            }
-            Err(err) => {
-                span.record("outcome", tracing::field::display(&err));
-                return Err(err);
-            }
+            .instrument(tracing::debug_span!("redisync.rwlock", name = %core.name, side = ?side))
+            .await?;
+        let Some((attempt, token, sent_at)) = granted else {
+            return Ok(None);
         };
-        span.record("outcome", "acquired");
-        let (attempt, token, sent_at) = granted;
-        core.client.record_acquire();
         let lease = match lease {
             Some(lease) => Lease::fixed(sent_at, lease),
             None => core.client.watch_lease(
@@ -554,7 +537,7 @@ impl ReadWriteLock {
         let sent_at = Instant::now();
         let attempt = core.client.unique_id();
         let will_wait = deadline.is_none_or(|d| sent_at < d);
-        let request = core.keys().map(|keys| {
+        let request = core.keys().and_then(|keys| {
             let call = match side {
                 Side::Read => ScriptCall::new(&scripts::ACQUIRE_READ)
                     .key(keys.hash.as_str())
@@ -589,24 +572,24 @@ impl ReadWriteLock {
                         .arg(mark_ms)
                 }
             };
-            let undo = core.clone();
-            let undo_attempt = attempt.clone();
-            core.client
-                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    let granted = match reply {
-                        Some(reply) => {
-                            matches!(side.decode(&reply), Ok(AcquireReply::Acquired { .. }))
-                        }
-                        None => true, // unknown: give back whatever it got, or forbid the grant
-                    };
-                    if granted {
-                        tracing::debug!(name = %undo.name, "giving back an abandoned acquire");
-                        let remember = lease.saturating_add(undo.retry_window());
-                        if let Ok(call) = undo.release_call(&undo_attempt, remember) {
-                            undo.client.spawn_idempotent(call);
-                        }
-                    }
-                })
+            // Remembered past the lease, so a grant that could still run is refused.
+            let give_back =
+                core.release_call(&attempt, lease.saturating_add(core.retry_window()))?;
+            let granted: fn(&Vec<i64>) -> bool = match side {
+                Side::Read => |reply| {
+                    matches!(
+                        AcquireReply::decode_read(reply),
+                        Ok(AcquireReply::Acquired { .. })
+                    )
+                },
+                Side::Write => |reply| {
+                    matches!(
+                        AcquireReply::decode_write(reply),
+                        Ok(AcquireReply::Acquired { .. })
+                    )
+                },
+            };
+            Ok(core.client.eval_acquire(call, give_back, granted))
         });
         async move {
             let reply = request?.await?;
