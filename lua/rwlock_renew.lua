@@ -19,11 +19,12 @@ for i = 1, #KEYS / per_hold do
     local hash, readers = KEYS[(i - 1) * per_hold + 1], KEYS[(i - 1) * per_hold + 2]
     local attempt = ARGV[3 + i]
     local kind = redis.pcall('HGET', hash, 'a:' .. attempt)
+    local readers_type = redis.call('TYPE', readers)['ok']
     local live = 0
-    if type(kind) == 'string' then
+    if type(kind) == 'string' and (readers_type == 'zset' or readers_type == 'none') then
         if string.sub(kind, 1, 1) == 'r' then
-            local ends = redis.pcall('ZSCORE', readers, attempt)
-            if type(ends) == 'string' and tonumber(ends) > now then
+            local ends = redis.call('ZSCORE', readers, attempt)
+            if ends and tonumber(ends) > now then
                 if tonumber(ends) < renewed_end then
                     redis.call('ZADD', readers, renewed_end, attempt)
                 end

@@ -1695,3 +1695,20 @@ async fn a_refused_upgrade_does_not_fail_other_waiting_writers() {
         "the queued writer got {behind:?} instead of trying itself"
     );
 }
+
+#[tokio::test]
+async fn foreign_data_in_one_locks_readers_set_does_not_cost_other_holds_their_renewal() {
+    let server = RedisServer::start();
+    let watchdog = ms(600);
+    let a = client_with_watchdog(&server, watchdog).await;
+    let victim = a.read_write_lock("victim").write().await.unwrap();
+    let bystander = a.read_write_lock("bystander").read().await.unwrap();
+    server.cmd(&["SET", &readers_key("victim"), "foreign"]);
+    tokio::time::timeout(Duration::from_secs(3), victim.lost())
+        .await
+        .expect("the spoiled hold is reported lost");
+    tokio::time::sleep(watchdog * 3).await;
+    assert!(!bystander.is_lost(), "the other hold kept being renewed");
+    bystander.unlock().await.unwrap();
+    drop(victim);
+}

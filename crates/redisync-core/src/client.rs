@@ -361,6 +361,16 @@ impl Client {
         self.shared().config.command_timeout
     }
 
+    /// How long after being sent a request abandoned by its caller may still run in Redis as
+    /// far as this client waits for it (a few command timeouts). Records that must outlive
+    /// such a late request (a give-back, a withdrawn mark) are kept at least this long.
+    pub fn abandoned_request_grace(&self) -> Duration {
+        self.shared()
+            .config
+            .command_timeout
+            .saturating_mul(ABANDONED_REQUEST_GRACE)
+    }
+
     /// The key space of the primitive called `name`, or [`Error::InvalidArgument`] for a bad
     /// name. Primitive handles call this once and report the error on every call.
     pub fn key_space(&self, name: &str) -> Result<KeySpace> {

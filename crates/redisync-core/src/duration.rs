@@ -8,12 +8,19 @@ use crate::error::{Error, Result};
 /// years). Scripts read numbers as Lua doubles, which are exact up to 2^53.
 pub const MAX_MILLIS: u64 = 1 << 53;
 
-/// Converts a lease into whole milliseconds, rounding up so a sub-millisecond lease is 1 ms.
+/// Converts a lease into whole milliseconds, rounding up.
 ///
-/// A zero lease or one above [`MAX_MILLIS`] is [`Error::InvalidArgument`].
+/// A zero lease, one shorter than [`MIN_LEASE`](crate::MIN_LEASE) or one above [`MAX_MILLIS`]
+/// is [`Error::InvalidArgument`].
 pub fn lease_millis(lease: Duration) -> Result<u64> {
     if lease.is_zero() {
         return Err(Error::invalid("lease must be greater than zero"));
+    }
+    if lease < crate::lease::MIN_LEASE {
+        return Err(Error::invalid(format!(
+            "lease must be at least {:?}, found {lease:?}",
+            crate::lease::MIN_LEASE
+        )));
     }
     let ms = lease.as_nanos().div_ceil(1_000_000);
     if ms > u128::from(MAX_MILLIS) {
@@ -56,7 +63,9 @@ mod tests {
     fn leases_are_checked_and_rounded_up() {
         assert!(lease_millis(Duration::ZERO).is_err());
         assert!(lease_millis(Duration::MAX).is_err());
-        assert_eq!(lease_millis(Duration::from_micros(1)).ok(), Some(1));
+        assert!(lease_millis(Duration::from_micros(1)).is_err());
+        assert!(lease_millis(Duration::from_millis(9)).is_err());
+        assert_eq!(lease_millis(Duration::from_micros(10_001)).ok(), Some(11));
         assert_eq!(lease_millis(Duration::from_millis(1500)).ok(), Some(1500));
         assert_eq!(
             lease_millis(Duration::from_millis(MAX_MILLIS)).ok(),

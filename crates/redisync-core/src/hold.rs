@@ -42,6 +42,8 @@ impl Hold {
     /// Counts this hold in `counter` until it is released or dropped. Primitives use this to
     /// know whether an owner may be re-entering (and must not queue behind local waiters).
     pub fn counted_in(mut self, counter: Arc<AtomicUsize>) -> Self {
+        // Counting twice would leave one count behind for ever.
+        self.leave_local_count();
         counter.fetch_add(1, Ordering::AcqRel);
         self.local = Some(counter);
         self

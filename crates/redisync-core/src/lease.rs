@@ -22,14 +22,24 @@ pub(crate) struct LeaseState {
 
 /// Taken off every client-side deadline: Redis counts expiry in whole milliseconds from when
 /// it ran the request, which may put the end of a hold up to a millisecond before `sent +
-/// lease` on the client's clock.
+/// lease` on the client's clock. (It does not cover the two clocks running at different
+/// rates; over the lease lengths locks use, that drift is far below a millisecond.) Leases
+/// must be longer than this: see [`MIN_LEASE`].
 pub const CLOCK_MARGIN: Duration = Duration::from_millis(2);
 
-/// The client-side deadline of a lease set by a request sent at `sent_at`.
+/// The shortest lease redisync accepts: a few times [`CLOCK_MARGIN`], so that a hold is
+/// not known lost the moment it is granted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// The client-side deadline of a lease set by a request sent at `sent_at`. A lease too long
+/// for the platform's clock saturates to a far-future instant instead of panicking.
 pub(crate) fn deadline(sent_at: Instant, lease: Duration) -> Instant {
-    (sent_at + lease)
-        .checked_sub(CLOCK_MARGIN)
-        .unwrap_or(sent_at)
+    const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+    let end = sent_at
+        .checked_add(lease)
+        .or_else(|| sent_at.checked_add(FAR_FUTURE))
+        .unwrap_or(sent_at);
+    end.checked_sub(CLOCK_MARGIN).unwrap_or(sent_at)
 }
 
 impl LeaseState {

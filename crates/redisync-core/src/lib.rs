@@ -47,7 +47,7 @@ pub use client::{
 pub use error::{Error, Result};
 pub use hold::Hold;
 pub use keys::KeySpace;
-pub use lease::{Lease, CLOCK_MARGIN};
+pub use lease::{Lease, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::DistributedPrimitive;
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;

@@ -194,7 +194,7 @@ type Registered = (HoldId, u64);
 
 /// One renewal round. Returns false if any call failed.
 async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
-    let lease_ms = lease.as_millis().max(1) as u64;
+    let lease_ms = crate::duration::redis_millis(lease);
     let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<Registered>)> = HashMap::new();
     for (id, entry) in lock(&shared.watchdog.entries).iter() {
         groups

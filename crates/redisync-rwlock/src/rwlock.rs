@@ -646,7 +646,10 @@ impl WriterMark {
             .key(keys.waiter_record(&self.waiter))
             .arg(self.waiter.as_str())
             .arg(keys.channel.as_str())
-            .arg(redis_millis(WRITER_MARK_LIFETIME))
+            // Outlives any late attempt of this waiter, so none can mark again.
+            .arg(redis_millis(
+                WRITER_MARK_LIFETIME.saturating_add(self.core.client.abandoned_request_grace()),
+            ))
     }
 
     fn withdraw_call(&self) -> Option<ScriptCall> {
