@@ -209,7 +209,8 @@ impl ReentrantLock {
     }
 
     /// Acquires the lock with a fixed lease: no watchdog, the hold expires `lease` after it
-    /// was taken unless released first. A zero or overlong lease is
+    /// was taken unless released first. A lease under
+    /// [`MIN_LEASE`](redisync_core::MIN_LEASE) (10 ms) or too large for Redis is
     /// [`Error::InvalidArgument`].
     ///
     /// # Examples
