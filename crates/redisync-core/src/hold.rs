@@ -39,6 +39,24 @@ impl Hold {
         }
     }
 
+    /// A hold without a lease (a classic semaphore's permits are not leased): it is never
+    /// lost, and releases like any other.
+    pub fn unleased(client: Client, release: ScriptCall) -> Self {
+        Hold {
+            client,
+            release: Some(release),
+            lease: None,
+            local: None,
+        }
+    }
+
+    /// Lets go of the hold without releasing it: whatever it holds stays taken.
+    pub fn forget(mut self) {
+        self.release = None;
+        drop(self.lease.take());
+        self.leave_local_count();
+    }
+
     /// Counts this hold in `counter` until it is released or dropped. Primitives use this to
     /// know whether an owner may be re-entering (and must not queue behind local waiters).
     pub fn counted_in(mut self, counter: Arc<AtomicUsize>) -> Self {
@@ -55,17 +73,23 @@ impl Hold {
         }
     }
 
-    /// Whether the client knows the hold is gone (see [`Lease`]).
+    /// Whether the client knows the hold is gone (see [`Lease`]); never for an unleased hold
+    /// that was not released.
     pub fn is_lost(&self) -> bool {
-        self.lease.as_ref().is_none_or(Lease::is_lost)
+        match &self.lease {
+            Some(lease) => lease.is_lost(),
+            None => self.release.is_none(),
+        }
     }
 
-    /// Completes once the hold is known to be gone. The future does not borrow the hold.
+    /// Completes once the hold is known to be gone (never, for an unleased hold). The future
+    /// does not borrow the hold.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let lost = self.lease.as_ref().map(Lease::lost);
         async move {
-            if let Some(lost) = lost {
-                lost.await;
+            match lost {
+                Some(lost) => lost.await,
+                None => std::future::pending().await,
             }
         }
     }

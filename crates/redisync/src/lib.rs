@@ -35,7 +35,8 @@
 //! |---|---|
 //! | `lock` | [`ReentrantLock`], [`LockGuard`] |
 //! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`] |
-//! | `semaphore`, `latch`, `multilock` | reserved for the primitives still to come |
+//! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
+//! | `latch`, `multilock` | reserved for the primitives still to come |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -67,6 +68,8 @@ pub use redisync_core as core;
 pub use redisync_lock::{LockGuard, ReentrantLock};
 #[cfg(feature = "rwlock")]
 pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
+#[cfg(feature = "semaphore")]
+pub use redisync_semaphore::{ExpirablePermit, ExpirableSemaphore, Semaphore, SemaphorePermit};
 
 /// Constructors of every enabled primitive, as methods on [`Client`].
 pub trait ClientExt {
@@ -79,6 +82,15 @@ pub trait ClientExt {
     /// returns a new owner; clone the handle to share one.
     #[cfg(feature = "rwlock")]
     fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock;
+
+    /// A handle to the counting semaphore called `name` (see [`Semaphore`]).
+    #[cfg(feature = "semaphore")]
+    fn semaphore(&self, name: impl Into<String>) -> Semaphore;
+
+    /// A handle to the semaphore of leased permits called `name` (see
+    /// [`ExpirableSemaphore`]).
+    #[cfg(feature = "semaphore")]
+    fn expirable_semaphore(&self, name: impl Into<String>) -> ExpirableSemaphore;
 }
 
 impl ClientExt for Client {
@@ -91,6 +103,16 @@ impl ClientExt for Client {
     fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
         ReadWriteLock::new(self, name)
     }
+
+    #[cfg(feature = "semaphore")]
+    fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self, name)
+    }
+
+    #[cfg(feature = "semaphore")]
+    fn expirable_semaphore(&self, name: impl Into<String>) -> ExpirableSemaphore {
+        ExpirableSemaphore::new(self, name)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -102,4 +124,6 @@ pub mod prelude {
     pub use redisync_lock::{LockGuard, ReentrantLock};
     #[cfg(feature = "rwlock")]
     pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
+    #[cfg(feature = "semaphore")]
+    pub use redisync_semaphore::{ExpirablePermit, ExpirableSemaphore, Semaphore, SemaphorePermit};
 }

@@ -1,0 +1,413 @@
+//! [`ExpirableSemaphore`]: permits with ids and leases, which come back by themselves.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
+use redisync_core::{
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
+    WaitSpec,
+};
+use tracing::Instrument;
+
+use crate::scripts::{self, PermitReply};
+use crate::semaphore::RECHECK;
+
+/// The Redis names of one expirable semaphore.
+#[derive(Debug)]
+struct XKeys {
+    permits: String,
+    deadlines: String,
+    channel: String,
+    queue: String,
+    record_prefix: String,
+}
+
+impl XKeys {
+    fn record(&self, id: &str) -> String {
+        format!("{}{id}", self.record_prefix)
+    }
+}
+
+#[derive(Debug)]
+struct XCore {
+    client: Client,
+    name: String,
+    keys: std::result::Result<XKeys, String>,
+}
+
+impl XCore {
+    fn keys(&self) -> Result<&XKeys> {
+        self.keys
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.clone()))
+    }
+
+    /// The call that returns permit `id`, remembering the outcome under `record` for `keep`.
+    fn release_call(&self, id: &str, record: String, keep: Duration) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::X_RELEASE)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str())
+            .key(record)
+            .arg(id)
+            .arg(keys.channel.as_str())
+            .arg(redis_millis(keep)))
+    }
+}
+
+/// A distributed semaphore whose permits have ids and leases, like Redisson's
+/// `RPermitExpirableSemaphore`, but whose lease-less permits cannot leak.
+///
+/// Create one with `client.expirable_semaphore(name)` (the `ClientExt` method of the
+/// `redisync` crate) or [`ExpirableSemaphore::new`]. Each [`ExpirablePermit`] has an id and a
+/// deadline kept by Redis's clock:
+///
+/// * [`acquire`](Self::acquire) (no lease) is renewed by the client's watchdog while the
+///   permit lives, so a holder that crashes or shuts down gives its permit back within one
+///   watchdog timeout; Redisson's lease-less permits leak for ever instead.
+/// * [`acquire_with_lease`](Self::acquire_with_lease) permits go back to the pool by
+///   themselves when the lease ends.
+/// * Expired permits return to the pool inside every script (lazily), and a waiter wakes by
+///   itself at the nearest permit deadline, even when nobody releases.
+/// * [`release_by_id`](Self::release_by_id) returns `false` for an unknown or expired id; no
+///   release ever returns a permit twice.
+///
+/// # Redis keys
+///
+/// | key / channel | type | content |
+/// |---|---|---|
+/// | `<prefix>:{<name>}:expirable-semaphore` | string | available permits (may be negative) |
+/// | `<prefix>:{<name>}:expirable-semaphore:leases` | sorted set | permit id → end of its lease (server ms) |
+/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | outcome of one release of a permit, kept briefly (idempotent retries; an acquire given back before it ran cannot take the permit) |
+/// | `<prefix>:{<name>}:expirable-semaphore:wake` | channel | permits were added, released or reclaimed |
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | uncontended acquire, release, and every other call | 1 |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (at least one a second, and at the nearest lease end) |
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::Client;
+/// use redisync_semaphore::ExpirableSemaphore;
+/// use std::time::Duration;
+///
+/// let client = Client::connect(url).await?;
+/// let gpus = ExpirableSemaphore::new(&client, "gpu-slots");
+/// gpus.try_set_permits(1).await?;
+///
+/// let slot = gpus.acquire_with_lease(Duration::from_millis(200)).await?;
+/// assert!(gpus.try_acquire().await?.is_none());
+/// tokio::time::sleep(Duration::from_millis(300)).await; // the lease runs out
+/// assert!(slot.is_lost());
+/// assert!(!gpus.release_by_id(slot.id()).await?); // it is back in the pool already
+/// assert_eq!(gpus.available_permits().await?, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ExpirableSemaphore {
+    core: Arc<XCore>,
+}
+
+impl ExpirableSemaphore {
+    /// A handle to the expirable semaphore called `name`. Never fails; a bad name is reported
+    /// as [`Error::InvalidArgument`] by every call.
+    pub fn new(client: &Client, name: impl Into<String>) -> Self {
+        let name = name.into();
+        let keys = client
+            .key_space(&name)
+            .map(|space| XKeys {
+                permits: space.key("expirable-semaphore"),
+                deadlines: space.key("expirable-semaphore:leases"),
+                channel: space.key("expirable-semaphore:wake"),
+                queue: space.key("expirable-semaphore:queue"),
+                record_prefix: space.key("expirable-semaphore:permit:"),
+            })
+            .map_err(|e| match e {
+                Error::InvalidArgument(message) => message,
+                other => other.to_string(),
+            });
+        ExpirableSemaphore {
+            core: Arc::new(XCore {
+                client: client.clone(),
+                name,
+                keys,
+            }),
+        }
+    }
+
+    /// Sets the number of permits to `n`, only if the semaphore does not exist yet. Returns
+    /// whether it did. `n` may be 0.
+    pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
+        let n = i64::try_from(n).map_err(|_| {
+            Error::invalid(format!("permits must be at most {}, found {n}", i64::MAX))
+        })?;
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::X_TRY_SET)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str())
+            .arg(n)
+            .arg(keys.channel.as_str());
+        Ok(self.core.client.eval::<i64>(call).await? == 1)
+    }
+
+    /// Adds `n` permits to the pool, or removes `-n` when negative (the count may go below
+    /// zero). Wakes waiters when permits are added.
+    pub async fn add_permits(&self, n: i64) -> Result<()> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::X_ADD)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str())
+            .arg(n)
+            .arg(keys.channel.as_str());
+        self.core.client.eval::<i64>(call).await?;
+        Ok(())
+    }
+
+    /// The number of permits available now, counting permits whose lease ended (0 for a
+    /// semaphore that does not exist).
+    pub async fn available_permits(&self) -> Result<i64> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::X_AVAILABLE)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str());
+        self.core.client.eval(call).await
+    }
+
+    /// Takes a permit, waiting as long as it takes; its lease is renewed by the watchdog while
+    /// the permit lives, so it comes back within one watchdog timeout if this process dies.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaks or duplicates a permit: an acquire on the wire returns
+    /// its permit when it completes, or is forbidden from taking one if Redis has not run it
+    /// yet; the queue place and subscription are released at once.
+    pub async fn acquire(&self) -> Result<ExpirablePermit> {
+        self.take(None, None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without a permit"))
+    }
+
+    /// Takes a permit with a fixed lease, waiting as long as it takes; it returns to the pool
+    /// by itself when the lease ends.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<ExpirablePermit> {
+        self.take(Some(lease), None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without a permit"))
+    }
+
+    /// Takes a permit (renewed by the watchdog) if one is free now.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self) -> Result<Option<ExpirablePermit>> {
+        self.take(None, Some(Duration::ZERO)).await
+    }
+
+    /// Takes a permit (renewed by the watchdog), waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<ExpirablePermit>> {
+        self.take(None, Some(wait)).await
+    }
+
+    /// Takes a permit with a fixed lease, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<ExpirablePermit>> {
+        self.take(Some(lease), Some(wait)).await
+    }
+
+    /// Returns the permit with this id to the pool. Returns `false` if the id is unknown, was
+    /// already released, or its lease ended (it is back in the pool already): a permit is
+    /// never returned twice.
+    pub async fn release_by_id(&self, id: &str) -> Result<bool> {
+        // A record of this call only: its own retries agree, later calls see the truth.
+        let record = self.core.keys()?.record(&self.core.client.unique_id());
+        let call = self.core.release_call(
+            id,
+            record,
+            self.core.client.command_timeout().saturating_mul(2),
+        )?;
+        Ok(self.core.client.eval_idempotent::<i64>(call).await? == 1)
+    }
+
+    async fn take(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<ExpirablePermit>> {
+        let core = &self.core;
+        let keys = core.keys()?;
+        let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
+        lease_millis(lease_for)?;
+        let deadline = wait.map(wait_deadline).transpose()?;
+        let spec = WaitSpec {
+            queue: &keys.queue,
+            channel: &keys.channel,
+            deadline,
+            may_reenter: false,
+            shared: false,
+        };
+        let granted = core
+            .client
+            .acquire(spec, || self.attempt(lease_for))
+            .instrument(tracing::debug_span!("redisync.expirable_semaphore", name = %core.name))
+            .await?;
+        let Some((id, sent_at)) = granted else {
+            return Ok(None);
+        };
+        let lease = match lease {
+            Some(lease) => Lease::fixed(sent_at, lease),
+            None => core.client.watch_lease(
+                &scripts::X_RENEW,
+                vec![keys.deadlines.clone()],
+                vec![id.clone()],
+                sent_at,
+            ),
+        };
+        let release = core.release_call(
+            &id,
+            keys.record(&id),
+            core.client.command_timeout().saturating_mul(2),
+        )?;
+        Ok(Some(ExpirablePermit {
+            name: core.name.clone(),
+            hold: Hold::new(core.client.clone(), release, lease),
+            id,
+        }))
+    }
+
+    /// One acquire request; the attempt id is the permit id. If its caller goes away, the
+    /// permit it may get is returned.
+    fn attempt(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Attempt<(String, Instant)>>> + Send + 'static {
+        let core = self.core.clone();
+        let sent_at = Instant::now();
+        let id = core.client.unique_id();
+        let request = core.keys().and_then(|keys| {
+            let call = ScriptCall::new(&scripts::X_ACQUIRE)
+                .key(keys.permits.as_str())
+                .key(keys.deadlines.as_str())
+                .key(keys.record(&id))
+                .arg(id.as_str())
+                .arg(redis_millis(lease))
+                .arg(keys.channel.as_str());
+            // Remembered past the lease, so a grant that could still run is refused.
+            let keep = lease.saturating_add(core.client.abandoned_request_grace());
+            let give_back = core.release_call(&id, keys.record(&id), keep)?;
+            Ok(core
+                .client
+                .eval_acquire(call, give_back, |reply: &Vec<i64>| {
+                    matches!(PermitReply::decode(reply), Ok(PermitReply::Acquired))
+                }))
+        });
+        async move {
+            let reply = request?.await?;
+            Ok(match PermitReply::decode(&reply)? {
+                PermitReply::Acquired => Attempt::Acquired((id, sent_at)),
+                PermitReply::Busy { retry_in } => Attempt::Busy {
+                    retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
+                },
+                // Only an attempt given back before it ran says this, and nobody awaits those.
+                PermitReply::GivenBack => Attempt::Busy { retry_in: None },
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for ExpirableSemaphore {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Removes the pool and every leased permit; waiters then find none until it is set again,
+    /// and the permits' guards find theirs gone.
+    async fn delete(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::DELETE)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str())
+            .arg(keys.channel.as_str());
+        Ok(self.core.client.eval::<i64>(call).await? == 1)
+    }
+}
+
+/// One permit of an [`ExpirableSemaphore`], with its id and lease.
+///
+/// Dropping it returns the permit in the background, without blocking; the watchdog stops at
+/// once. `'static` and `Send`.
+#[must_use = "dropping the permit returns it at once"]
+#[derive(Debug)]
+pub struct ExpirablePermit {
+    name: String,
+    id: String,
+    hold: Hold,
+}
+
+impl ExpirablePermit {
+    /// The permit's id, for [`ExpirableSemaphore::release_by_id`] (from any process).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The name of the semaphore.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the client knows the permit is gone: its lease ended (fixed, or no renewal was
+    /// confirmed in time), renewal found it released or reclaimed, or the client shut down.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Completes once the permit is known to be gone. The future does not borrow the permit.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.hold.lost()
+    }
+
+    /// Returns the permit to the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`] if the permit was no longer held (its lease ended, or it was
+    /// released by id): nothing is changed. A retry after a lost reply gets the first answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the release still runs in the background.
+    pub async fn release(self) -> Result<()> {
+        let span = tracing::debug_span!("redisync.expirable_semaphore.release", name = %self.name, id = %self.id);
+        match self.hold.release(span).await? {
+            1 => Ok(()),
+            _ => Err(Error::NotOwner),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The semaphores' scripts, side by side with the decoding of their replies.
+
+use std::time::Duration;
+
+use redisync_core::{Error, LuaScript, Result};
+
+macro_rules! script {
+    ($name:literal) => {
+        LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
+    };
+    ($name:literal, with_prelude) => {
+        LuaScript::new(
+            $name,
+            concat!(
+                include_str!("../../../lua/expirable_semaphore_prelude.lua"),
+                include_str!(concat!("../../../lua/", $name, ".lua"))
+            ),
+        )
+    };
+}
+
+pub(crate) static TRY_SET: LuaScript = script!("semaphore_try_set_permits");
+pub(crate) static ADD: LuaScript = script!("semaphore_add_permits");
+pub(crate) static DRAIN: LuaScript = script!("semaphore_drain_permits");
+pub(crate) static AVAILABLE: LuaScript = script!("semaphore_available_permits");
+pub(crate) static ACQUIRE: LuaScript = script!("semaphore_acquire");
+pub(crate) static RELEASE: LuaScript = script!("semaphore_release");
+pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back");
+pub(crate) static DELETE: LuaScript = script!("semaphore_delete");
+
+pub(crate) static X_TRY_SET: LuaScript = script!("expirable_semaphore_try_set_permits");
+pub(crate) static X_ADD: LuaScript = script!("expirable_semaphore_add_permits", with_prelude);
+pub(crate) static X_AVAILABLE: LuaScript =
+    script!("expirable_semaphore_available_permits", with_prelude);
+pub(crate) static X_ACQUIRE: LuaScript = script!("expirable_semaphore_acquire", with_prelude);
+pub(crate) static X_RELEASE: LuaScript = script!("expirable_semaphore_release", with_prelude);
+pub(crate) static X_RENEW: LuaScript = script!("expirable_semaphore_renew", with_prelude);
+
+/// Reply of `expirable_semaphore_acquire`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitReply {
+    Acquired,
+    /// None free; the wait until the nearest lease ends, if any permit is leased.
+    Busy {
+        retry_in: Option<Duration>,
+    },
+    /// The attempt had been given back before Redis ran it.
+    GivenBack,
+}
+
+impl PermitReply {
+    pub(crate) fn decode(reply: &[i64]) -> Result<Self> {
+        match reply {
+            [1] => Ok(PermitReply::Acquired),
+            [0, wait] => Ok(PermitReply::Busy {
+                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
+            }),
+            [-1] => Ok(PermitReply::GivenBack),
+            _ => Err(Error::WrongType),
+        }
+    }
+}
+
+/// Checks a permit count for `what`: at least 1 and within Redis integers.
+pub(crate) fn permit_count(n: u64, what: &str) -> Result<i64> {
+    if n == 0 {
+        return Err(Error::invalid(format!("{what} must be at least 1 permit")));
+    }
+    i64::try_from(n).map_err(|_| {
+        Error::invalid(format!(
+            "{what} must be at most {} permits, found {n}",
+            i64::MAX
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_and_counts_decode() {
+        assert_eq!(PermitReply::decode(&[1]).ok(), Some(PermitReply::Acquired));
+        assert_eq!(
+            PermitReply::decode(&[0, 40]).ok(),
+            Some(PermitReply::Busy {
+                retry_in: Some(Duration::from_millis(40))
+            })
+        );
+        assert_eq!(
+            PermitReply::decode(&[0, -1]).ok(),
+            Some(PermitReply::Busy { retry_in: None })
+        );
+        assert_eq!(
+            PermitReply::decode(&[-1]).ok(),
+            Some(PermitReply::GivenBack)
+        );
+        assert!(PermitReply::decode(&[]).is_err());
+        assert!(permit_count(0, "n").is_err());
+        assert!(permit_count(u64::MAX, "n").is_err());
+        assert_eq!(permit_count(3, "n").ok(), Some(3));
+    }
+}

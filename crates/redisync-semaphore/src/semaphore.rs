@@ -1,0 +1,378 @@
+//! [`Semaphore`]: a classic counting semaphore whose permits live in Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redisync_core::duration::{redis_millis, wait_deadline};
+use redisync_core::{
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, ScriptCall, WaitSpec,
+};
+use tracing::Instrument;
+
+use crate::scripts::{self, permit_count};
+
+/// How often a blocked acquirer re-checks even if no release message arrives: a lost message
+/// costs at most this much.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The Redis names of one semaphore.
+#[derive(Debug)]
+struct SemKeys {
+    permits: String,
+    channel: String,
+    queue: String,
+    attempt_prefix: String,
+}
+
+#[derive(Debug)]
+struct SemCore {
+    client: Client,
+    name: String,
+    keys: std::result::Result<SemKeys, String>,
+}
+
+impl SemCore {
+    fn keys(&self) -> Result<&SemKeys> {
+        self.keys
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.clone()))
+    }
+
+    fn add_call(&self, n: i64) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::ADD)
+            .key(keys.permits.as_str())
+            .arg(n)
+            .arg(keys.channel.as_str()))
+    }
+}
+
+/// A distributed counting semaphore, like Redisson's `RSemaphore`: a number of permits in
+/// Redis that any process may take and give back.
+///
+/// Create one with `client.semaphore(name)` (the `ClientExt` method of the `redisync` crate)
+/// or [`Semaphore::new`]. Permits are not owned: whoever holds a [`SemaphorePermit`] gives it
+/// back when it is dropped or released, and [`release`](Self::release) returns permits without
+/// any permit object, so one process can signal another (a producer releases, a consumer
+/// acquires). The count may go negative through [`add_permits`](Self::add_permits).
+///
+/// A permit taken by a process that then crashes is never given back: use
+/// [`ExpirableSemaphore`](crate::ExpirableSemaphore) when holders may die.
+///
+/// Waiting: an acquire for `n` permits re-checks whenever permits are added or released, so it
+/// gets in once enough have been returned, in one step or in several; and at least every
+/// second regardless, so a lost message never parks it. Within one client, waiters queue and
+/// only the first asks Redis.
+///
+/// # Redis keys
+///
+/// | key / channel | type | content |
+/// |---|---|---|
+/// | `<prefix>:{<name>}:semaphore` | string | available permits (may be negative) |
+/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits (`granted`, `released`, `given back`), kept briefly: a retried release never returns permits twice, and an acquire given back before it ran cannot take any |
+/// | `<prefix>:{<name>}:semaphore:wake` | channel | permits were added or released |
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | uncontended acquire, release, and every other call | 1 |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (and at least one a second) |
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::Client;
+/// use redisync_semaphore::Semaphore;
+///
+/// let client = Client::connect(url).await?;
+/// let jobs = Semaphore::new(&client, "jobs");
+/// assert!(jobs.try_set_permits(2).await?);
+///
+/// let first = jobs.acquire().await?;
+/// let second = jobs.acquire().await?;
+/// assert!(jobs.try_acquire().await?.is_none()); // both taken
+/// first.release().await?;
+/// second.forget();                              // keep this one taken
+/// assert_eq!(jobs.available_permits().await?, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    core: Arc<SemCore>,
+}
+
+impl Semaphore {
+    /// A handle to the semaphore called `name`. Never fails; a bad name is reported as
+    /// [`Error::InvalidArgument`] by every call.
+    pub fn new(client: &Client, name: impl Into<String>) -> Self {
+        let name = name.into();
+        let keys = client
+            .key_space(&name)
+            .map(|space| SemKeys {
+                permits: space.key("semaphore"),
+                channel: space.key("semaphore:wake"),
+                queue: space.key("semaphore:queue"),
+                attempt_prefix: space.key("semaphore:attempt:"),
+            })
+            .map_err(|e| match e {
+                Error::InvalidArgument(message) => message,
+                other => other.to_string(),
+            });
+        Semaphore {
+            core: Arc::new(SemCore {
+                client: client.clone(),
+                name,
+                keys,
+            }),
+        }
+    }
+
+    /// Sets the number of permits to `n`, only if the semaphore has never been initialised (or
+    /// was deleted). Returns whether it did. `n` may be 0.
+    pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
+        let n = i64::try_from(n).map_err(|_| {
+            Error::invalid(format!("permits must be at most {}, found {n}", i64::MAX))
+        })?;
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::TRY_SET)
+            .key(keys.permits.as_str())
+            .arg(n)
+            .arg(keys.channel.as_str());
+        Ok(self.core.client.eval::<i64>(call).await? == 1)
+    }
+
+    /// Adds `n` permits, or removes `-n` when negative (the count may go below zero; acquires
+    /// then wait until it is back up). Creates the semaphore if needed; wakes waiters when
+    /// permits are added.
+    pub async fn add_permits(&self, n: i64) -> Result<()> {
+        self.core.client.eval::<i64>(self.core.add_call(n)?).await?;
+        Ok(())
+    }
+
+    /// The number of permits available now (0 for a semaphore that does not exist; negative
+    /// after removing more than there were).
+    pub async fn available_permits(&self) -> Result<i64> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::AVAILABLE).key(keys.permits.as_str());
+        self.core.client.eval(call).await
+    }
+
+    /// Takes every available permit at once and returns how many that was (0 if none; a
+    /// negative count is left alone).
+    pub async fn drain_permits(&self) -> Result<i64> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::DRAIN).key(keys.permits.as_str());
+        self.core.client.eval(call).await
+    }
+
+    /// Returns `n` permits without a permit object (for permits taken with
+    /// [`SemaphorePermit::forget`], or by another process). On a semaphore that does not exist
+    /// yet this creates `n` permits. `n = 0` is [`Error::InvalidArgument`].
+    pub async fn release(&self, n: u64) -> Result<()> {
+        let n = permit_count(n, "a release")?;
+        self.core.client.eval::<i64>(self.core.add_call(n)?).await?;
+        Ok(())
+    }
+
+    /// Takes one permit, waiting as long as it takes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaks or duplicates a permit: an acquire on the wire gives
+    /// its permits back when it completes, or is forbidden from taking any if Redis has not
+    /// run it yet; the queue place and subscription are released at once.
+    pub async fn acquire(&self) -> Result<SemaphorePermit> {
+        self.acquire_many(1).await
+    }
+
+    /// Takes `n` permits at once, waiting as long as it takes; they may be returned in several
+    /// releases. `n = 0` or above `i64::MAX` is [`Error::InvalidArgument`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn acquire_many(&self, n: u64) -> Result<SemaphorePermit> {
+        self.take(n, None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without permits"))
+    }
+
+    /// Takes one permit if one is available now.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
+        self.take(1, Some(Duration::ZERO)).await
+    }
+
+    /// Takes `n` permits if they are available now.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire_many(&self, n: u64) -> Result<Option<SemaphorePermit>> {
+        self.take(n, Some(Duration::ZERO)).await
+    }
+
+    /// Takes one permit, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<SemaphorePermit>> {
+        self.take(1, Some(wait)).await
+    }
+
+    /// Takes `n` permits at once, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire_many_for(
+        &self,
+        n: u64,
+        wait: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.take(n, Some(wait)).await
+    }
+
+    async fn take(&self, n: u64, wait: Option<Duration>) -> Result<Option<SemaphorePermit>> {
+        let count = permit_count(n, "an acquire")?;
+        let core = &self.core;
+        let keys = core.keys()?;
+        let deadline = wait.map(wait_deadline).transpose()?;
+        let spec = WaitSpec {
+            queue: &keys.queue,
+            channel: &keys.channel,
+            deadline,
+            may_reenter: false,
+            shared: false,
+        };
+        let granted = core
+            .client
+            .acquire(spec, || self.attempt(count))
+            .instrument(tracing::debug_span!("redisync.semaphore", name = %core.name, permits = n))
+            .await?;
+        let Some(attempt) = granted else {
+            return Ok(None);
+        };
+        let release = ScriptCall::new(&scripts::RELEASE)
+            .key(keys.permits.as_str())
+            .key(format!("{}{attempt}", keys.attempt_prefix))
+            .arg(count)
+            .arg(keys.channel.as_str())
+            .arg(redis_millis(
+                core.client.command_timeout().saturating_mul(2),
+            ));
+        Ok(Some(SemaphorePermit {
+            name: core.name.clone(),
+            count: n,
+            hold: Hold::unleased(core.client.clone(), release),
+        }))
+    }
+
+    /// One acquire request for `n` permits; if its caller goes away, whatever it took is given
+    /// back.
+    fn attempt(
+        &self,
+        n: i64,
+    ) -> impl std::future::Future<Output = Result<Attempt<String>>> + Send + 'static {
+        let core = self.core.clone();
+        let attempt = core.client.unique_id();
+        let request = core.keys().map(|keys| {
+            let record = format!("{}{attempt}", keys.attempt_prefix);
+            // The records outlive any late run of this acquire.
+            let keep = redis_millis(
+                core.client
+                    .abandoned_request_grace()
+                    .saturating_add(core.client.command_timeout()),
+            );
+            let call = ScriptCall::new(&scripts::ACQUIRE)
+                .key(keys.permits.as_str())
+                .key(record.as_str())
+                .arg(n)
+                .arg(keep);
+            let give_back = ScriptCall::new(&scripts::GIVE_BACK)
+                .key(keys.permits.as_str())
+                .key(record)
+                .arg(n)
+                .arg(keys.channel.as_str())
+                .arg(keep);
+            core.client
+                .eval_acquire(call, give_back, |reply: &i64| *reply == 1)
+        });
+        async move {
+            Ok(match request?.await? {
+                1 => Attempt::Acquired(attempt),
+                0 | -1 => Attempt::Busy {
+                    retry_in: Some(RECHECK),
+                },
+                _ => return Err(Error::WrongType),
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for Semaphore {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Removes the semaphore's permits count; waiters then find none until it is set again.
+    async fn delete(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::DELETE)
+            .key(keys.permits.as_str())
+            .arg(keys.channel.as_str());
+        Ok(self.core.client.eval::<i64>(call).await? == 1)
+    }
+}
+
+/// Permits taken from a [`Semaphore`].
+///
+/// Dropping it gives the permits back in the background, without blocking;
+/// [`release`](Self::release) does so and waits for Redis; [`forget`](Self::forget) keeps them
+/// taken. `'static` and `Send`, so it can move across tasks.
+#[must_use = "dropping the permit gives it back at once"]
+#[derive(Debug)]
+pub struct SemaphorePermit {
+    name: String,
+    count: u64,
+    hold: Hold,
+}
+
+impl SemaphorePermit {
+    /// How many permits this holds.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The name of the semaphore.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Gives the permits back. A release retried after a lost reply never returns them twice.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the release still runs in the background.
+    pub async fn release(self) -> Result<()> {
+        let span = tracing::debug_span!("redisync.semaphore.release", name = %self.name, permits = self.count);
+        self.hold.release(span).await.map(|_| ())
+    }
+
+    /// Keeps the permits taken: nothing is given back. Return them later with
+    /// [`Semaphore::release`].
+    pub fn forget(self) {
+        self.hold.forget();
+    }
+}

@@ -1,0 +1,22 @@
+-- semaphore_acquire: take n permits at once, or none.
+--
+-- KEYS[1]  permits
+-- KEYS[2]  attempt record of this attempt: written here on a grant ('granted', kept for as
+--          long as the client may still give the attempt back), and by the give-back or the
+--          release afterwards; if it already exists the attempt was given back before it ran
+-- ARGV[1]  n, the permits to take (>= 1)
+-- ARGV[2]  how long to keep the 'granted' record, in ms
+--
+-- Returns 1 when the n permits were taken, 0 when fewer than n are available (nothing taken),
+-- -1 when the attempt had been given back before it ran.
+
+if redis.call('EXISTS', KEYS[2]) == 1 then
+    return -1
+end
+local n = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < n then
+    return 0
+end
+redis.call('DECRBY', KEYS[1], n)
+redis.call('SET', KEYS[2], 'granted', 'PX', ARGV[2])
+return 1

@@ -1,0 +1,13 @@
+-- semaphore_drain_permits: take every available permit at once.
+--
+-- KEYS[1]  permits
+--
+-- Returns the number of permits taken (0 when none were available; a negative count is left
+-- as it is, since draining must never add permits).
+
+local available = tonumber(redis.call('GET', KEYS[1]) or '0')
+if available > 0 then
+    redis.call('SET', KEYS[1], 0)
+    return available
+end
+return 0
