@@ -17,7 +17,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local now = now_ms()
 reclaim(KEYS[1], KEYS[2], now, ARGV[3])
-if tonumber(redis.call('GET', KEYS[1]) or '0') < 1 then
+if pool(KEYS[1]) < 1 then
     local nearest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if nearest[2] then
         return {0, math.max(1, tonumber(nearest[2]) - now)}

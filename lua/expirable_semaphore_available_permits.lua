@@ -8,4 +8,4 @@
 -- counted here and reclaimed by the next script that writes.
 
 local expired = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms())
-return tonumber(redis.call('GET', KEYS[1]) or '0') + expired
+return pool(KEYS[1]) + expired

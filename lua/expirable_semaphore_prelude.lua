@@ -13,8 +13,20 @@ local function now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Returns expired permits to the pool and wakes waiters if there were any.
+-- The number of available permits (0 when the pool does not exist). Foreign data under the
+-- key is a WRONGTYPE error: a string that is not a count would otherwise read as nil.
+local function pool(permits)
+    local count = tonumber(redis.call('GET', permits) or '0')
+    if not count then
+        error(redis.error_reply('WRONGTYPE the permits key holds no count'))
+    end
+    return count
+end
+
+-- Returns expired permits to the pool and wakes waiters if there were any. Checks the pool
+-- first, so that every script that writes reports foreign data.
 local function reclaim(permits, deadlines, now, channel)
+    pool(permits)
     local expired = redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now)
     if expired > 0 then
         redis.call('INCRBY', permits, expired)

@@ -8,13 +8,18 @@
 -- ARGV[2]  how long to keep the 'granted' record, in ms
 --
 -- Returns 1 when the n permits were taken, 0 when fewer than n are available (nothing taken),
--- -1 when the attempt had been given back before it ran.
+-- -1 when the attempt had been given back before it ran; a WRONGTYPE error when the permits
+-- key holds anything but a count.
 
 if redis.call('EXISTS', KEYS[2]) == 1 then
     return -1
 end
 local n = tonumber(ARGV[1])
-if tonumber(redis.call('GET', KEYS[1]) or '0') < n then
+local available = tonumber(redis.call('GET', KEYS[1]) or '0')
+if not available then
+    return redis.error_reply('WRONGTYPE the permits key holds no count')
+end
+if available < n then
     return 0
 end
 redis.call('DECRBY', KEYS[1], n)

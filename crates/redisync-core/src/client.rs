@@ -463,6 +463,39 @@ impl Client {
         }
     }
 
+    /// Runs an idempotent script on a background task until Redis confirms it, retrying with
+    /// backoff (up to every 5 s) through outages, until the client shuts down. For releases
+    /// that nothing else would ever make up for (permits without a lease): the script must be
+    /// safe to run any number of times, at any later point.
+    pub fn spawn_until_done(&self, call: ScriptCall) {
+        let shared = self.shared().clone();
+        let script = call.script().name();
+        shared.runtime.clone().spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match eval_in::<redis::Value>(shared.clone(), call.clone(), Mode::Background).await
+                {
+                    Ok(_) => return,
+                    Err(err) if err.is_outcome_unknown() || err.is_retryable() => {
+                        tracing::warn!(script, error = %err, ?pause, "release not confirmed; retrying");
+                    }
+                    Err(err) => {
+                        tracing::error!(script, error = %err, "release refused by redis; giving up");
+                        return;
+                    }
+                }
+                tokio::select! {
+                    _ = shared.shutdown.wait() => {
+                        tracing::warn!(script, "client shut down before a release was confirmed");
+                        return;
+                    }
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
     /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
     /// outcome is unknown, `give_back` (an idempotent release of exactly this attempt, which
     /// must also forbid a grant Redis has not made yet) runs in the background, unless the

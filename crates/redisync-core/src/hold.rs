@@ -26,6 +26,8 @@ pub struct Hold {
     lease: Option<Lease>,
     // Counts this hold among its owner's live local holds until it is released.
     local: Option<Arc<AtomicUsize>>,
+    // Set for holds without a lease: their release must eventually happen.
+    release_unleased: bool,
 }
 
 impl Hold {
@@ -36,17 +38,21 @@ impl Hold {
             release: Some(release),
             lease: Some(lease),
             local: None,
+            release_unleased: false,
         }
     }
 
     /// A hold without a lease (a classic semaphore's permits are not leased): it is never
-    /// lost, and releases like any other.
+    /// lost, and since no lease would ever make up for a release that did not happen, its
+    /// release is retried in the background until Redis confirms it (see
+    /// [`Client::spawn_until_done`]); the release script must allow that.
     pub fn unleased(client: Client, release: ScriptCall) -> Self {
         Hold {
             client,
             release: Some(release),
             lease: None,
             local: None,
+            release_unleased: true,
         }
     }
 
@@ -108,14 +114,28 @@ impl Hold {
         let Some(call) = self.release.take() else {
             return Err(Error::Shutdown);
         };
+        let unleased = self.release_unleased;
         if self.client.is_shut_down() {
-            self.client.spawn_idempotent(call);
+            self.finish_in_background(call, unleased);
             return Err(Error::Shutdown);
         }
-        let request = self.client.eval_idempotent::<i64>(call);
-        Abandonable::new(request, |_| async {})
+        let request = self.client.eval_idempotent::<i64>(call.clone());
+        let reply = Abandonable::new(request, |_| async {})
             .instrument(span)
-            .await
+            .await;
+        if unleased && reply.as_ref().is_err_and(Error::is_outcome_unknown) {
+            // Nothing else would ever give these back: keep trying.
+            self.client.spawn_until_done(call);
+        }
+        reply
+    }
+
+    fn finish_in_background(&self, call: ScriptCall, unleased: bool) {
+        if unleased {
+            self.client.spawn_until_done(call);
+        } else {
+            self.client.spawn_idempotent(call);
+        }
     }
 }
 
@@ -124,7 +144,7 @@ impl Drop for Hold {
         drop(self.lease.take());
         self.leave_local_count();
         if let Some(call) = self.release.take() {
-            self.client.spawn_idempotent(call);
+            self.finish_in_background(call, self.release_unleased);
         }
     }
 }
