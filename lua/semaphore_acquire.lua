@@ -1,11 +1,10 @@
 -- semaphore_acquire: take n permits at once, or none.
 --
 -- KEYS[1]  permits
--- KEYS[2]  attempt record of this attempt: written here on a grant ('granted', kept for as
---          long as the client may still give the attempt back), and by the give-back or the
---          release afterwards; if it already exists the attempt was given back before it ran
+-- KEYS[2]  attempt record of this attempt: 'granted' from here until the permits are released,
+--          given back or forgotten (no expiry: the permits are outstanding that long); if it
+--          already exists the attempt was given back before it ran
 -- ARGV[1]  n, the permits to take (>= 1)
--- ARGV[2]  how long to keep the 'granted' record, in ms
 --
 -- Returns 1 when the n permits were taken, 0 when fewer than n are available (nothing taken),
 -- -1 when the attempt had been given back before it ran; a WRONGTYPE error when the permits
@@ -22,6 +21,6 @@ end
 if available < n then
     return 0
 end
-redis.call('DECRBY', KEYS[1], n)
-redis.call('SET', KEYS[2], 'granted', 'PX', ARGV[2])
+redis.call('DECRBY', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], 'granted')
 return 1

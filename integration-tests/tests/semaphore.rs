@@ -1837,3 +1837,145 @@ async fn foreign_data_under_the_keys_is_wrong_type() {
     }
     assert_idle(&[&c]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_many_permits_does_not_hold_back_a_local_waiter_for_one() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let sem = a.semaphore("sizes");
+    assert!(sem.try_set_permits(0).await.unwrap());
+    let big = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.try_acquire_many_for(5, Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let small = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.try_acquire_for(Duration::from_secs(3)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    a.semaphore("sizes").release(3).await.unwrap();
+    let small = small
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("one of the three free permits");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    small.release().await.unwrap();
+    a.semaphore("sizes").release(2).await.unwrap();
+    let big = big
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("five once two more came back");
+    assert_eq!(big.count(), 5);
+    big.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 5);
+}
+
+#[tokio::test]
+async fn a_deleted_semaphore_stays_deleted_when_old_permits_come_back() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let sem = a.semaphore("deleted");
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let permit = sem.acquire().await.unwrap();
+    assert!(sem.delete().await.unwrap());
+    permit.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    assert!(
+        sem.try_set_permits(10).await.unwrap(),
+        "the semaphore can be set anew"
+    );
+    assert_eq!(sem.available_permits().await.unwrap(), 10);
+}
+
+#[tokio::test]
+async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() {
+    // The release of a classic permit is retried until Redis confirms it; a retry must never
+    // return the permits again, even after the first release's record has expired.
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let sem = a.semaphore("once");
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let permit = sem.acquire_many(2).await.unwrap();
+    let record = {
+        let mut conn = server.connection();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("redisync:{once}:semaphore:attempt:*")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(keys.len(), 1, "one outstanding permit record");
+        keys[0].clone()
+    };
+    permit.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+    let release = redis::Script::new(include_str!("../../lua/semaphore_release.lua"));
+    let mut conn = server.connection();
+    let mut retry = |conn: &mut redis::Connection| -> i64 {
+        release
+            .key(sem_key("once"))
+            .key(&record)
+            .arg(2)
+            .arg("redisync:{once}:semaphore:wake")
+            .arg(10_000)
+            .invoke(conn)
+            .unwrap()
+    };
+    assert_eq!(retry(&mut conn), 0, "a retry returns nothing");
+    server.cmd(&["DEL", &record]); // the 'released' record expired
+    assert_eq!(retry(&mut conn), 0, "a late retry returns nothing either");
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn counts_beyond_two_to_the_53_are_invalid() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let sem = a.semaphore("huge");
+    let over = (1u64 << 53) + 1;
+    assert!(matches!(
+        sem.try_set_permits(over).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.add_permits(i64::MAX).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.add_permits(i64::MIN).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.release(over).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.try_acquire_many(over).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let x = a.expirable_semaphore("huge");
+    assert!(matches!(
+        x.try_set_permits(over).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        x.add_permits(i64::MAX).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    // At the limit the arithmetic is exact.
+    assert!(sem.try_set_permits(1 << 53).await.unwrap());
+    let all = sem
+        .try_acquire_many(1 << 53)
+        .await
+        .unwrap()
+        .expect("all of them");
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    all.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 1 << 53);
+}

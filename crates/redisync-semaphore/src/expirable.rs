@@ -11,7 +11,7 @@ use redisync_core::{
 };
 use tracing::Instrument;
 
-use crate::scripts::{self, PermitReply};
+use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
 
 /// The Redis names of one expirable semaphore.
@@ -80,7 +80,7 @@ impl XCore {
 /// |---|---|---|
 /// | `<prefix>:{<name>}:expirable-semaphore` | string | available permits (may be negative) |
 /// | `<prefix>:{<name>}:expirable-semaphore:leases` | sorted set | permit id → end of its lease (server ms) |
-/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | outcome of one release of a permit, kept briefly (idempotent retries; an acquire given back before it ran cannot take the permit) |
+/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | outcome of one release, kept briefly, under the permit's id (idempotent retries; an acquire given back before it ran cannot take the permit) or, for `release_by_id`, under the call's own id |
 /// | `<prefix>:{<name>}:expirable-semaphore:wake` | channel | permits were added, released or reclaimed |
 ///
 /// # Round trips
@@ -149,9 +149,7 @@ impl ExpirableSemaphore {
     /// Sets the number of permits to `n`, only if the semaphore does not exist yet. Returns
     /// whether it did. `n` may be 0.
     pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
-        let n = i64::try_from(n).map_err(|_| {
-            Error::invalid(format!("permits must be at most {}, found {n}", i64::MAX))
-        })?;
+        let n = initial_count(n, "a semaphore")?;
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::X_TRY_SET)
             .key(keys.permits.as_str())
@@ -164,6 +162,7 @@ impl ExpirableSemaphore {
     /// Adds `n` permits to the pool, or removes `-n` when negative (the count may go below
     /// zero). Wakes waiters when permits are added.
     pub async fn add_permits(&self, n: i64) -> Result<()> {
+        let n = permit_change(n)?;
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::X_ADD)
             .key(keys.permits.as_str())
@@ -318,8 +317,11 @@ impl ExpirableSemaphore {
                 .arg(id.as_str())
                 .arg(redis_millis(lease))
                 .arg(keys.channel.as_str());
-            // Remembered past the lease, so a grant that could still run is refused.
-            let keep = lease.saturating_add(core.client.abandoned_request_grace());
+            // Outlives any late run of this acquire, so it is refused.
+            let keep = core
+                .client
+                .abandoned_request_grace()
+                .saturating_add(core.client.command_timeout());
             let give_back = core.release_call(&id, keys.record(&id), keep)?;
             Ok(core
                 .client

@@ -14,6 +14,7 @@ mod scripts;
 mod semaphore;
 
 pub use expirable::{ExpirablePermit, ExpirableSemaphore};
+pub use scripts::MAX_PERMITS;
 pub use semaphore::{Semaphore, SemaphorePermit};
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub(crate) static AVAILABLE: LuaScript = script!("semaphore_available_permits");
 pub(crate) static ACQUIRE: LuaScript = script!("semaphore_acquire");
 pub(crate) static RELEASE: LuaScript = script!("semaphore_release");
 pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back");
+pub(crate) static FORGET: LuaScript = script!("semaphore_forget");
 pub(crate) static DELETE: LuaScript = script!("semaphore_delete");
 
 pub(crate) static X_TRY_SET: LuaScript = script!("expirable_semaphore_try_set_permits");
@@ -61,17 +62,36 @@ impl PermitReply {
     }
 }
 
-/// Checks a permit count for `what`: at least 1 and within Redis integers.
+/// The largest permit count redisync sends to Redis: 2^53. Scripts read counts as Lua
+/// doubles, which are exact up to there.
+pub const MAX_PERMITS: u64 = 1 << 53;
+
+/// Checks a permit count for `what`: at least 1 and at most [`MAX_PERMITS`].
 pub(crate) fn permit_count(n: u64, what: &str) -> Result<i64> {
     if n == 0 {
         return Err(Error::invalid(format!("{what} must be at least 1 permit")));
     }
-    i64::try_from(n).map_err(|_| {
-        Error::invalid(format!(
-            "{what} must be at most {} permits, found {n}",
-            i64::MAX
-        ))
-    })
+    initial_count(n, what)
+}
+
+/// Checks a count that may be 0 (an initial number of permits).
+pub(crate) fn initial_count(n: u64, what: &str) -> Result<i64> {
+    if n > MAX_PERMITS {
+        return Err(Error::invalid(format!(
+            "{what} must be at most {MAX_PERMITS} permits, found {n}"
+        )));
+    }
+    Ok(n as i64)
+}
+
+/// Checks a change of permits (either sign), at most [`MAX_PERMITS`] either way.
+pub(crate) fn permit_change(n: i64) -> Result<i64> {
+    if n.unsigned_abs() > MAX_PERMITS {
+        return Err(Error::invalid(format!(
+            "permits added must be within ±{MAX_PERMITS}, found {n}"
+        )));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -98,6 +118,14 @@ mod tests {
         assert!(PermitReply::decode(&[]).is_err());
         assert!(permit_count(0, "n").is_err());
         assert!(permit_count(u64::MAX, "n").is_err());
+        assert!(permit_count(MAX_PERMITS + 1, "n").is_err());
+        assert_eq!(initial_count(0, "n").ok(), Some(0));
+        assert!(permit_change(i64::MIN).is_err());
+        assert_eq!(permit_change(-5).ok(), Some(-5));
+        assert!(permit_count(MAX_PERMITS + 1, "n").is_err());
         assert_eq!(permit_count(3, "n").ok(), Some(3));
+        assert_eq!(initial_count(0, "n").ok(), Some(0));
+        assert!(permit_change(i64::MIN).is_err());
+        assert_eq!(permit_change(-5).ok(), Some(-5));
     }
 }

@@ -9,7 +9,7 @@ use redisync_core::{
 };
 use tracing::Instrument;
 
-use crate::scripts::{self, permit_count};
+use crate::scripts::{self, initial_count, permit_change, permit_count};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
@@ -61,15 +61,19 @@ impl SemCore {
 ///
 /// Waiting: an acquire for `n` permits re-checks whenever permits are added or released, so it
 /// gets in once enough have been returned, in one step or in several; and at least every
-/// second regardless, so a lost message never parks it. Within one client, waiters queue and
-/// only the first asks Redis.
+/// second regardless, so a lost message never parks it. Within one client, waiters for the
+/// same number of permits queue and only the first asks Redis. Across clients there is no
+/// queue: a waiter for many permits can be overtaken by others taking fewer.
+///
+/// Counts are limited to ±2^53 ([`MAX_PERMITS`](crate::MAX_PERMITS)); larger ones are
+/// [`Error::InvalidArgument`].
 ///
 /// # Redis keys
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
 /// | `<prefix>:{<name>}:semaphore` | string | available permits (may be negative) |
-/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits (`granted`, `released`, `given back`), kept briefly: a retried release never returns permits twice, and an acquire given back before it ran cannot take any |
+/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits: `granted` while they are out (no expiry), then `released` or `given back` briefly; a release is applied once however often it is retried, and an acquire given back before it ran cannot take any |
 /// | `<prefix>:{<name>}:semaphore:wake` | channel | permits were added or released |
 ///
 /// # Round trips
@@ -136,9 +140,7 @@ impl Semaphore {
     /// Sets the number of permits to `n`, only if the semaphore has never been initialised (or
     /// was deleted). Returns whether it did. `n` may be 0.
     pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
-        let n = i64::try_from(n).map_err(|_| {
-            Error::invalid(format!("permits must be at most {}, found {n}", i64::MAX))
-        })?;
+        let n = initial_count(n, "a semaphore")?;
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::TRY_SET)
             .key(keys.permits.as_str())
@@ -151,6 +153,7 @@ impl Semaphore {
     /// then wait until it is back up). Creates the semaphore if needed; wakes waiters when
     /// permits are added.
     pub async fn add_permits(&self, n: i64) -> Result<()> {
+        let n = permit_change(n)?;
         self.core.client.eval::<i64>(self.core.add_call(n)?).await?;
         Ok(())
     }
@@ -248,8 +251,11 @@ impl Semaphore {
         let core = &self.core;
         let keys = core.keys()?;
         let deadline = wait.map(wait_deadline).transpose()?;
+        // One local queue per size: a waiter for many permits must not hold back waiters for
+        // fewer while enough for them are free.
+        let queue = format!("{}:{n}", keys.queue);
         let spec = WaitSpec {
-            queue: &keys.queue,
+            queue: &queue,
             channel: &keys.channel,
             deadline,
             may_reenter: false,
@@ -271,10 +277,14 @@ impl Semaphore {
             .arg(redis_millis(
                 core.client.command_timeout().saturating_mul(2),
             ));
+        let forget =
+            ScriptCall::new(&scripts::FORGET).key(format!("{}{attempt}", keys.attempt_prefix));
         Ok(Some(SemaphorePermit {
             name: core.name.clone(),
             count: n,
             hold: Hold::unleased(core.client.clone(), release),
+            forget,
+            client: core.client.clone(),
         }))
     }
 
@@ -288,7 +298,7 @@ impl Semaphore {
         let attempt = core.client.unique_id();
         let request = core.keys().map(|keys| {
             let record = format!("{}{attempt}", keys.attempt_prefix);
-            // The records outlive any late run of this acquire.
+            // A give-back record outlives any late run of this acquire.
             let keep = redis_millis(
                 core.client
                     .abandoned_request_grace()
@@ -297,8 +307,7 @@ impl Semaphore {
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.permits.as_str())
                 .key(record.as_str())
-                .arg(n)
-                .arg(keep);
+                .arg(n);
             let give_back = ScriptCall::new(&scripts::GIVE_BACK)
                 .key(keys.permits.as_str())
                 .key(record)
@@ -326,7 +335,8 @@ impl DistributedPrimitive for Semaphore {
         &self.core.name
     }
 
-    /// Removes the semaphore's permits count; waiters then find none until it is set again.
+    /// Removes the semaphore's permits count; waiters then find none until it is set again,
+    /// and permits still out are not given back to it.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::DELETE)
@@ -347,6 +357,8 @@ pub struct SemaphorePermit {
     name: String,
     count: u64,
     hold: Hold,
+    forget: ScriptCall,
+    client: Client,
 }
 
 impl SemaphorePermit {
@@ -360,7 +372,10 @@ impl SemaphorePermit {
         &self.name
     }
 
-    /// Gives the permits back. A release retried after a lost reply never returns them twice.
+    /// Gives the permits back. A release is never applied twice, so when Redis cannot confirm
+    /// it (the call returns [`Error::Redis`] or [`Error::Timeout`]) it keeps being retried in
+    /// the background until Redis does, or the client shuts down: permits without a lease
+    /// are only ever lost if the process dies before giving them back.
     ///
     /// # Cancel safety
     ///
@@ -374,5 +389,7 @@ impl SemaphorePermit {
     /// [`Semaphore::release`].
     pub fn forget(self) {
         self.hold.forget();
+        // Drops the permit's record in the background; the permits stay taken.
+        self.client.spawn_idempotent(self.forget);
     }
 }
