@@ -1917,7 +1917,7 @@ async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() 
     assert_eq!(sem.available_permits().await.unwrap(), 3);
     let release = redis::Script::new(include_str!("../../lua/semaphore_release.lua"));
     let mut conn = server.connection();
-    let mut retry = |conn: &mut redis::Connection| -> i64 {
+    let retry = |conn: &mut redis::Connection| -> i64 {
         release
             .key(sem_key("once"))
             .key(&record)
