@@ -35,7 +35,7 @@ impl LockKeys {
 pub(crate) struct LockCore {
     pub(crate) client: Client,
     pub(crate) name: String,
-    keys: std::result::Result<LockKeys, String>,
+    keys: Result<LockKeys>,
     pub(crate) owner: String,
     /// Guards of this owner alive in this process: when non-zero, an acquire may be a
     /// re-entry and must not queue behind local waiters.
@@ -44,9 +44,7 @@ pub(crate) struct LockCore {
 
 impl LockCore {
     pub(crate) fn keys(&self) -> Result<&LockKeys> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::InvalidArgument(e.clone()))
+        self.keys.as_ref().map_err(Clone::clone)
     }
 
     /// The script call that gives back the hold of acquire attempt `attempt`, remembering
@@ -136,18 +134,12 @@ impl ReentrantLock {
     /// reported as [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client
-            .key_space(&name)
-            .map(|space| LockKeys {
-                hash: space.key("lock"),
-                fence: space.key("fence"),
-                channel: space.key("wake"),
-                attempt_prefix: space.key("attempt:"),
-            })
-            .map_err(|e| match e {
-                Error::InvalidArgument(message) => message,
-                other => other.to_string(),
-            });
+        let keys = client.key_space(&name).map(|space| LockKeys {
+            hash: space.key("lock"),
+            fence: space.key("fence"),
+            channel: space.key("wake"),
+            attempt_prefix: space.key("attempt:"),
+        });
         ReentrantLock {
             core: Arc::new(LockCore {
                 owner: client.unique_id(),

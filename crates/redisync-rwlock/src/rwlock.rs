@@ -50,7 +50,7 @@ impl RwKeys {
 pub(crate) struct RwCore {
     pub(crate) client: Client,
     pub(crate) name: String,
-    keys: std::result::Result<RwKeys, String>,
+    keys: Result<RwKeys>,
     owner: String,
     /// Write guards of this owner alive in this process: a write while one lives may be a
     /// re-entry and must not queue behind local writers.
@@ -63,9 +63,7 @@ pub(crate) struct RwCore {
 
 impl RwCore {
     pub(crate) fn keys(&self) -> Result<&RwKeys> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::InvalidArgument(e.clone()))
+        self.keys.as_ref().map_err(Clone::clone)
     }
 
     /// The call that gives back the hold of acquire attempt `attempt`, remembering the outcome
@@ -193,23 +191,17 @@ impl ReadWriteLock {
     /// [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client
-            .key_space(&name)
-            .map(|space| RwKeys {
-                hash: space.key("rw"),
-                readers: space.key("rw:readers"),
-                writers: space.key("rw:writers"),
-                fence: space.key("rw:fence"),
-                channel: space.key("rw:wake"),
-                read_queue: space.key("rw:read-queue"),
-                write_queue: space.key("rw:write-queue"),
-                attempt_prefix: space.key("rw:attempt:"),
-                waiter_prefix: space.key("rw:waiter:"),
-            })
-            .map_err(|e| match e {
-                Error::InvalidArgument(message) => message,
-                other => other.to_string(),
-            });
+        let keys = client.key_space(&name).map(|space| RwKeys {
+            hash: space.key("rw"),
+            readers: space.key("rw:readers"),
+            writers: space.key("rw:writers"),
+            fence: space.key("rw:fence"),
+            channel: space.key("rw:wake"),
+            read_queue: space.key("rw:read-queue"),
+            write_queue: space.key("rw:write-queue"),
+            attempt_prefix: space.key("rw:attempt:"),
+            waiter_prefix: space.key("rw:waiter:"),
+        });
         ReadWriteLock {
             core: Arc::new(RwCore {
                 owner: client.unique_id(),

@@ -34,14 +34,12 @@ impl XKeys {
 struct XCore {
     client: Client,
     name: String,
-    keys: std::result::Result<XKeys, String>,
+    keys: Result<XKeys>,
 }
 
 impl XCore {
     fn keys(&self) -> Result<&XKeys> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::InvalidArgument(e.clone()))
+        self.keys.as_ref().map_err(Clone::clone)
     }
 
     /// The call that returns permit `id`, remembering the outcome under `record` for `keep`.
@@ -124,19 +122,13 @@ impl ExpirableSemaphore {
     /// as [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client
-            .key_space(&name)
-            .map(|space| XKeys {
-                permits: space.key("expirable-semaphore"),
-                deadlines: space.key("expirable-semaphore:leases"),
-                channel: space.key("expirable-semaphore:wake"),
-                queue: space.key("expirable-semaphore:queue"),
-                record_prefix: space.key("expirable-semaphore:permit:"),
-            })
-            .map_err(|e| match e {
-                Error::InvalidArgument(message) => message,
-                other => other.to_string(),
-            });
+        let keys = client.key_space(&name).map(|space| XKeys {
+            permits: space.key("expirable-semaphore"),
+            deadlines: space.key("expirable-semaphore:leases"),
+            channel: space.key("expirable-semaphore:wake"),
+            queue: space.key("expirable-semaphore:queue"),
+            record_prefix: space.key("expirable-semaphore:permit:"),
+        });
         ExpirableSemaphore {
             core: Arc::new(XCore {
                 client: client.clone(),

@@ -28,14 +28,12 @@ struct SemKeys {
 struct SemCore {
     client: Client,
     name: String,
-    keys: std::result::Result<SemKeys, String>,
+    keys: Result<SemKeys>,
 }
 
 impl SemCore {
     fn keys(&self) -> Result<&SemKeys> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::InvalidArgument(e.clone()))
+        self.keys.as_ref().map_err(Clone::clone)
     }
 
     fn add_call(&self, n: i64) -> Result<ScriptCall> {
@@ -116,18 +114,12 @@ impl Semaphore {
     /// [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client
-            .key_space(&name)
-            .map(|space| SemKeys {
-                permits: space.key("semaphore"),
-                channel: space.key("semaphore:wake"),
-                queue: space.key("semaphore:queue"),
-                attempt_prefix: space.key("semaphore:attempt:"),
-            })
-            .map_err(|e| match e {
-                Error::InvalidArgument(message) => message,
-                other => other.to_string(),
-            });
+        let keys = client.key_space(&name).map(|space| SemKeys {
+            permits: space.key("semaphore"),
+            channel: space.key("semaphore:wake"),
+            queue: space.key("semaphore:queue"),
+            attempt_prefix: space.key("semaphore:attempt:"),
+        });
         Semaphore {
             core: Arc::new(SemCore {
                 client: client.clone(),
