@@ -5,22 +5,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{exists, lock_key};
+use common::{client, client_with_watchdog, exists, lock_key};
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::{wait_until, RedisServer};
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(server.url()).await.expect("connect")
-}
-
-async fn client_with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
-    Client::builder(server.url())
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .expect("connect")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_excludes_across_two_clients() {

@@ -12,21 +12,16 @@ use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use common::{exists, lock_key, wake_channel};
+use common::{cut_after, cut_at_await, eventually, exists, lock_key, ms, wake_channel};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
-use redisync_test_harness::{wait_until, RedisServer};
+use redisync_test_harness::RedisServer;
 
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn text(value: &Value) -> String {
     redis::from_redis_value_ref::<String>(value)
@@ -38,14 +33,6 @@ fn hash_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
         Value::Nil => None,
         value => Some(text(&value)),
     }
-}
-
-/// Fails the test unless `cond` becomes true within `timeout`.
-async fn eventually(what: impl Display, timeout: Duration, cond: impl FnMut() -> bool) {
-    assert!(
-        wait_until(timeout, cond).await,
-        "timed out after {timeout:?} waiting until {what}"
-    );
 }
 
 fn is_outage_error(err: &Error) -> bool {
@@ -72,24 +59,6 @@ async fn flush_client_connections(probe: &ReentrantLock) {
     }
 }
 
-/// Runs `future` until it completes or `after` has passed, whichever comes first, and drops
-/// it in the second case. The clock is checked on every scheduler pass: tokio's timer rounds
-/// deadlines up to whole milliseconds, too coarse to cut a request that takes a few hundred
-/// microseconds at a chosen point.
-async fn cut_after<F: Future>(after: Duration, future: F) -> Option<F::Output> {
-    let deadline = Instant::now() + after;
-    let clock = async {
-        while Instant::now() < deadline {
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::select! {
-        biased;
-        output = future => Some(output),
-        () = clock => None,
-    }
-}
-
 /// The next delay of a sweep: `step` apart up to `fine_until`, then 10 % apart (a slow machine
 /// may need longer cuts before it sees the outcome the sweep waits for).
 fn next_cut(cut: Duration, step: Duration, fine_until: Duration) -> Duration {
@@ -98,23 +67,6 @@ fn next_cut(cut: Duration, step: Duration, fine_until: Duration) -> Duration {
     } else {
         cut + cut / 10
     }
-}
-
-/// Polls `future` until it completes or has returned `Pending` `pendings + 1` times, and drops
-/// it in the second case: `pendings = 0` cuts it at its first await point that really waits,
-/// `1` at the second, and so on.
-async fn cut_at_await<F: Future>(pendings: usize, future: F) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    let mut left = pendings;
-    std::future::poll_fn(move |cx| match future.as_mut().poll(cx) {
-        Poll::Ready(output) => Poll::Ready(Some(output)),
-        Poll::Pending if left == 0 => Poll::Ready(None),
-        Poll::Pending => {
-            left -= 1;
-            Poll::Pending
-        }
-    })
-    .await
 }
 
 /// One `SLOWLOG GET` entry: the command with its arguments and the client address

@@ -13,14 +13,13 @@ use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use common::exists;
+use common::{client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, ms};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
-use redisync_test_harness::{wait_until, RedisServer};
+use redisync_test_harness::RedisServer;
 use tokio::task::JoinHandle;
 
 /// How long a condition that should hold "soon" may take before the test fails.
@@ -30,10 +29,6 @@ const SETTLE: Duration = Duration::from_secs(10);
 /// mark that a cancelled or departed writer left behind would therefore be seen for about that
 /// long; anything that must happen "at once" after a writer leaves is checked well within it.
 const WELL_WITHIN_A_MARK: Duration = Duration::from_millis(1500);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 // ---------------------------------------------------------------------------------------------
 // The lock's Redis names under the default prefix, and server-side inspection.
@@ -91,26 +86,6 @@ fn lock_is_gone(server: &RedisServer, name: &str) -> bool {
     !exists(server, &hash_key(name))
         && !exists(server, &readers_key(name))
         && !exists(server, &writers_key(name))
-}
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(server.url()).await.expect("connect")
-}
-
-async fn client_with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
-    Client::builder(server.url())
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .expect("connect")
-}
-
-/// Fails the test unless `cond` becomes true within `timeout`.
-async fn eventually(what: impl Display, timeout: Duration, cond: impl FnMut() -> bool) {
-    assert!(
-        wait_until(timeout, cond).await,
-        "timed out after {timeout:?} waiting until {what}"
-    );
 }
 
 /// Awaits every task, propagating panics.
@@ -927,39 +902,6 @@ async fn mixed_readers_and_writers_on_three_clients_exclude_and_count_exactly() 
 
 // ---------------------------------------------------------------------------------------------
 // 10. Cancellation leaves no trace.
-
-/// Runs `future` until it completes or `after` has passed, whichever comes first, and drops
-/// it in the second case. The clock is checked on every scheduler pass: tokio's timer rounds
-/// deadlines up to whole milliseconds, too coarse to cut a request at a chosen point.
-async fn cut_after<F: Future>(after: Duration, future: F) -> Option<F::Output> {
-    let deadline = Instant::now() + after;
-    let clock = async {
-        while Instant::now() < deadline {
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::select! {
-        biased;
-        output = future => Some(output),
-        () = clock => None,
-    }
-}
-
-/// Polls `future` until it completes or has returned `Pending` `pendings + 1` times, and drops
-/// it in the second case: `pendings = 0` cuts it at its first await point that really waits.
-async fn cut_at_await<F: Future>(pendings: usize, future: F) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    let mut left = pendings;
-    std::future::poll_fn(move |cx| match future.as_mut().poll(cx) {
-        Poll::Ready(output) => Poll::Ready(Some(output)),
-        Poll::Pending if left == 0 => Poll::Ready(None),
-        Poll::Pending => {
-            left -= 1;
-            Poll::Pending
-        }
-    })
-    .await
-}
 
 /// The next delay of a sweep: `step` apart up to `fine_until`, then 10 % apart.
 fn next_cut(cut: Duration, step: Duration, fine_until: Duration) -> Duration {

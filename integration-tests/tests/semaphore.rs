@@ -13,10 +13,9 @@ use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use common::exists;
+use common::{client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, ms};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -25,10 +24,6 @@ use tokio::task::JoinHandle;
 
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 // ---------------------------------------------------------------------------------------------
 // Redis names under the default prefix, and server-side inspection.
@@ -94,26 +89,6 @@ fn zscore(server: &RedisServer, key: &str, member: &str) -> Option<i64> {
                 .unwrap_or_else(|| panic!("ZSCORE: unexpected reply {value:?}")) as i64,
         ),
     }
-}
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(server.url()).await.expect("connect")
-}
-
-async fn client_with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
-    Client::builder(server.url())
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .expect("connect")
-}
-
-/// Fails the test unless `cond` becomes true within `timeout`.
-async fn eventually(what: impl Display, timeout: Duration, cond: impl FnMut() -> bool) {
-    assert!(
-        wait_until(timeout, cond).await,
-        "timed out after {timeout:?} waiting until {what}"
-    );
 }
 
 /// Awaits every task, propagating panics.
@@ -1233,39 +1208,6 @@ async fn release_by_id_frees_live_permits_once_and_never_inflates_the_pool() {
 
 // ---------------------------------------------------------------------------------------------
 // 10. Cancellation leaves no trace.
-
-/// Runs `future` until it completes or `after` has passed, whichever comes first, and drops
-/// it in the second case. The clock is checked on every scheduler pass: tokio's timer rounds
-/// deadlines up to whole milliseconds, too coarse to cut a request at a chosen point.
-async fn cut_after<F: Future>(after: Duration, future: F) -> Option<F::Output> {
-    let deadline = Instant::now() + after;
-    let clock = async {
-        while Instant::now() < deadline {
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::select! {
-        biased;
-        output = future => Some(output),
-        () = clock => None,
-    }
-}
-
-/// Polls `future` until it completes or has returned `Pending` `pendings + 1` times, and drops
-/// it in the second case: `pendings = 0` cuts it at its first await point that really waits.
-async fn cut_at_await<F: Future>(pendings: usize, future: F) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    let mut left = pendings;
-    std::future::poll_fn(move |cx| match future.as_mut().poll(cx) {
-        Poll::Ready(output) => Poll::Ready(Some(output)),
-        Poll::Pending if left == 0 => Poll::Ready(None),
-        Poll::Pending => {
-            left -= 1;
-            Poll::Pending
-        }
-    })
-    .await
-}
 
 /// The next delay of a sweep: `step` apart up to `fine_until`, then 20 % apart.
 fn next_cut(cut: Duration, step: Duration, fine_until: Duration) -> Duration {

@@ -1,7 +1,14 @@
-//! Helpers shared by the lock tests: the lock's Redis names under the default prefix.
+//! Helpers shared by the integration tests: clients, the lock's Redis names under the default
+//! prefix, waiting for a condition, and cutting futures at chosen points.
 #![allow(dead_code)] // each test file uses its own subset
 
-use redisync_test_harness::RedisServer;
+use std::fmt::Display;
+use std::future::Future;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use redisync::prelude::*;
+use redisync_test_harness::{wait_until, RedisServer};
 
 /// The lock's hash key for the default prefix.
 pub fn lock_key(name: &str) -> String {
@@ -16,4 +23,65 @@ pub fn wake_channel(name: &str) -> String {
 /// Whether `key` exists on `server`.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
+}
+
+/// A client with every option at its default.
+pub async fn client(server: &RedisServer) -> Client {
+    Client::connect(server.url()).await.expect("connect")
+}
+
+/// A client with a given watchdog timeout.
+pub async fn client_with_watchdog(server: &RedisServer, watchdog: Duration) -> Client {
+    Client::builder(server.url())
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Runs `future` until it completes or `after` has passed, whichever comes first, and drops
+/// it in the second case. The clock is checked on every scheduler pass: tokio's timer rounds
+/// deadlines up to whole milliseconds, too coarse to cut a request that takes a few hundred
+/// microseconds at a chosen point.
+pub async fn cut_after<F: Future>(after: Duration, future: F) -> Option<F::Output> {
+    let deadline = Instant::now() + after;
+    let clock = async {
+        while Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        output = future => Some(output),
+        () = clock => None,
+    }
+}
+
+/// Polls `future` until it completes or has returned `Pending` `pendings + 1` times, and drops
+/// it in the second case: `pendings = 0` cuts it at its first await point that really waits,
+/// `1` at the second, and so on.
+pub async fn cut_at_await<F: Future>(pendings: usize, future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut left = pendings;
+    std::future::poll_fn(move |cx| match future.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending if left == 0 => Poll::Ready(None),
+        Poll::Pending => {
+            left -= 1;
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Fails the test unless `cond` becomes true within `timeout`.
+pub async fn eventually(what: impl Display, timeout: Duration, cond: impl FnMut() -> bool) {
+    assert!(
+        wait_until(timeout, cond).await,
+        "timed out after {timeout:?} waiting until {what}"
+    );
 }
