@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, ms};
+use common::{
+    client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int, ms, zcard,
+};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -51,16 +53,6 @@ fn fence_key(name: &str) -> String {
 
 fn channel(name: &str) -> String {
     format!("redisync:{{{name}}}:rw:wake")
-}
-
-fn int(server: &RedisServer, args: &[&str]) -> i64 {
-    let value = server.cmd(args);
-    redis::from_redis_value_ref::<i64>(&value)
-        .unwrap_or_else(|e| panic!("{args:?}: expected an integer, got {value:?}: {e}"))
-}
-
-fn zcard(server: &RedisServer, key: &str) -> i64 {
-    int(server, &["ZCARD", key])
 }
 
 fn pttl(server: &RedisServer, key: &str) -> i64 {

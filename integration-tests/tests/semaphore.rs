@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, ms};
+use common::{
+    client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int, ms, zcard,
+};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -48,12 +50,6 @@ fn xsem_channel(name: &str) -> String {
     format!("redisync:{{{name}}}:expirable-semaphore:wake")
 }
 
-fn int(server: &RedisServer, args: &[&str]) -> i64 {
-    let value = server.cmd(args);
-    redis::from_redis_value_ref::<i64>(&value)
-        .unwrap_or_else(|e| panic!("{args:?}: expected an integer, got {value:?}: {e}"))
-}
-
 /// The raw counter under `key`, `None` if the key does not exist.
 fn raw_count(server: &RedisServer, key: &str) -> Option<i64> {
     match server.cmd(&["GET", key]) {
@@ -65,10 +61,6 @@ fn raw_count(server: &RedisServer, key: &str) -> Option<i64> {
                 .unwrap_or_else(|| panic!("GET {key}: not a counter: {value:?}")),
         ),
     }
-}
-
-fn zcard(server: &RedisServer, key: &str) -> i64 {
-    int(server, &["ZCARD", key])
 }
 
 /// Redis's clock in milliseconds.

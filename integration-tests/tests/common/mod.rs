@@ -85,3 +85,15 @@ pub async fn eventually(what: impl Display, timeout: Duration, cond: impl FnMut(
         "timed out after {timeout:?} waiting until {what}"
     );
 }
+
+/// Runs a command that answers an integer.
+pub fn int(server: &RedisServer, args: &[&str]) -> i64 {
+    let value = server.cmd(args);
+    redis::from_redis_value_ref::<i64>(&value)
+        .unwrap_or_else(|e| panic!("{args:?}: expected an integer, got {value:?}: {e}"))
+}
+
+/// The number of members of a sorted set.
+pub fn zcard(server: &RedisServer, key: &str) -> i64 {
+    int(server, &["ZCARD", key])
+}
