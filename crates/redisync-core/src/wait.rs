@@ -174,16 +174,52 @@ impl Client {
             waited_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
+        self.wait_traced(span, spec, attempt, true).await
+    }
+
+    /// Waits for a condition that takes nothing (a latch to open) exactly as
+    /// [`acquire`](Self::acquire) waits for a primitive, in a `redisync.wait` span; `check`
+    /// plays the attempt's part, and nothing is counted in [`Stats`](crate::Stats). Use a
+    /// `shared` spec, so that every waiter returns on the same message.
+    pub async fn wait<T, F, Fut>(&self, spec: WaitSpec<'_>, check: F) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>>>,
+    {
+        let span = tracing::debug_span!(
+            "redisync.wait",
+            queue = spec.queue,
+            waited_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.wait_traced(span, spec, check, false).await
+    }
+
+    /// Runs the waiting loop in `span`, recording the wait and its outcome; `acquisition`
+    /// says whether it counts in the acquire statistics.
+    async fn wait_traced<T, F, Fut>(
+        &self,
+        span: tracing::Span,
+        spec: WaitSpec<'_>,
+        attempt: F,
+        acquisition: bool,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>>>,
+    {
         let started = Instant::now();
         let result = self
-            .wait_for_turn(spec, attempt)
+            .wait_for_turn(spec, attempt, acquisition)
             .instrument(span.clone())
             .await;
         span.record("waited_ms", started.elapsed().as_millis() as u64);
         match &result {
             Ok(Some(_)) => {
                 span.record("outcome", "acquired");
-                Counters::bump(&self.shared().counters.acquires, 1);
+                if acquisition {
+                    Counters::bump(&self.shared().counters.acquires, 1);
+                }
             }
             Ok(None) => {
                 span.record("outcome", "busy");
@@ -199,6 +235,7 @@ impl Client {
         &self,
         spec: WaitSpec<'_>,
         mut attempt: F,
+        acquisition: bool,
     ) -> Result<Option<T>>
     where
         F: FnMut() -> Fut,
@@ -217,7 +254,9 @@ impl Client {
                 return Ok(None);
             }
         }
-        Counters::bump(&shared.counters.contended_waits, 1);
+        if acquisition {
+            Counters::bump(&shared.counters.contended_waits, 1);
+        }
 
         let ticket = shared.queues.join(spec.queue);
         let slot = ticket.slot();

@@ -1,9 +1,8 @@
 //! # redisync
 //!
-//! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock
-//! and a read-write lock with watchdog lease renewal, fencing tokens and pub/sub wake-ups,
-//! with more primitives (fair lock, semaphores, count-down latch, multi-lock) arriving behind
-//! the same API.
+//! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock, a
+//! read-write lock, semaphores and a count-down latch, with watchdog lease renewal, fencing
+//! tokens and pub/sub wake-ups; the fair lock and multi-lock arrive behind the same API.
 //!
 //! ```
 //! use redisync::prelude::*;
@@ -36,7 +35,8 @@
 //! | `lock` | [`ReentrantLock`], [`LockGuard`] |
 //! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`] |
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
-//! | `latch`, `multilock` | reserved for the primitives still to come |
+//! | `latch` | [`CountDownLatch`] |
+//! | `multilock` | reserved for the primitive still to come |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -64,6 +64,8 @@ pub use redisync_core::{
 /// The lower layer: keys, scripts, waiting and leases, for writing new primitives.
 pub use redisync_core as core;
 
+#[cfg(feature = "latch")]
+pub use redisync_latch::CountDownLatch;
 #[cfg(feature = "lock")]
 pub use redisync_lock::{LockGuard, ReentrantLock};
 #[cfg(feature = "rwlock")]
@@ -91,6 +93,10 @@ pub trait ClientExt {
     /// [`ExpirableSemaphore`]).
     #[cfg(feature = "semaphore")]
     fn expirable_semaphore(&self, name: impl Into<String>) -> ExpirableSemaphore;
+
+    /// A handle to the count-down latch called `name` (see [`CountDownLatch`]).
+    #[cfg(feature = "latch")]
+    fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch;
 }
 
 impl ClientExt for Client {
@@ -113,6 +119,11 @@ impl ClientExt for Client {
     fn expirable_semaphore(&self, name: impl Into<String>) -> ExpirableSemaphore {
         ExpirableSemaphore::new(self, name)
     }
+
+    #[cfg(feature = "latch")]
+    fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self, name)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -120,6 +131,8 @@ pub mod prelude {
     pub use crate::ClientExt;
     pub use redisync_core::{Client, ClientBuilder, DistributedPrimitive, Error, Result, Stats};
 
+    #[cfg(feature = "latch")]
+    pub use redisync_latch::CountDownLatch;
     #[cfg(feature = "lock")]
     pub use redisync_lock::{LockGuard, ReentrantLock};
     #[cfg(feature = "rwlock")]

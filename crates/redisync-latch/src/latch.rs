@@ -1,0 +1,316 @@
+//! [`CountDownLatch`]: a count in Redis that waiters on any client wait to see reach zero.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use redisync_core::duration::{redis_millis, wait_deadline};
+use redisync_core::{
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, ScriptCall, WaitSpec,
+};
+use tracing::Instrument;
+
+use crate::scripts;
+
+/// The largest count a latch can be armed with: `i64::MAX`, the range of Redis integers.
+pub const MAX_COUNT: u64 = i64::MAX as u64;
+
+/// How often a waiter re-reads the latch even if no message arrives: a lost wake-up, or one
+/// published while the client was reconnecting, costs a waiter at most this much.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// The Redis names of one latch.
+#[derive(Debug)]
+struct LatchKeys {
+    latch: String,
+    channel: String,
+    /// Local only: where this client's waiters of the latch share one subscription.
+    waiters: String,
+    count_down_prefix: String,
+}
+
+#[derive(Debug)]
+struct LatchCore {
+    client: Client,
+    name: String,
+    keys: Result<LatchKeys>,
+}
+
+impl LatchCore {
+    fn keys(&self) -> Result<&LatchKeys> {
+        self.keys.as_ref().map_err(Clone::clone)
+    }
+
+    /// Reads the latch: its count (0 when open) and the id of the arming it belongs to.
+    fn status(&self) -> impl std::future::Future<Output = Result<(u64, String)>> + Send + 'static {
+        let request = self.keys().map(|keys| {
+            self.client.eval::<(String, String)>(
+                ScriptCall::new(&scripts::STATUS).key(keys.latch.as_str()),
+            )
+        });
+        async move {
+            let (count, arming) = request?.await?;
+            let count = count.parse::<u64>().map_err(|_| Error::WrongType)?;
+            Ok((count, arming))
+        }
+    }
+}
+
+/// A distributed count-down latch, like Redisson's `RCountDownLatch` or Java's
+/// `CountDownLatch`: armed with a count, counted down by anyone, and open (every waiter
+/// returns) once the count reaches zero.
+///
+/// Create one with `client.count_down_latch(name)` (the `ClientExt` method of the `redisync`
+/// crate) or [`CountDownLatch::new`]. A latch that was never armed, or was deleted, is open.
+///
+/// * [`try_set_count`](Self::try_set_count) arms an open latch; an armed one is left alone.
+/// * [`count_down`](Self::count_down) never takes the count below zero, and is applied once
+///   even when it is retried after a lost reply. The count-down that reaches zero opens the
+///   latch with one message that wakes every waiter on every client.
+/// * [`wait`](Self::wait) and [`wait_for`](Self::wait_for) return once the latch is open.
+///   A waiter also re-reads the latch at least every [`RECHECK`], so a lost message, a
+///   reconnect or a Redis restart never parks it for longer.
+/// * [`delete`](DistributedPrimitive::delete) opens the latch too: its waiters return
+///   (Redisson's would stay blocked).
+/// * A latch can be reused: once open, `try_set_count` arms it again. Waiters of the earlier
+///   arming still return, even if the latch was re-armed before they looked again: each
+///   arming has an id, and a waiter returns when the arming it saw is gone.
+///
+/// An armed latch has no expiry: one whose counters died stays armed until it is deleted.
+/// Use [`wait_for`](Self::wait_for) where that matters.
+///
+/// # Redis keys
+///
+/// | key / channel | type | content |
+/// |---|---|---|
+/// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it) |
+/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for a few command timeouts so that its retries are not applied twice |
+/// | `<prefix>:{<name>}:latch:wake` | channel | the latch opened |
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | every call, and a wait on an open latch | 1 |
+/// | a wait on an armed latch | 1 + 1 after subscribing + 1 when woken (and at least one per [`RECHECK`]) |
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::Client;
+/// use redisync_latch::CountDownLatch;
+///
+/// let client = Client::connect(url).await?;
+/// let ready = CountDownLatch::new(&client, "batch:7");
+/// assert!(ready.try_set_count(3).await?);
+///
+/// let waiter = tokio::spawn({
+///     let ready = ready.clone();
+///     async move { ready.wait().await }
+/// });
+/// for _ in 0..3 {
+///     ready.count_down().await?; // three workers report in
+/// }
+/// waiter.await.expect("waiter task")?;
+/// assert_eq!(ready.count().await?, 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct CountDownLatch {
+    core: Arc<LatchCore>,
+}
+
+impl CountDownLatch {
+    /// A handle to the latch called `name`. Never fails; a bad name is reported as
+    /// [`Error::InvalidArgument`] by every call.
+    pub fn new(client: &Client, name: impl Into<String>) -> Self {
+        let name = name.into();
+        let keys = client.key_space(&name).map(|space| LatchKeys {
+            latch: space.key("latch"),
+            channel: space.key("latch:wake"),
+            waiters: space.key("latch:waiters"),
+            count_down_prefix: space.key("latch:count_down:"),
+        });
+        CountDownLatch {
+            core: Arc::new(LatchCore {
+                client: client.clone(),
+                name,
+                keys,
+            }),
+        }
+    }
+
+    /// Arms the latch with `count`, only if it is open (never armed, counted down to zero, or
+    /// deleted). Returns whether it did; an armed latch is left as it is.
+    ///
+    /// `count = 0` or above [`MAX_COUNT`] is [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// let latch = redisync_latch::CountDownLatch::new(&client, "deploy");
+    /// assert!(latch.try_set_count(2).await?);
+    /// assert!(!latch.try_set_count(5).await?); // already armed: unchanged
+    /// assert_eq!(latch.count().await?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_set_count(&self, count: u64) -> Result<bool> {
+        if count == 0 || count > MAX_COUNT {
+            return Err(Error::invalid(format!(
+                "a latch count must be within 1..={MAX_COUNT}, found {count}"
+            )));
+        }
+        let core = &self.core;
+        let keys = core.keys()?;
+        let call = ScriptCall::new(&scripts::TRY_SET_COUNT)
+            .key(keys.latch.as_str())
+            .arg(count)
+            .arg(core.client.unique_id());
+        Ok(core.client.eval::<i64>(call).await? == 1)
+    }
+
+    /// Counts the latch down by one; the count-down that reaches zero opens it and wakes
+    /// every waiter. On an open latch this does nothing: the count never goes below zero.
+    ///
+    /// A count-down is applied at most once: when a reply is lost it is retried (within the
+    /// command timeout) under the same request id, and Redis applies only the first. If the
+    /// call still fails with [`Error::Redis`] or [`Error::Timeout`], it may or may not have
+    /// counted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// let latch = redisync_latch::CountDownLatch::new(&client, "shards");
+    /// latch.try_set_count(1).await?;
+    /// latch.count_down().await?; // opens it
+    /// latch.count_down().await?; // no effect on an open latch
+    /// assert_eq!(latch.count().await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn count_down(&self) -> Result<()> {
+        let core = &self.core;
+        let keys = core.keys()?;
+        let request = core.client.unique_id();
+        // The record must outlive the latest moment a retry of this request could still run.
+        let keep = core
+            .client
+            .abandoned_request_grace()
+            .saturating_add(core.client.command_timeout());
+        let call = ScriptCall::new(&scripts::COUNT_DOWN)
+            .key(keys.latch.as_str())
+            .key(format!("{}{request}", keys.count_down_prefix))
+            .arg(keys.channel.as_str())
+            .arg(redis_millis(keep));
+        let outcome = core
+            .client
+            .eval_idempotent::<i64>(call)
+            .instrument(tracing::debug_span!("redisync.latch.count_down", name = %core.name))
+            .await?;
+        tracing::trace!(name = %core.name, opened = outcome == 1, "counted down");
+        Ok(())
+    }
+
+    /// The number of count-downs still needed to open the latch; 0 when it is open.
+    pub async fn count(&self) -> Result<u64> {
+        Ok(self.core.status().await?.0)
+    }
+
+    /// Waits until the latch is open; returns at once if it is open already (or was never
+    /// armed). Fails only if Redis cannot be reached for about a command timeout, or the
+    /// client shuts down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Waiting changes nothing in Redis; dropping the future releases its subscription at once.
+    pub async fn wait(&self) -> Result<()> {
+        self.wait_until(None).await.map(|_| ())
+    }
+
+    /// Waits until the latch is open, at most `timeout`. Returns `true` once it is open,
+    /// `false` if the time ran out first. A zero `timeout` checks once; one too large for
+    /// Redis milliseconds (such as `Duration::MAX`) is [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use std::time::Duration;
+    ///
+    /// let latch = redisync_latch::CountDownLatch::new(&client, "warmup");
+    /// latch.try_set_count(1).await?;
+    /// assert!(!latch.wait_for(Duration::from_millis(50)).await?); // still armed
+    /// latch.count_down().await?;
+    /// assert!(latch.wait_for(Duration::from_millis(50)).await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`wait`](Self::wait).
+    pub async fn wait_for(&self, timeout: Duration) -> Result<bool> {
+        let deadline = wait_deadline(timeout)?;
+        self.wait_until(Some(deadline)).await
+    }
+
+    async fn wait_until(&self, deadline: Option<Instant>) -> Result<bool> {
+        let core = &self.core;
+        let keys = core.keys()?;
+        // The arming this waiter waits on: the first one it finds. Once it is gone (counted
+        // down, deleted, or replaced by a newer arming) the latch opened for this waiter.
+        let waiting_on: Arc<OnceLock<String>> = Arc::default();
+        let spec = WaitSpec {
+            queue: &keys.waiters,
+            channel: &keys.channel,
+            deadline,
+            may_reenter: false,
+            shared: true,
+        };
+        let opened = core
+            .client
+            .wait(spec, || {
+                let status = core.status();
+                let waiting_on = waiting_on.clone();
+                async move {
+                    let (count, arming) = status.await?;
+                    if count == 0 || *waiting_on.get_or_init(|| arming.clone()) != arming {
+                        Ok(Attempt::Acquired(()))
+                    } else {
+                        Ok(Attempt::Busy {
+                            retry_in: Some(RECHECK),
+                        })
+                    }
+                }
+            })
+            .instrument(tracing::debug_span!("redisync.latch.wait", name = %core.name))
+            .await?;
+        Ok(opened.is_some())
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for CountDownLatch {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Removes the latch, which opens it: every waiter returns. Returns whether it was armed.
+    async fn delete(&self) -> Result<bool> {
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::DELETE)
+            .key(keys.latch.as_str())
+            .arg(keys.channel.as_str());
+        Ok(self.core.client.eval::<i64>(call).await? == 1)
+    }
+}
