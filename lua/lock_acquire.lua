@@ -1,37 +1,67 @@
--- lock_acquire: take a reentrant lock, or re-enter it if the caller already holds it.
+-- lock_acquire: take a lock, or re-enter it if the caller already holds it. With queue keys
+-- (the fair lock) the lock goes to waiters in arrival order.
 --
 -- KEYS[1]  lock hash   {owner = <owner id>, count = <holds>, token = <fencing token>,
 --                       a:<attempt id> = 1 for every live hold}
 -- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted
 -- KEYS[3]  attempt record of this attempt; exists only if the attempt was already given back
 --          (lock_release ran for it first: its caller gave up), so it must not grant
+-- KEYS[4]  (fair lock only) queue of waiters, see lock_prelude
+-- KEYS[5]  (fair lock only) waiter deadlines, see lock_prelude
 -- ARGV[1]  owner id of the caller
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  attempt id, unique per acquire request
+-- ARGV[3]  attempt id, unique per acquire request; for the fair lock, unique per acquire call
+--          (the same for all its attempts) and also its waiter id
+-- ARGV[4]  (fair lock only) how long the caller keeps its place in the queue without another
+--          attempt, in ms; 0 = take the lock only if nobody waits, never queue (try_lock)
+-- ARGV[5]  (fair lock only) wake-up channel prefix of waiters
 --
 -- Returns {1, token, count} when acquired (count > 1 on a re-entry, which keeps the token of
--- the hold it enters), {0, pttl} when another owner holds the lock (pttl is its remaining
--- lease in ms, -1 if it has none), or {-1} when the attempt was given back before it ran.
+-- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
+-- lease in ms; -1 if it has none, -2 if the lock is free but another waiter goes first), or
+-- {-1} when the attempt was given back before it ran.
 -- A re-entry never shortens the hold: the expiry becomes the longer of the current one and
--- the new lease, because other guards of the same hold may rely on it.
+-- the new lease, because other guards of the same hold may rely on it. A re-entry never
+-- queues: the caller holds the lock already.
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
     return {-1}
 end
 local attempt = 'a:' .. ARGV[3]
-local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if not holder[1] then
-    local token = redis.call('INCR', KEYS[2])
-    redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, attempt, 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, token, 1}
+local fair = KEYS[4] ~= nil
+local now
+if fair then
+    now = now_us()
+    drop_dead_waiters(KEYS[4], KEYS[5], math.floor(now / 1000))
 end
+local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if holder[1] == ARGV[1] then
     local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
     redis.call('HSET', KEYS[1], attempt, 1)
     if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
     end
+    if fair then
+        leave_queue(KEYS[4], KEYS[5], ARGV[3])
+    end
     return {1, tonumber(holder[2]), count}
+end
+if not holder[1] then
+    local head = fair and head_waiter(KEYS[4])
+    if not head or head == ARGV[3] then
+        local token = redis.call('INCR', KEYS[2])
+        redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, attempt, 1)
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        if fair then
+            leave_queue(KEYS[4], KEYS[5], ARGV[3])
+        end
+        return {1, token, 1}
+    end
+    -- Free, but it is the head's turn: make sure the head knows (its wake-up may have been
+    -- for a waiter found dead just now).
+    wake_head(KEYS[4], ARGV[5])
+end
+if fair and tonumber(ARGV[4]) > 0 then
+    join_queue(KEYS[4], KEYS[5], ARGV[3], now, math.floor(now / 1000) + tonumber(ARGV[4]))
 end
 return {0, redis.call('PTTL', KEYS[1])}

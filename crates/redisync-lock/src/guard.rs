@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use redisync_core::{Hold, Result};
 
-use crate::lock::LockCore;
+use crate::core::LockCore;
 use crate::scripts::decode_release;
 
-/// One hold of a [`ReentrantLock`](crate::ReentrantLock).
+/// One hold of a [`ReentrantLock`](crate::ReentrantLock) or a [`FairLock`](crate::FairLock).
 ///
 /// The guard owns a clone of its handle, so it is `'static` and can move across tasks. It
 /// releases its hold when dropped, on a background task, without blocking; the watchdog stops

@@ -1,5 +1,5 @@
-//! Distributed locks for [redisync](https://docs.rs/redisync): [`ReentrantLock`] and its
-//! [`LockGuard`].
+//! Distributed locks for [redisync](https://docs.rs/redisync): [`ReentrantLock`], its
+//! first-come-first-served sibling [`FairLock`], and their [`LockGuard`].
 //!
 //! A lock is held by an *owner*: a handle and its clones. The same owner may acquire again
 //! while it holds the lock (re-entry); each acquisition returns a guard that gives back one
@@ -11,14 +11,17 @@
 //! cannot by itself guarantee mutual exclusion across process pauses or failovers; the token
 //! lets the resource you protect reject a stale holder.
 //!
-//! See [`ReentrantLock`] for the key layout and round trips.
+//! See [`ReentrantLock`] and [`FairLock`] for their key layouts and round trips.
 
 #![deny(missing_docs)]
 
+mod core;
+mod fair;
 mod guard;
 mod lock;
 mod scripts;
 
+pub use fair::{FairLock, DEFAULT_HEARTBEAT};
 pub use guard::LockGuard;
 pub use lock::ReentrantLock;
 
@@ -30,6 +33,7 @@ mod tests {
     fn handles_and_guards_cross_tasks() {
         fn check<T: Send + Sync + 'static>() {}
         check::<ReentrantLock>();
+        check::<FairLock>();
         check::<LockGuard>();
     }
 }

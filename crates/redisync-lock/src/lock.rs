@@ -1,69 +1,13 @@
 //! [`ReentrantLock`]: a reentrant mutual-exclusion lock shared by every process that uses the
 //! same Redis and name.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, ScriptCall, WaitSpec,
-};
-use tracing::Instrument;
+use redisync_core::{async_trait, Client, DistributedPrimitive, Error, Result};
 
+use crate::core::{Kind, LockCore};
 use crate::guard::LockGuard;
-use crate::scripts::{self, decode_status, AcquireReply};
-
-/// The Redis names of one lock.
-#[derive(Debug)]
-pub(crate) struct LockKeys {
-    pub(crate) hash: String,
-    pub(crate) fence: String,
-    pub(crate) channel: String,
-    attempt_prefix: String,
-}
-
-impl LockKeys {
-    /// The record of acquire attempt `attempt`: written when its hold is given back.
-    pub(crate) fn attempt_record(&self, attempt: &str) -> String {
-        format!("{}{attempt}", self.attempt_prefix)
-    }
-}
-
-/// Everything a handle and its guards share.
-#[derive(Debug)]
-pub(crate) struct LockCore {
-    pub(crate) client: Client,
-    pub(crate) name: String,
-    keys: Result<LockKeys>,
-    pub(crate) owner: String,
-    /// Guards of this owner alive in this process: when non-zero, an acquire may be a
-    /// re-entry and must not queue behind local waiters.
-    pub(crate) live_guards: Arc<AtomicUsize>,
-}
-
-impl LockCore {
-    pub(crate) fn keys(&self) -> Result<&LockKeys> {
-        self.keys.as_ref().map_err(Clone::clone)
-    }
-
-    /// The script call that gives back the hold of acquire attempt `attempt`, remembering
-    /// the outcome for `remember`.
-    pub(crate) fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
-        let keys = self.keys()?;
-        Ok(ScriptCall::new(&scripts::RELEASE)
-            .key(keys.hash.as_str())
-            .key(keys.attempt_record(attempt))
-            .arg(attempt)
-            .arg(keys.channel.as_str())
-            .arg(redis_millis(remember)))
-    }
-
-    /// How long a release is remembered: long enough for its retries.
-    pub(crate) fn retry_window(&self) -> Duration {
-        self.client.command_timeout().saturating_mul(2)
-    }
-}
 
 /// A reentrant distributed lock, like Redisson's `RLock`.
 ///
@@ -133,21 +77,8 @@ impl ReentrantLock {
     /// [`MAX_NAME_LEN`](redisync_core::keys::MAX_NAME_LEN) bytes, or starting with `}`) is
     /// reported as [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
-        let name = name.into();
-        let keys = client.key_space(&name).map(|space| LockKeys {
-            hash: space.key("lock"),
-            fence: space.key("fence"),
-            channel: space.key("wake"),
-            attempt_prefix: space.key("attempt:"),
-        });
         ReentrantLock {
-            core: Arc::new(LockCore {
-                owner: client.unique_id(),
-                client: client.clone(),
-                name,
-                keys,
-                live_guards: Arc::default(),
-            }),
+            core: Arc::new(LockCore::new(client, name.into(), Kind::Reentrant)),
         }
     }
 
@@ -195,7 +126,8 @@ impl ReentrantLock {
     /// in the background and, if it took the lock, gives that hold back (if its outcome cannot
     /// be learned, the give-back also forbids Redis from granting it later).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, None)
+        self.core
+            .acquire(None, None)
             .await?
             .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
     }
@@ -226,7 +158,8 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(lease), None)
+        self.core
+            .acquire(Some(lease), None)
             .await?
             .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
     }
@@ -255,7 +188,7 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
+        self.core.acquire(None, Some(Duration::ZERO)).await
     }
 
     /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it is still busy then. A zero
@@ -282,7 +215,7 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(None, Some(wait)).await
+        self.core.acquire(None, Some(wait)).await
     }
 
     /// Acquires the lock with a fixed `lease`, waiting at most `wait`.
@@ -314,7 +247,7 @@ impl ReentrantLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
+        self.core.acquire(Some(lease), Some(wait)).await
     }
 
     /// Whether anyone holds the lock.
@@ -336,7 +269,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.status().await?.0.is_some())
+        Ok(self.core.status().await?.0.is_some())
     }
 
     /// Whether this handle's owner holds the lock.
@@ -358,7 +291,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn is_held(&self) -> Result<bool> {
-        Ok(self.status().await?.1 > 0)
+        Ok(self.core.status().await?.1 > 0)
     }
 
     /// How many holds this handle's owner has (0 if it does not hold the lock).
@@ -383,7 +316,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.status().await?.1)
+        Ok(self.core.status().await?.1)
     }
 
     /// The time left on the current hold, whoever owns it; `None` when the lock is free.
@@ -406,7 +339,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        Ok(self.status().await?.0)
+        Ok(self.core.status().await?.0)
     }
 
     /// Frees the lock whoever holds it and wakes the waiters. Returns whether it was held.
@@ -435,101 +368,7 @@ impl ReentrantLock {
     /// One script call: if the future is dropped while it is on the wire, the lock may or may
     /// not have been freed. Calling it again is harmless.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::FORCE_UNLOCK)
-            .key(keys.hash.as_str())
-            .arg(keys.channel.as_str());
-        let freed: i64 = self.core.client.eval(call).await?;
-        Ok(freed == 1)
-    }
-
-    async fn status(&self) -> Result<(Option<Duration>, u32)> {
-        let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::STATUS)
-            .key(keys.hash.as_str())
-            .arg(self.core.owner.as_str());
-        let reply: Vec<i64> = self.core.client.eval(call).await?;
-        decode_status(&reply)
-    }
-
-    async fn acquire(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        let core = &self.core;
-        let keys = core.keys()?;
-        let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
-        lease_millis(lease_for)?;
-        let deadline = wait.map(wait_deadline).transpose()?;
-        let spec = WaitSpec {
-            queue: &keys.hash,
-            channel: &keys.channel,
-            deadline,
-            may_reenter: core.live_guards.load(Ordering::Acquire) > 0,
-            shared: false,
-        };
-        let granted = core
-            .client
-            .acquire(spec, || self.attempt(lease_for))
-            .instrument(tracing::debug_span!("redisync.lock", name = %core.name))
-            .await?;
-        let Some((attempt, token, sent_at)) = granted else {
-            return Ok(None);
-        };
-        let lease = match lease {
-            Some(lease) => redisync_core::Lease::fixed(sent_at, lease),
-            None => core.client.watch_lease(
-                &scripts::RENEW,
-                vec![keys.hash.clone()],
-                vec![core.owner.clone(), token.to_string()],
-                sent_at,
-            ),
-        };
-        let release = core.release_call(&attempt, core.retry_window())?;
-        let hold = Hold::new(core.client.clone(), release, lease);
-        Ok(Some(LockGuard::new(self.core.clone(), token, hold)))
-    }
-
-    /// One acquire request. If the caller stops waiting while it is on the wire, or its outcome
-    /// is unknown, the hold it may get is given back in the background.
-    fn attempt(
-        &self,
-        lease: Duration,
-    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
-    {
-        let core = self.core.clone();
-        let sent_at = Instant::now();
-        let attempt = core.client.unique_id();
-        let request = core.keys().and_then(|keys| {
-            let call = ScriptCall::new(&scripts::ACQUIRE)
-                .key(keys.hash.as_str())
-                .key(keys.fence.as_str())
-                .key(keys.attempt_record(&attempt))
-                .arg(core.owner.as_str())
-                .arg(redis_millis(lease))
-                .arg(attempt.as_str());
-            // Remembered past the lease, so a grant that could still run is refused.
-            let give_back =
-                core.release_call(&attempt, lease.saturating_add(core.retry_window()))?;
-            Ok(core
-                .client
-                .eval_acquire(call, give_back, |reply: &Vec<i64>| {
-                    matches!(
-                        AcquireReply::decode(reply),
-                        Ok(AcquireReply::Acquired { .. })
-                    )
-                }))
-        });
-        async move {
-            let reply = request?.await?;
-            Ok(match AcquireReply::decode(&reply)? {
-                AcquireReply::Acquired { token } => Attempt::Acquired((attempt, token, sent_at)),
-                AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
-                // Only an attempt given back before it ran says this, and nobody awaits those.
-                AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
-            })
-        }
+        self.core.force_unlock().await
     }
 }
 

@@ -4,22 +4,27 @@ use std::time::Duration;
 
 use redisync_core::{Error, LuaScript, Result};
 
-pub(crate) static ACQUIRE: LuaScript = LuaScript::new(
-    "lock_acquire",
-    include_str!("../../../lua/lock_acquire.lua"),
-);
-pub(crate) static RELEASE: LuaScript = LuaScript::new(
-    "lock_release",
-    include_str!("../../../lua/lock_release.lua"),
-);
-pub(crate) static RENEW: LuaScript =
-    LuaScript::new("lock_renew", include_str!("../../../lua/lock_renew.lua"));
-pub(crate) static FORCE_UNLOCK: LuaScript = LuaScript::new(
-    "lock_force_unlock",
-    include_str!("../../../lua/lock_force_unlock.lua"),
-);
-pub(crate) static STATUS: LuaScript =
-    LuaScript::new("lock_status", include_str!("../../../lua/lock_status.lua"));
+/// A lock script; those that may take the fair lock's queue start with its helpers.
+macro_rules! script {
+    ($name:literal) => {
+        LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
+    };
+    ($name:literal, with_queue) => {
+        LuaScript::new(
+            $name,
+            concat!(
+                include_str!("../../../lua/lock_prelude.lua"),
+                include_str!(concat!("../../../lua/", $name, ".lua"))
+            ),
+        )
+    };
+}
+
+pub(crate) static ACQUIRE: LuaScript = script!("lock_acquire", with_queue);
+pub(crate) static RELEASE: LuaScript = script!("lock_release", with_queue);
+pub(crate) static FORCE_UNLOCK: LuaScript = script!("lock_force_unlock", with_queue);
+pub(crate) static RENEW: LuaScript = script!("lock_renew");
+pub(crate) static STATUS: LuaScript = script!("lock_status");
 
 /// Reply of `lock_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

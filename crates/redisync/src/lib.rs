@@ -1,8 +1,8 @@
 //! # redisync
 //!
 //! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock, a
-//! read-write lock, semaphores and a count-down latch, with watchdog lease renewal, fencing
-//! tokens and pub/sub wake-ups; the fair lock and multi-lock arrive behind the same API.
+//! fair lock, a read-write lock, semaphores and a count-down latch, with watchdog lease
+//! renewal, fencing tokens and pub/sub wake-ups; the multi-lock arrives behind the same API.
 //!
 //! ```
 //! use redisync::prelude::*;
@@ -32,7 +32,7 @@
 //!
 //! | flag | brings |
 //! |---|---|
-//! | `lock` | [`ReentrantLock`], [`LockGuard`] |
+//! | `lock` | [`ReentrantLock`], [`FairLock`], [`LockGuard`] |
 //! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`] |
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
 //! | `latch` | [`CountDownLatch`] |
@@ -67,7 +67,7 @@ pub use redisync_core as core;
 #[cfg(feature = "latch")]
 pub use redisync_latch::CountDownLatch;
 #[cfg(feature = "lock")]
-pub use redisync_lock::{LockGuard, ReentrantLock};
+pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
 #[cfg(feature = "rwlock")]
 pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 #[cfg(feature = "semaphore")]
@@ -79,6 +79,11 @@ pub trait ClientExt {
     /// a new owner; clone the handle to share one.
     #[cfg(feature = "lock")]
     fn lock(&self, name: impl Into<String>) -> ReentrantLock;
+
+    /// A handle to the first-come-first-served lock called `name` (see [`FairLock`]). Each
+    /// call returns a new owner; clone the handle to share one.
+    #[cfg(feature = "lock")]
+    fn fair_lock(&self, name: impl Into<String>) -> FairLock;
 
     /// A handle to the read-write lock called `name` (see [`ReadWriteLock`]). Each call
     /// returns a new owner; clone the handle to share one.
@@ -103,6 +108,11 @@ impl ClientExt for Client {
     #[cfg(feature = "lock")]
     fn lock(&self, name: impl Into<String>) -> ReentrantLock {
         ReentrantLock::new(self, name)
+    }
+
+    #[cfg(feature = "lock")]
+    fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self, name)
     }
 
     #[cfg(feature = "rwlock")]
@@ -134,7 +144,7 @@ pub mod prelude {
     #[cfg(feature = "latch")]
     pub use redisync_latch::CountDownLatch;
     #[cfg(feature = "lock")]
-    pub use redisync_lock::{LockGuard, ReentrantLock};
+    pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
     #[cfg(feature = "rwlock")]
     pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
     #[cfg(feature = "semaphore")]

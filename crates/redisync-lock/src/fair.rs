@@ -1,0 +1,240 @@
+//! [`FairLock`]: a reentrant lock that goes to its waiters in the order they came.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redisync_core::{async_trait, Client, DistributedPrimitive, Error, Result};
+
+use crate::core::{Kind, LockCore};
+use crate::guard::LockGuard;
+
+/// How often a waiting [`FairLock`] caller proves it is alive, unless set with
+/// [`FairLock::with_heartbeat`].
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// A reentrant distributed lock that is handed to waiters first come, first served, across
+/// every client: Redisson's `RFairLock`, without its stalls.
+///
+/// Create one with `client.fair_lock(name)` (the `ClientExt` method of the `redisync` crate)
+/// or [`FairLock::new`]. It has the API of [`ReentrantLock`](crate::ReentrantLock) and returns
+/// the same [`LockGuard`]: re-entry, leases, the watchdog, fencing tokens and `lost()` behave
+/// exactly alike. What differs is waiting:
+///
+/// * **Order.** A caller that has to wait joins a queue in Redis with its first request, so
+///   the lock goes to waiters in the order Redis saw them arrive, whichever client they are
+///   on. Nobody overtakes a waiter: [`try_lock`](Self::try_lock) takes the lock only if it is
+///   free *and* nobody waits, and never queues. A re-entry by the holder never waits.
+/// * **No herd.** Each waiter listens on a channel of its own, and a release wakes only the
+///   head of the queue.
+/// * **Dead waiters do not stall the queue.** While it waits, a caller re-sends its request
+///   every heartbeat ([`DEFAULT_HEARTBEAT`], one second, unless set with
+///   [`with_heartbeat`](Self::with_heartbeat)), which keeps its place. A waiter that misses
+///   three heartbeats in a row (its process died, or lost Redis) is removed wherever it stands
+///   in the queue, so the next waiter goes ahead within about four heartbeats. A live waiter
+///   evicted that way (Redis did not answer it for three heartbeats) rejoins at the tail.
+///   Redisson keeps a dead waiter for five minutes, and only removes heads.
+/// * **Giving up is immediate.** A waiter whose wait runs out, or whose future is dropped,
+///   leaves the queue at once, waking the next one if the lock is free.
+///
+/// A `FairLock` and a [`ReentrantLock`](crate::ReentrantLock) of the same name are different
+/// locks, with separate keys and fencing tokens.
+///
+/// # Redis keys
+///
+/// | key / channel | type | content |
+/// |---|---|---|
+/// | `<prefix>:{<name>}:fair:lock` | hash | as the reentrant lock's `lock` hash |
+/// | `<prefix>:{<name>}:fair:fence` | string | last fencing token handed out; never expires |
+/// | `<prefix>:{<name>}:fair:attempt:<waiter>` | string | outcome of giving back one acquire call's hold or place, kept briefly |
+/// | `<prefix>:{<name>}:fair:queue` | sorted set | waiter id → arrival order (server µs); exists only while someone waits |
+/// | `<prefix>:{<name>}:fair:deadlines` | sorted set | waiter id → server time (ms) at which a silent waiter is dropped |
+/// | `<prefix>:{<name>}:fair:wake:<waiter>` | channel | one per waiter: the lock is free and it is that waiter's turn |
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | uncontended acquire, re-entry, release | 1 each |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up or heartbeat |
+/// | a wait given up (timeout, dropped future) | + 1 to leave the queue |
+/// | introspection, `force_unlock` | 1 |
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::Client;
+/// use redisync_lock::FairLock;
+/// use std::time::Duration;
+///
+/// let client = Client::connect(url).await?;
+/// let printer = FairLock::new(&client, "printer");
+/// let guard = printer.lock().await?;
+///
+/// // Two more owners queue up; they will get the lock in this order.
+/// let first = FairLock::new(&client, "printer");
+/// let second = FairLock::new(&client, "printer");
+/// let first_waits = tokio::spawn(async move { first.lock().await.map(|g| g.fencing_token()) });
+/// tokio::time::sleep(Duration::from_millis(50)).await;
+/// let second_waits = tokio::spawn(async move { second.lock().await.map(|g| g.fencing_token()) });
+/// tokio::time::sleep(Duration::from_millis(50)).await;
+///
+/// assert!(printer.clone().try_lock().await?.is_some()); // the holder re-enters at once
+/// guard.unlock().await?;
+/// let first_token = first_waits.await.expect("first waiter")?;
+/// let second_token = second_waits.await.expect("second waiter")?;
+/// assert!(first_token < second_token);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairLock {
+    core: Arc<LockCore>,
+    heartbeat: Duration,
+}
+
+impl FairLock {
+    /// A handle to the fair lock called `name`, with the [`DEFAULT_HEARTBEAT`]. Never fails;
+    /// a bad name is reported as [`Error::InvalidArgument`] by every call.
+    pub fn new(client: &Client, name: impl Into<String>) -> Self {
+        let kind = Kind::Fair {
+            heartbeat: DEFAULT_HEARTBEAT,
+        };
+        FairLock {
+            core: Arc::new(LockCore::new(client, name.into(), kind)),
+            heartbeat: DEFAULT_HEARTBEAT,
+        }
+    }
+
+    /// The same handle (same owner) with waiters re-sending their request every `interval`;
+    /// a waiter that misses three is dropped from the queue. Shorter intervals free the queue
+    /// of dead waiters sooner and cost one request per waiter per interval. An interval below
+    /// 10 ms or too large for Redis milliseconds makes every acquire that waits fail with
+    /// [`Error::InvalidArgument`].
+    pub fn with_heartbeat(self, interval: Duration) -> Self {
+        FairLock {
+            core: Arc::new(self.core.with_kind(Kind::Fair {
+                heartbeat: interval,
+            })),
+            heartbeat: interval,
+        }
+    }
+
+    /// This handle's owner id: the client id and a handle number.
+    pub fn owner_id(&self) -> &str {
+        &self.core.owner
+    }
+
+    /// The client this handle uses.
+    pub fn client(&self) -> &Client {
+        &self.core.client
+    }
+
+    /// Acquires the lock in turn, waiting as long as it takes; the watchdog renews the lease
+    /// while the guard lives. Errors as for
+    /// [`ReentrantLock::lock`](crate::ReentrantLock::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives up the place in the queue at once (in the background) and
+    /// never leaves a hold behind, as for [`ReentrantLock::lock`](crate::ReentrantLock::lock).
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.core
+            .acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+    }
+
+    /// Acquires the lock in turn with a fixed `lease` (no watchdog), waiting as long as it
+    /// takes.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.core
+            .acquire(Some(lease), None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+    }
+
+    /// Acquires the lock only if it is free and nobody waits for it (or this owner holds it);
+    /// never queues.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.core.acquire(None, Some(Duration::ZERO)).await
+    }
+
+    /// Acquires the lock in turn, waiting at most `wait`; on timeout the place in the queue is
+    /// given up before this returns `None`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        self.core.acquire(None, Some(wait)).await
+    }
+
+    /// Acquires the lock in turn with a fixed `lease`, waiting at most `wait`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.core.acquire(Some(lease), Some(wait)).await
+    }
+
+    /// Whether anyone holds the lock.
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.core.status().await?.0.is_some())
+    }
+
+    /// Whether this handle's owner holds the lock.
+    pub async fn is_held(&self) -> Result<bool> {
+        Ok(self.core.status().await?.1 > 0)
+    }
+
+    /// How many holds this owner has (0 if it does not hold the lock).
+    pub async fn hold_count(&self) -> Result<u32> {
+        Ok(self.core.status().await?.1)
+    }
+
+    /// The holder's remaining lease, `None` when the lock is free.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        Ok(self.core.status().await?.0)
+    }
+
+    /// Frees the lock whoever holds it and wakes the head waiter; the queue keeps its order.
+    /// Returns whether the lock was held.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.core.force_unlock().await
+    }
+
+    /// How often a waiting caller re-sends its request; one that misses three is dropped.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for FairLock {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Same as [`FairLock::force_unlock`]: live waiters keep their places, and the fencing
+    /// counter is kept on purpose.
+    async fn delete(&self) -> Result<bool> {
+        self.force_unlock().await
+    }
+}

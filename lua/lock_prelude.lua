@@ -1,0 +1,60 @@
+-- lock_prelude: the fair lock's waiting queue, prepended to the lock scripts that take an
+-- optional queue (lock_acquire, lock_release, lock_force_unlock), so its logic lives once. A
+-- reentrant lock passes no queue keys and none of this runs. Not an operation of its own.
+--
+-- Layout of the queue (fair lock only):
+--   queue      sorted set: waiter id -> arrival order (server microseconds, kept strictly
+--              increasing), so the first member is the head
+--   deadlines  sorted set: waiter id -> server ms after which the waiter counts as dead; every
+--              attempt of a live waiter pushes it on (its heartbeat)
+-- Each waiter has its own wake-up channel, <wake prefix><waiter id>: a release wakes only the
+-- head, never the herd.
+
+-- Server time in microseconds: the order and deadlines of waiters from many machines are
+-- judged by Redis's clock, never a client's.
+local function now_us()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Removes every waiter whose heartbeat stopped, wherever it stands in the queue.
+local function drop_dead_waiters(queue, deadlines, now_ms)
+    local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
+    if #dead > 0 then
+        redis.call('ZREM', queue, unpack(dead))
+        redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_ms)
+    end
+end
+
+-- Adds `waiter` at the tail of the queue, or keeps its place; either way it counts as alive
+-- until `deadline_ms`.
+local function join_queue(queue, deadlines, waiter, now, deadline_ms)
+    if not redis.call('ZSCORE', queue, waiter) then
+        local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+        local order = now
+        if tail[2] and tonumber(tail[2]) >= order then
+            order = tonumber(tail[2]) + 1
+        end
+        redis.call('ZADD', queue, order, waiter)
+    end
+    redis.call('ZADD', deadlines, deadline_ms, waiter)
+end
+
+local function leave_queue(queue, deadlines, waiter)
+    redis.call('ZREM', queue, waiter)
+    redis.call('ZREM', deadlines, waiter)
+end
+
+-- The waiter whose turn it is, or nil when nobody waits.
+local function head_waiter(queue)
+    return redis.call('ZRANGE', queue, 0, 0)[1]
+end
+
+-- Tells the head waiter (only) that the lock is free.
+local function wake_head(queue, wake_prefix)
+    local head = head_waiter(queue)
+    if head then
+        redis.call('PUBLISH', wake_prefix .. head, 'released')
+    end
+end
+
