@@ -11,7 +11,7 @@
 -- Raises WRONGTYPE for foreign data.
 local function read_latch(key)
     local fields = redis.call('HMGET', key, 'count', 'arming')
-    if fields[1] and fields[2] then
+    if fields[1] and fields[2] and tonumber(fields[1]) then
         return fields[1], fields[2]
     end
     if redis.call('EXISTS', key) == 1 then

@@ -45,6 +45,9 @@ pub struct ChannelState {
 struct ChannelSlot {
     refs: usize,
     state: Arc<watch::Sender<ChannelState>>,
+    /// When the first local waiter asked for the channel: an outage counts against a waiter
+    /// only from then on.
+    wanted_since: tokio::time::Instant,
 }
 
 /// The client-wide registry of wanted channels.
@@ -74,6 +77,7 @@ impl Hub {
             .or_insert_with(|| ChannelSlot {
                 refs: 0,
                 state: Arc::new(watch::Sender::new(ChannelState::default())),
+                wanted_since: tokio::time::Instant::now(),
             });
         slot.refs += 1;
         if slot.refs == 1 {
@@ -114,6 +118,18 @@ impl Hub {
     fn update_all(&self, change: impl Fn(&mut ChannelState)) {
         for slot in lock(&self.channels).values() {
             notify_if_changed(&slot.state, &change);
+        }
+    }
+
+    /// Marks unreachable every channel that has gone a whole `timeout` without a confirmed
+    /// subscription since Redis became unreachable at `down_since` (or since it was wanted, if
+    /// later): a waiter that arrived during the outage gets a full timeout of its own.
+    fn mark_unreachable(&self, down_since: tokio::time::Instant, timeout: Duration) {
+        let now = tokio::time::Instant::now();
+        for slot in lock(&self.channels).values() {
+            if now.duration_since(slot.wanted_since.max(down_since)) >= timeout {
+                notify_if_changed(&slot.state, &|s: &mut ChannelState| s.unreachable = true);
+            }
         }
     }
 
@@ -205,8 +221,8 @@ async fn run(
     // must not fail the waiters, an outage of a whole command timeout must.
     let mut down_since: Option<tokio::time::Instant> = None;
     loop {
-        if down_since.is_some_and(|since| since.elapsed() >= timeout) {
-            hub.update_all(|s| s.unreachable = true);
+        if let Some(since) = down_since {
+            hub.mark_unreachable(since, timeout);
         }
         let connected = tokio::select! {
             _ = shared.shutdown.wait() => break,
@@ -217,7 +233,7 @@ async fn run(
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "pub/sub connection failed; retrying");
                 down_since.get_or_insert_with(tokio::time::Instant::now);
-                if sleep_or_shutdown(&shared, &mut backoff).await {
+                if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
                     break;
                 }
                 continue;
@@ -225,7 +241,7 @@ async fn run(
             Err(_) => {
                 tracing::debug!("pub/sub connection timed out; retrying");
                 down_since.get_or_insert_with(tokio::time::Instant::now);
-                if sleep_or_shutdown(&shared, &mut backoff).await {
+                if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
                     break;
                 }
                 continue;
@@ -238,7 +254,7 @@ async fn run(
                 Ok(Ok(())) => on_server.extend(wanted),
                 _ => {
                     down_since.get_or_insert_with(tokio::time::Instant::now);
-                    if sleep_or_shutdown(&shared, &mut backoff).await {
+                    if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
                         break;
                     }
                     continue;
@@ -280,13 +296,14 @@ async fn run(
                     }
                 }
                 _ = tokio::time::sleep_until(next_ping), if ping_due => {
-                    next_ping = tokio::time::Instant::now() + ping_every;
+                    let sent = tokio::time::Instant::now();
+                    next_ping = sent + ping_every;
                     let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
                         // A whole command timeout without an answer: that is an outage.
                         tracing::warn!("redis did not answer a ping on the pub/sub connection");
-                        hub.update_all(|s| s.unreachable = true);
-                        down_since = Some(tokio::time::Instant::now());
+                        down_since = Some(sent);
+                        hub.mark_unreachable(sent, timeout);
                         break;
                     }
                 }
@@ -353,12 +370,20 @@ async fn apply(
     Ok(())
 }
 
-/// Sleeps for the backoff (doubling it, up to 1 s); returns true if shutdown came first.
-async fn sleep_or_shutdown(shared: &Shared, backoff: &mut Duration) -> bool {
+/// Sleeps for the backoff (doubling it, up to 1 s) before the next reconnect; returns true if
+/// shutdown came first. A change of the wanted channels ends the sleep early: a new waiter
+/// should not wait out the backoff of an outage that may be over. (The change itself needs
+/// no handling: a reconnect subscribes every wanted channel.)
+async fn sleep_or_shutdown(
+    shared: &Shared,
+    backoff: &mut Duration,
+    changes: &mut mpsc::UnboundedReceiver<String>,
+) -> bool {
     let pause = *backoff;
     *backoff = (*backoff * 2).min(Duration::from_secs(1));
     tokio::select! {
         _ = shared.shutdown.wait() => true,
         _ = tokio::time::sleep(pause) => false,
+        Some(_) = changes.recv() => false,
     }
 }
