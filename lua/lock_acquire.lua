@@ -62,6 +62,6 @@ if not holder[1] then
     wake_head(KEYS[4], ARGV[5])
 end
 if fair and tonumber(ARGV[4]) > 0 then
-    join_queue(KEYS[4], KEYS[5], ARGV[3], now, math.floor(now / 1000) + tonumber(ARGV[4]))
+    join_queue(KEYS[4], KEYS[5], ARGV[3], now, tonumber(ARGV[4]))
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -17,18 +17,22 @@ local function now_us()
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Removes every waiter whose heartbeat stopped, wherever it stands in the queue.
+-- Removes every waiter whose heartbeat stopped, wherever it stands in the queue. In batches:
+-- after a stall of Redis, thousands of deadlines may pass at once, more than Lua can unpack.
 local function drop_dead_waiters(queue, deadlines, now_ms)
     local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
+    for first = 1, #dead, 1000 do
+        redis.call('ZREM', queue, unpack(dead, first, math.min(first + 999, #dead)))
+    end
     if #dead > 0 then
-        redis.call('ZREM', queue, unpack(dead))
         redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_ms)
     end
 end
 
 -- Adds `waiter` at the tail of the queue, or keeps its place; either way it counts as alive
--- until `deadline_ms`.
-local function join_queue(queue, deadlines, waiter, now, deadline_ms)
+-- for `place_ms` more. Both keys expire with the last live waiter's place, so the waiters of
+-- crashed processes leave nothing behind even if nobody touches the lock again.
+local function join_queue(queue, deadlines, waiter, now, place_ms)
     if not redis.call('ZSCORE', queue, waiter) then
         local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
         local order = now
@@ -37,7 +41,12 @@ local function join_queue(queue, deadlines, waiter, now, deadline_ms)
         end
         redis.call('ZADD', queue, order, waiter)
     end
-    redis.call('ZADD', deadlines, deadline_ms, waiter)
+    redis.call('ZADD', deadlines, math.floor(now / 1000) + place_ms, waiter)
+    for _, key in ipairs({queue, deadlines}) do
+        if redis.call('PTTL', key) < place_ms then
+            redis.call('PEXPIRE', key, place_ms)
+        end
+    end
 end
 
 local function leave_queue(queue, deadlines, waiter)

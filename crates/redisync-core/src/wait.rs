@@ -69,9 +69,11 @@ pub struct WaitSpec<'a> {
     /// The caller may already hold the primitive (a re-entry). Such a call always tries Redis
     /// at once; queueing it behind local waiters that wait for it would deadlock.
     pub may_reenter: bool,
-    /// The hold is shared (a read lock): waiters do not exclude one another, so each waits on
-    /// the channel by itself instead of queueing behind a head, and one message wakes them
-    /// all. Exclusive and shared waiters of one primitive should use different `queue` names.
+    /// Waiters wait side by side, each on the channel by itself, instead of queueing behind a
+    /// head: for shared holds (a read lock, whose waiters can all get in together, so one
+    /// message wakes them all), for conditions (a latch opening), and where Redis orders the
+    /// waiters itself (a fair lock, each waiter with a channel of its own). Exclusive and
+    /// shared waiters of one primitive should use different `queue` names.
     pub shared: bool,
 }
 

@@ -234,11 +234,12 @@ impl LockCore {
                 .then(|| self.release_call(&waiter, lease.saturating_add(self.retry_window())))
                 .transpose()?,
         };
+        // Each waiter waits by itself on its own channel: the queue that orders them is Redis's.
         let spec = WaitSpec {
             queue: &channel,
             channel: &channel,
             deadline,
-            may_reenter: true,
+            may_reenter: false,
             shared: true,
         };
         let granted = self

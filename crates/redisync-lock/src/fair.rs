@@ -46,8 +46,8 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// | `<prefix>:{<name>}:fair:lock` | hash | as the reentrant lock's `lock` hash |
 /// | `<prefix>:{<name>}:fair:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:fair:attempt:<waiter>` | string | outcome of giving back one acquire call's hold or place, kept briefly |
-/// | `<prefix>:{<name>}:fair:queue` | sorted set | waiter id → arrival order (server µs); exists only while someone waits |
-/// | `<prefix>:{<name>}:fair:deadlines` | sorted set | waiter id → server time (ms) at which a silent waiter is dropped |
+/// | `<prefix>:{<name>}:fair:queue` | sorted set | waiter id → arrival order (server µs); expires with the last live waiter's place |
+/// | `<prefix>:{<name>}:fair:deadlines` | sorted set | waiter id → server time (ms) at which a silent waiter is dropped; expires with the queue |
 /// | `<prefix>:{<name>}:fair:wake:<waiter>` | channel | one per waiter: the lock is free and it is that waiter's turn |
 ///
 /// # Round trips
@@ -112,8 +112,8 @@ impl FairLock {
     /// The same handle (same owner) with waiters re-sending their request every `interval`;
     /// a waiter that misses three is dropped from the queue. Shorter intervals free the queue
     /// of dead waiters sooner and cost one request per waiter per interval. An interval below
-    /// 10 ms or too large for Redis milliseconds makes every acquire that waits fail with
-    /// [`Error::InvalidArgument`].
+    /// 10 ms or too large for Redis milliseconds makes every acquire (`try_lock` included)
+    /// fail with [`Error::InvalidArgument`].
     pub fn with_heartbeat(self, interval: Duration) -> Self {
         FairLock {
             core: Arc::new(self.core.with_kind(Kind::Fair {
