@@ -1,0 +1,223 @@
+//! The contenders of the lock scenarios, behind one interface: run a critical section while
+//! holding a named lock.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redisync::prelude::*;
+
+/// A critical section: what a task does while it holds the lock.
+pub type Section = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// One task's way of taking one lock.
+#[async_trait::async_trait]
+pub trait Locker: Send {
+    /// Waits for the lock, runs `section` holding it, releases it.
+    async fn with_lock(&mut self, section: Section) -> Result<(), String>;
+}
+
+/// Who competes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contender {
+    /// Raw redis-rs: `SET key token NX PX` to take, one EVALSHA compare-and-delete to release,
+    /// on the same connection type as redisync; no library logic. Retries at once when busy.
+    Floor,
+    Redisync,
+    /// rslock with its defaults: 3 tries per `lock()`, random pause up to 200 ms between them.
+    RslockDefault,
+    /// rslock tuned for speed: pauses of at most 1 ms.
+    RslockBest,
+    /// redis-lock with its defaults: 10 ms lease, 100 ms between tries.
+    RedisLockDefault,
+    /// redis-lock tuned for speed: 1 ms between tries, 10 s lease.
+    RedisLockBest,
+}
+
+impl Contender {
+    pub const LOCKS: [Contender; 6] = [
+        Contender::Floor,
+        Contender::Redisync,
+        Contender::RslockDefault,
+        Contender::RslockBest,
+        Contender::RedisLockDefault,
+        Contender::RedisLockBest,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Floor => "floor (raw redis-rs)",
+            Contender::Redisync => "redisync",
+            Contender::RslockDefault => "rslock 0.10 (defaults)",
+            Contender::RslockBest => "rslock 0.10 (1 ms retry)",
+            Contender::RedisLockDefault => "redis-lock 0.5 (defaults)",
+            Contender::RedisLockBest => "redis-lock 0.5 (1 ms retry)",
+        }
+    }
+}
+
+/// Lease the contenders that need one use: far longer than any critical section here.
+const LEASE: Duration = Duration::from_secs(10);
+
+/// Builds `clients × per_client` lockers of `contender`; task `t` of client `c` locks
+/// `name(c * per_client + t)`. Tasks of one client share its connections, as an application
+/// would share one client.
+pub async fn lockers(
+    contender: Contender,
+    url: &str,
+    clients: usize,
+    per_client: usize,
+    name: impl Fn(usize) -> String,
+) -> Vec<Box<dyn Locker>> {
+    let mut lockers: Vec<Box<dyn Locker>> = Vec::new();
+    for c in 0..clients {
+        match contender {
+            Contender::Floor => {
+                let conn = redis::Client::open(url)
+                    .expect("url")
+                    .get_connection_manager()
+                    .await
+                    .expect("connect");
+                for t in 0..per_client {
+                    lockers.push(Box::new(FloorLocker {
+                        conn: conn.clone(),
+                        key: name(c * per_client + t),
+                        token: format!("{c}:{t}"),
+                    }));
+                }
+            }
+            Contender::Redisync => {
+                let client = Client::connect(url).await.expect("connect");
+                for t in 0..per_client {
+                    lockers.push(Box::new(client.lock(name(c * per_client + t))));
+                }
+            }
+            Contender::RslockDefault | Contender::RslockBest => {
+                let mut manager = rslock::LockManager::new(vec![url.to_owned()]);
+                if contender == Contender::RslockBest {
+                    // rslock pauses a random 0..delay ms between tries: 2 ms gives 0 or 1.
+                    manager.set_retry(u32::MAX, Duration::from_millis(2));
+                }
+                for t in 0..per_client {
+                    lockers.push(Box::new(RslockLocker {
+                        manager: manager.clone(),
+                        key: name(c * per_client + t),
+                    }));
+                }
+            }
+            Contender::RedisLockDefault | Contender::RedisLockBest => {
+                let conn = redis_for_redis_lock::Client::open(url)
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                let conn = Arc::new(tokio::sync::Mutex::new(conn));
+                for t in 0..per_client {
+                    lockers.push(Box::new(RedisLockLocker {
+                        conn: conn.clone(),
+                        key: name(c * per_client + t),
+                        best: contender == Contender::RedisLockBest,
+                    }));
+                }
+            }
+        }
+    }
+    lockers
+}
+
+/// The floor's release: delete the key only if it still holds our token.
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+struct FloorLocker {
+    conn: redis::aio::ConnectionManager,
+    key: String,
+    token: String,
+}
+
+#[async_trait::async_trait]
+impl Locker for FloorLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        loop {
+            let taken: Option<String> = redis::cmd("SET")
+                .arg(&self.key)
+                .arg(&self.token)
+                .arg("NX")
+                .arg("PX")
+                .arg(LEASE.as_millis() as u64)
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            if taken.is_some() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        section.await;
+        redis::Script::new(COMPARE_AND_DELETE)
+            .key(&self.key)
+            .arg(&self.token)
+            .invoke_async::<i64>(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Locker for ReentrantLock {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        let guard = self.lock().await.map_err(|e| e.to_string())?;
+        section.await;
+        guard.unlock().await.map_err(|e| e.to_string())
+    }
+}
+
+struct RslockLocker {
+    manager: rslock::LockManager,
+    key: String,
+}
+
+#[async_trait::async_trait]
+impl Locker for RslockLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        let lock = self
+            .manager
+            .acquire_no_guard(self.key.as_bytes(), LEASE)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        section.await;
+        self.manager.unlock(&lock).await;
+        Ok(())
+    }
+}
+
+struct RedisLockLocker {
+    conn: Arc<tokio::sync::Mutex<redis_for_redis_lock::aio::MultiplexedConnection>>,
+    key: String,
+    best: bool,
+}
+
+#[async_trait::async_trait]
+impl Locker for RedisLockLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        let options = if self.best {
+            redis_lock::LockAcrossOptions {
+                ttl: LEASE,
+                retry: Duration::from_millis(1),
+                duration: Duration::from_secs(60),
+            }
+        } else {
+            redis_lock::LockAcrossOptions::default()
+        };
+        redis_lock::lock_across(
+            std::slice::from_ref(&self.conn),
+            &self.key,
+            section,
+            options,
+        )
+        .await
+        .map_err(|e| format!("{e:?}"))
+    }
+}

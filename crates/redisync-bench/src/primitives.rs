@@ -1,0 +1,199 @@
+//! Scenario 5 (redisync's other primitives) and scenario 6 (memory of waiters).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisync::prelude::*;
+use redisync_test_harness::RedisServer;
+
+use crate::report::{percentile, Figures};
+
+async fn clients(server: &RedisServer, n: usize) -> Vec<Client> {
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n {
+        clients.push(Client::connect(server.url()).await.expect("connect"));
+    }
+    clients
+}
+
+/// Read-heavy: `readers` tasks reading (holding 1 ms) and one writer writing (holding 1 ms,
+/// then pausing 10 ms) on one read-write lock across 4 clients, for `duration`.
+pub async fn rwlock_read_heavy(
+    server: &RedisServer,
+    readers: usize,
+    duration: Duration,
+    out: &mut Figures,
+) {
+    let clients = clients(server, 4).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..readers {
+        let lock = clients[i % clients.len()].read_write_lock("bench:rw");
+        let (stop, reads) = (stop.clone(), reads.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(guard) = lock.read().await {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let _ = guard.unlock().await;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    let writer_lock = clients[0].read_write_lock("bench:rw");
+    let writer_stop = stop.clone();
+    let writer = tokio::spawn(async move {
+        let mut waits = Vec::new();
+        while !writer_stop.load(Ordering::Relaxed) {
+            let asked = Instant::now();
+            if let Ok(guard) = writer_lock.write().await {
+                waits.push(asked.elapsed().as_secs_f64() * 1e3);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let _ = guard.unlock().await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        waits
+    });
+    let started = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("reader");
+    }
+    let waits = writer.await.expect("writer");
+    let elapsed = started.elapsed().as_secs_f64();
+    out.add("reads/s", reads.load(Ordering::Relaxed) as f64 / elapsed);
+    out.add("writes/s", waits.len() as f64 / elapsed);
+    out.add("writer wait p50 ms", percentile(&waits, 50.0));
+    out.add("writer wait worst ms", percentile(&waits, 100.0));
+}
+
+/// `tasks` tasks over 4 clients sharing `permits` permits, each holding one for 1 ms.
+pub async fn semaphore(
+    server: &RedisServer,
+    tasks: usize,
+    permits: u64,
+    duration: Duration,
+    out: &mut Figures,
+) {
+    let clients = clients(server, 4).await;
+    assert!(clients[0]
+        .semaphore("bench:sem")
+        .try_set_permits(permits)
+        .await
+        .expect("set permits"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let holders = Arc::new(AtomicI64::new(0));
+    let most = Arc::new(AtomicI64::new(0));
+    let acquired = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for i in 0..tasks {
+        let sem = clients[i % clients.len()].semaphore("bench:sem");
+        let (stop, holders, most, acquired) = (
+            stop.clone(),
+            holders.clone(),
+            most.clone(),
+            acquired.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(permit) = sem.acquire().await {
+                    let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                    let _ = permit.release().await;
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await.expect("task");
+    }
+    out.add(
+        "acquisitions/s",
+        acquired.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64(),
+    );
+    out.add("most holders at once", most.load(Ordering::SeqCst) as f64);
+}
+
+/// `waiters` tasks over 4 clients wait on an armed latch; then the last count-down. Time
+/// from the count-down's return to every waiter having returned.
+pub async fn latch(server: &RedisServer, waiters: usize, round: usize, out: &mut Figures) {
+    let clients = clients(server, 4).await;
+    let name = format!("bench:latch:{round}");
+    let latch = clients[0].count_down_latch(name.as_str());
+    assert!(latch.try_set_count(1).await.expect("arm"));
+    let mut handles = Vec::new();
+    for i in 0..waiters {
+        let latch = clients[i % clients.len()].count_down_latch(name.as_str());
+        handles.push(tokio::spawn(async move {
+            latch.wait().await.expect("wait");
+            Instant::now()
+        }));
+    }
+    // Every client subscribed: then the waiters are all parked on the channel.
+    let channel = format!("redisync:{{{name}}}:latch:wake");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.numsub(&channel) < clients.len() as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    latch.count_down().await.expect("count down");
+    let opened = Instant::now();
+    let mut after = Vec::new();
+    for handle in handles {
+        let returned = handle.await.expect("waiter");
+        after.push(returned.saturating_duration_since(opened).as_secs_f64() * 1e3);
+    }
+    out.add("all returned after, ms", percentile(&after, 100.0));
+    out.add("median waiter, ms", percentile(&after, 50.0));
+}
+
+/// Resident memory of this process, from /proc (Linux), in KiB.
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// `waiters` tasks waiting on one held lock of one client: memory they take.
+pub async fn memory(server: &RedisServer, waiters: usize, out: &mut Figures) {
+    let client = Client::connect(server.url()).await.expect("connect");
+    let holder = client.lock("bench:memory").lock().await.expect("lock");
+    let before = rss_kib().unwrap_or(0);
+    let mut handles = Vec::with_capacity(waiters);
+    for _ in 0..waiters {
+        let lock = client.lock("bench:memory");
+        handles.push(tokio::spawn(async move { lock.lock().await.map(drop) }));
+    }
+    // Let every waiter reach its queue place.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib().unwrap_or(0);
+    out.add("waiting tasks", waiters as f64);
+    out.add(
+        "RSS growth MiB",
+        after.saturating_sub(before) as f64 / 1024.0,
+    );
+    out.add(
+        "bytes per waiter",
+        after.saturating_sub(before) as f64 * 1024.0 / waiters as f64,
+    );
+    for handle in &handles {
+        handle.abort();
+    }
+    for handle in handles {
+        let _ = handle.await;
+    }
+    drop(holder);
+    client.shutdown().await;
+}
