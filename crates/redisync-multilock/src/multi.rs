@@ -24,9 +24,10 @@ use crate::release::{give_back, release_all};
 ///   them in argument order and can deadlock). Servers are compared as their clients name them
 ///   ([`Client::server`](redisync_core::Client::server)): name each server the same way in
 ///   every process.
-/// * **One round trip for locks on one client.** The locks of each client are first tried
-///   together in one script, all or none. Only if one of them is busy does the multi-lock wait,
-///   taking them one by one in canonical order.
+/// * **One round trip for locks on one client.** Consecutive locks (in canonical order) of
+///   one client are first tried together in one script, all or none. Only if one of them is
+///   busy does the multi-lock wait, taking them one by one in canonical order. Locks of two
+///   clients of one server may interleave in that order, and then take a script per run.
 /// * **Leases.** While it is still acquiring, every lock it holds is renewed by the watchdog,
 ///   so none expires while it waits for the others. Once it holds all of them, a fixed lease
 ///   (`lock_with_lease`) is set on every one at once; otherwise the watchdog keeps all alive.
@@ -39,7 +40,7 @@ use crate::release::{give_back, release_all};
 ///
 /// | operation | round trips |
 /// |---|---|
-/// | uncontended acquire | 1 per client (run one after another, in canonical order) |
+/// | uncontended acquire | 1 per client, or per run of one client's locks (one after another, in canonical order) |
 /// | with a fixed lease, locks on several clients, or after waiting | + 1 to set the leases (concurrently) |
 /// | contended acquire | as for each lock waited for |
 /// | release | 1 per lock, concurrently |
@@ -227,7 +228,12 @@ impl MultiLock {
                 held.extend(guards);
                 continue;
             }
-            // Busy: wait for each lock in turn (so with a watchdog lease), in canonical order.
+            // Busy. Without time to wait, that is the answer: taking the free ones one by one
+            // only to give them back would just get in other callers' way.
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(false);
+            }
+            // Wait for each lock in turn (so with a watchdog lease), in canonical order.
             lease_is_set = false;
             for lock in locks {
                 let guard = match deadline {
@@ -307,6 +313,6 @@ impl MultiLockGuard {
     ///
     /// If the future is dropped, every release still runs in the background.
     pub async fn unlock(self) -> Result<()> {
-        release_all(self.guards).await
+        release_all(self.guards, |guard| guard.name().to_owned()).await
     }
 }

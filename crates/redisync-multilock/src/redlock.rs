@@ -274,9 +274,10 @@ impl RedlockGuard {
     ///
     /// # Errors
     ///
-    /// As for [`MultiLockGuard::unlock`](crate::MultiLockGuard::unlock); after the validity ran
-    /// out, expect [`Error::NotOwner`] from servers whose lease ended.
+    /// As for [`MultiLockGuard::unlock`](crate::MultiLockGuard::unlock), with failures named
+    /// by server; after the validity ran out, expect [`Error::NotOwner`] from servers whose
+    /// lease ended.
     pub async fn unlock(self) -> Result<()> {
-        release_all(self.guards).await
+        release_all(self.guards, |guard| guard.client().server().to_owned()).await
     }
 }

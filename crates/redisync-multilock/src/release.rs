@@ -5,9 +5,13 @@ use redisync_core::{Error, Result};
 use redisync_lock::LockGuard;
 
 /// Releases every guard concurrently and waits for all of them. `Ok` if all succeeded; the
-/// error itself if one failed; [`Error::Several`] (lock name and error of each) if more did.
-pub(crate) async fn release_all(guards: Vec<LockGuard>) -> Result<()> {
-    let names: Vec<String> = guards.iter().map(|g| g.name().to_owned()).collect();
+/// error itself if one failed; [`Error::Several`] (each failed guard's `label` and error) if
+/// more did.
+pub(crate) async fn release_all(
+    guards: Vec<LockGuard>,
+    label: impl Fn(&LockGuard) -> String,
+) -> Result<()> {
+    let names: Vec<String> = guards.iter().map(label).collect();
     let outcomes = join_all(guards.into_iter().map(LockGuard::unlock)).await;
     let mut failures: Vec<(String, Error)> = names
         .into_iter()
@@ -28,7 +32,7 @@ pub(crate) async fn give_back(guards: Vec<LockGuard>) {
     if guards.is_empty() {
         return;
     }
-    if let Err(err) = release_all(guards).await {
+    if let Err(err) = release_all(guards, |guard| guard.name().to_owned()).await {
         tracing::warn!(error = %err, "giving back part of a multi-lock failed; leases will free it");
     }
 }
