@@ -1,8 +1,7 @@
 -- lock_acquire: take a lock, or re-enter it if the caller already holds it. With queue keys
 -- (the fair lock) the lock goes to waiters in arrival order.
 --
--- KEYS[1]  lock hash   {owner = <owner id>, count = <holds>, token = <fencing token>,
---                       a:<attempt id> = 1 for every live hold}
+-- KEYS[1]  lock hash (layout in lock_prelude)
 -- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted
 -- KEYS[3]  attempt record of this attempt; exists only if the attempt was already given back
 --          (lock_release ran for it first: its caller gave up), so it must not grant
@@ -20,14 +19,12 @@
 -- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
 -- lease in ms; -1 if it has none, -2 if the lock is free but another waiter goes first), or
 -- {-1} when the attempt was given back before it ran.
--- A re-entry never shortens the hold: the expiry becomes the longer of the current one and
--- the new lease, because other guards of the same hold may rely on it. A re-entry never
--- queues: the caller holds the lock already.
+-- A re-entry never shortens the hold (see reenter) and never queues: the caller holds the
+-- lock already.
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
     return {-1}
 end
-local attempt = 'a:' .. ARGV[3]
 local fair = KEYS[4] ~= nil
 local now
 if fair then
@@ -36,11 +33,7 @@ if fair then
 end
 local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if holder[1] == ARGV[1] then
-    local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-    redis.call('HSET', KEYS[1], attempt, 1)
-    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-        redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    end
+    local count = reenter(KEYS[1], ARGV[2], ARGV[3])
     if fair then
         leave_queue(KEYS[4], KEYS[5], ARGV[3])
     end
@@ -49,9 +42,7 @@ end
 if not holder[1] then
     local head = fair and head_waiter(KEYS[4])
     if not head or head == ARGV[3] then
-        local token = redis.call('INCR', KEYS[2])
-        redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token, attempt, 1)
-        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        local token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
         if fair then
             leave_queue(KEYS[4], KEYS[5], ARGV[3])
         end

@@ -1,6 +1,9 @@
--- lock_prelude: the fair lock's waiting queue, prepended to the lock scripts that take an
--- optional queue (lock_acquire, lock_release, lock_force_unlock), so its logic lives once. A
--- reentrant lock passes no queue keys and none of this runs. Not an operation of its own.
+-- lock_prelude: how a lock is granted and re-entered, and the fair lock's waiting queue;
+-- prepended to the lock scripts that need them, so this logic lives once. Not an operation of
+-- its own.
+--
+-- Layout of the lock hash: owner = <owner id>, count = <holds>, token = <fencing token>,
+-- a:<attempt id> = 1 for every live hold. The fence is a counter that never expires.
 --
 -- Layout of the queue (fair lock only):
 --   queue      sorted set: waiter id -> arrival order (server microseconds, kept strictly
@@ -9,6 +12,27 @@
 --              attempt of a live waiter pushes it on (its heartbeat)
 -- Each waiter has its own wake-up channel, <wake prefix><waiter id>: a release wakes only the
 -- head, never the herd.
+
+-- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token.
+-- Returns the token.
+local function grant(hash, fence, owner, lease_ms, attempt)
+    local token = redis.call('INCR', fence)
+    redis.call('HSET', hash, 'owner', owner, 'count', 1, 'token', token, 'a:' .. attempt, 1)
+    redis.call('PEXPIRE', hash, lease_ms)
+    return token
+end
+
+-- Adds a hold for attempt `attempt` to a lock its owner already holds. The expiry becomes the
+-- longer of the current one and the new lease, since other holds may rely on it. Returns the
+-- number of holds.
+local function reenter(hash, lease_ms, attempt)
+    local count = redis.call('HINCRBY', hash, 'count', 1)
+    redis.call('HSET', hash, 'a:' .. attempt, 1)
+    if redis.call('PTTL', hash) < tonumber(lease_ms) then
+        redis.call('PEXPIRE', hash, lease_ms)
+    end
+    return count
+end
 
 -- Server time in microseconds: the order and deadlines of waiters from many machines are
 -- judged by Redis's clock, never a client's.

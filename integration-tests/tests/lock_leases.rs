@@ -174,8 +174,16 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
         "redisync:{late}:wake",
     );
     let record = "redisync:{late}:attempt:client-1:7";
-    let release = redis::Script::new(include_str!("../../lua/lock_release.lua"));
-    let acquire = redis::Script::new(include_str!("../../lua/lock_acquire.lua"));
+    // The scripts as the lock crate embeds them: each after the shared prelude.
+    let prelude = include_str!("../../lua/lock_prelude.lua");
+    let release = redis::Script::new(&format!(
+        "{prelude}{}",
+        include_str!("../../lua/lock_release.lua")
+    ));
+    let acquire = redis::Script::new(&format!(
+        "{prelude}{}",
+        include_str!("../../lua/lock_acquire.lua")
+    ));
     // The give-back arrives first: the attempt holds nothing yet.
     let given_back: i64 = release
         .key(&hash)

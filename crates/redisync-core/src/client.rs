@@ -91,6 +91,8 @@ impl Drop for ClientInner {
 
 pub(crate) struct Shared {
     pub(crate) id: String,
+    /// `host:port/db` of the server, for ordering locks across servers.
+    pub(crate) server: String,
     /// The runtime the client was built on: background work goes there even when it is
     /// started from outside any runtime (a guard dropped on a plain thread).
     pub(crate) runtime: tokio::runtime::Handle,
@@ -263,8 +265,11 @@ impl ClientBuilder {
             .map_err(|_| Error::Timeout)??;
 
         let id = uuid::Uuid::new_v4().to_string();
+        let info = redis_client.get_connection_info();
+        let server = format!("{}/{}", info.addr(), info.redis_settings().db());
         let shared = Arc::new(Shared {
             id,
+            server,
             runtime,
             connections,
             next_connection: AtomicUsize::new(0),
@@ -321,6 +326,14 @@ impl Client {
     /// This client's unique id (a UUID), part of every owner id it hands out.
     pub fn id(&self) -> &str {
         &self.shared().id
+    }
+
+    /// The server this client talks to, as `host:port/db` (a Unix socket: `path/db`), exactly
+    /// as the URL named it: no lookup is made, so two spellings of one server differ.
+    /// [`MultiLock`](https://docs.rs/redisync-multilock) orders locks on different servers
+    /// by it.
+    pub fn server(&self) -> &str {
+        &self.shared().server
     }
 
     /// The counters since the client was built.

@@ -36,6 +36,18 @@ pub enum Error {
     /// The client was shut down (explicitly, or because its last clone was dropped).
     #[error("the client was shut down")]
     Shutdown,
+    /// Several parts of one operation failed (releasing a multi-lock whose sub-locks failed
+    /// in different ways): each part's name with its error. Every part was attempted.
+    #[error("{} parts failed: {}", .0.len(), describe_parts(.0))]
+    Several(Vec<(String, Error)>),
+}
+
+fn describe_parts(parts: &[(String, Error)]) -> String {
+    parts
+        .iter()
+        .map(|(name, err)| format!("{name}: {err}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl Error {

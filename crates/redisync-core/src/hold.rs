@@ -56,6 +56,14 @@ impl Hold {
         }
     }
 
+    /// Gives the hold a fixed lease of `lease`, set by a request sent at `sent_at` (after a
+    /// primitive's script set it in Redis); watchdog renewal stops. See [`Lease::fix`].
+    pub fn fix_lease(&mut self, sent_at: std::time::Instant, lease: std::time::Duration) {
+        if let Some(current) = &mut self.lease {
+            current.fix(sent_at, lease);
+        }
+    }
+
     /// Lets go of the hold without releasing it: whatever it holds stays taken.
     pub fn forget(mut self) {
         self.release = None;

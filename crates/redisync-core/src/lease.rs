@@ -17,7 +17,11 @@ use crate::watchdog::Renewal;
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: Flag,
-    expires_at: Mutex<Instant>,
+    /// The deadline, and whether it was fixed after the fact (renewals no longer move it).
+    expires_at: Mutex<(Instant, bool)>,
+    /// Wakes [`wait_lost`](Self::wait_lost) when a fixed deadline replaces the old one,
+    /// which may be earlier.
+    refixed: tokio::sync::Notify,
 }
 
 /// Taken off every client-side deadline: Redis counts expiry in whole milliseconds from when
@@ -46,12 +50,19 @@ impl LeaseState {
     pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
         Arc::new(LeaseState {
             lost: Flag::default(),
-            expires_at: Mutex::new(expires_at),
+            expires_at: Mutex::new((expires_at, false)),
+            refixed: tokio::sync::Notify::new(),
         })
     }
 
     pub(crate) fn expires_at(&self) -> Instant {
-        *lock(&self.expires_at)
+        lock(&self.expires_at).0
+    }
+
+    /// Replaces the deadline with `until` for good: later renewals do not move it.
+    pub(crate) fn fix(&self, until: Instant) {
+        *lock(&self.expires_at) = (until, true);
+        self.refixed.notify_waiters();
     }
 
     /// Whether the hold is gone; sets the flag when the deadline has passed, so the answer
@@ -76,12 +87,17 @@ impl LeaseState {
     /// lost (then it stays lost). Returns whether the hold is still alive.
     pub(crate) fn extend(&self, until: Instant) -> bool {
         let mut expires_at = lock(&self.expires_at);
-        if self.lost.is_set() || Instant::now() >= *expires_at {
+        let (current, fixed) = *expires_at;
+        if self.lost.is_set() || Instant::now() >= current {
             drop(expires_at);
             self.lost.set();
             return false;
         }
-        *expires_at = (*expires_at).max(until);
+        // A renewal already on the wire when the lease was fixed may still confirm; the
+        // fixed deadline is the one the guard was promised.
+        if !fixed {
+            expires_at.0 = current.max(until);
+        }
         true
     }
 
@@ -91,11 +107,14 @@ impl LeaseState {
             if self.is_lost() {
                 return;
             }
+            // Created before reading the deadline, so a fix in between is not missed.
+            let refixed = self.refixed.notified();
             let at = self.expires_at();
             tokio::select! {
                 _ = self.lost.wait() => return,
                 // The deadline may have moved meanwhile; the loop re-reads it.
                 _ = tokio::time::sleep_until(at.into()) => {}
+                _ = refixed => {}
             }
         }
     }
@@ -133,6 +152,13 @@ impl Lease {
     /// Whether the client knows the hold is gone.
     pub fn is_lost(&self) -> bool {
         self.state.is_lost()
+    }
+
+    /// Turns the lease into a fixed one of `lease`, set by a request sent at `sent_at`:
+    /// renewal stops, and the deadline becomes that lease's, even if it is earlier.
+    pub fn fix(&mut self, sent_at: Instant, lease: Duration) {
+        self._renewal = None;
+        self.state.fix(deadline(sent_at, lease));
     }
 
     /// Marks the lease lost (for example after a release found the hold gone).

@@ -12,7 +12,7 @@ use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, Wai
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::scripts::{self, decode_status, AcquireReply};
+use crate::scripts::{self, decode_acquire_all, decode_status, AcquireReply};
 
 /// A fair waiter that misses this many heartbeats in a row loses its place.
 pub(crate) const HEARTBEATS_PER_PLACE: u32 = 3;
@@ -192,6 +192,19 @@ impl LockCore {
         let Some((attempt, token, sent_at)) = granted else {
             return Ok(None);
         };
+        self.guard(&attempt, token, sent_at, lease).map(Some)
+    }
+
+    /// The guard of a hold granted to `attempt` by a request sent at `sent_at`: with a fixed
+    /// `lease`, or the watchdog's.
+    fn guard(
+        self: &Arc<Self>,
+        attempt: &str,
+        token: u64,
+        sent_at: Instant,
+        lease: Option<Duration>,
+    ) -> Result<LockGuard> {
+        let keys = self.keys()?;
         let lease = match lease {
             Some(lease) => Lease::fixed(sent_at, lease),
             None => self.client.watch_lease(
@@ -201,9 +214,84 @@ impl LockCore {
                 sent_at,
             ),
         };
-        let release = self.release_call(&attempt, self.retry_window())?;
+        let release = self.release_call(attempt, self.retry_window())?;
         let hold = Hold::new(self.client.clone(), release, lease);
-        Ok(Some(LockGuard::new(self.clone(), token, hold)))
+        Ok(LockGuard::new(self.clone(), token, hold))
+    }
+
+    /// Acquires every lock of `cores` or none, without waiting, in one request: they must be
+    /// distinct reentrant locks of one client. With a fixed `lease`, or the watchdog's.
+    pub(crate) async fn acquire_all(
+        cores: &[Arc<LockCore>],
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<LockGuard>>> {
+        let Some(first) = cores.first() else {
+            return Err(Error::invalid("acquiring all of no locks"));
+        };
+        let client = &first.client;
+        let lease_for = lease.unwrap_or_else(|| client.watchdog_timeout());
+        lease_millis(lease_for)?;
+        let mut hashes = std::collections::HashSet::new();
+        for core in cores {
+            let keys = core.keys()?;
+            if core.client.id() != client.id() {
+                return Err(Error::invalid(
+                    "locks acquired together must all use the same client",
+                ));
+            }
+            if keys.queue.is_some() {
+                return Err(Error::invalid("fair locks cannot be acquired together"));
+            }
+            if !hashes.insert(keys.hash.as_str()) {
+                return Err(Error::invalid(format!(
+                    "lock {:?} appears twice among locks acquired together",
+                    core.name
+                )));
+            }
+        }
+        let attempt = client.unique_id();
+        let mut call = ScriptCall::new(&scripts::ACQUIRE_ALL);
+        for core in cores {
+            let keys = core.keys()?;
+            call = call
+                .key(keys.hash.as_str())
+                .key(keys.fence.as_str())
+                .key(keys.attempt_record(&attempt));
+        }
+        call = call.arg(redis_millis(lease_for)).arg(attempt.as_str());
+        for core in cores {
+            call = call.arg(core.owner.as_str());
+        }
+        // Remembered past the lease, so a grant that could still run is refused.
+        let give_back = cores
+            .iter()
+            .map(|core| core.release_call(&attempt, lease_for.saturating_add(core.retry_window())))
+            .collect::<Result<Vec<_>>>()?;
+        let undo_client = client.clone();
+        let count = cores.len();
+        let sent_at = Instant::now();
+        let reply: Vec<i64> = client
+            .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
+                let granted = match &reply {
+                    Some(reply) => matches!(decode_acquire_all(reply, count), Ok(Some(_))),
+                    None => true,
+                };
+                if granted {
+                    for release in give_back {
+                        undo_client.spawn_idempotent(release);
+                    }
+                }
+            })
+            .instrument(tracing::debug_span!("redisync.lock.all", locks = count))
+            .await?;
+        let Some(tokens) = decode_acquire_all(&reply, count)? else {
+            return Ok(None);
+        };
+        let mut guards = Vec::with_capacity(count);
+        for (core, token) in cores.iter().zip(tokens) {
+            guards.push(core.guard(&attempt, token, sent_at, lease)?);
+        }
+        Ok(Some(guards))
     }
 
     /// The fair lock's wait: every waiter is in the queue in Redis from its first attempt on,

@@ -2,11 +2,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use redisync_core::{Hold, Result};
+use redisync_core::duration::{lease_millis, redis_millis};
+use redisync_core::{Error, Hold, Result, ScriptCall};
 
 use crate::core::LockCore;
-use crate::scripts::decode_release;
+use crate::scripts::{self, decode_release};
 
 /// One hold of a [`ReentrantLock`](crate::ReentrantLock) or a [`FairLock`](crate::FairLock).
 ///
@@ -69,6 +71,11 @@ impl LockGuard {
         &self.core.name
     }
 
+    /// The client that holds the lock.
+    pub fn client(&self) -> &redisync_core::Client {
+        &self.core.client
+    }
+
     /// Whether the client knows the hold is gone: a renewal found it missing or not ours,
     /// no renewal was confirmed before the lease would end, the client shut down, or a fixed
     /// lease ran out.
@@ -80,6 +87,34 @@ impl LockGuard {
     /// future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         self.hold.lost()
+    }
+
+    /// Gives this hold a fixed lease of `lease` from now on: watchdog renewal stops, and the
+    /// hold expires `lease` after this call unless released first (with re-entries of the same
+    /// owner alive, the lock's expiry is only ever extended). [`lost`](Self::lost) follows the
+    /// new lease. A lease below 10 ms or too large for Redis milliseconds is
+    /// [`Error::InvalidArgument`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`] if the hold is no longer ours (nothing changed);
+    /// [`Error::Redis`] / [`Error::Timeout`] if Redis did not answer (the old lease stays).
+    pub async fn fix_lease(&mut self, lease: Duration) -> Result<()> {
+        lease_millis(lease)?;
+        let keys = self.core.keys()?;
+        let call = ScriptCall::new(&scripts::SET_LEASE)
+            .key(keys.hash.as_str())
+            .arg(self.core.owner.as_str())
+            .arg(self.token)
+            .arg(redis_millis(lease));
+        let sent_at = Instant::now();
+        match self.core.client.eval::<i64>(call).await? {
+            1 => {
+                self.hold.fix_lease(sent_at, lease);
+                Ok(())
+            }
+            _ => Err(Error::NotOwner),
+        }
     }
 
     /// Releases this hold and reports whether it was still ours.

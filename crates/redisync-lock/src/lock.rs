@@ -370,6 +370,44 @@ impl ReentrantLock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.core.force_unlock().await
     }
+
+    /// Acquires every lock of `locks` or none, in one script call and without waiting: the
+    /// building block of a multi-lock whose locks live on one server. Returns a guard per lock,
+    /// in the order given, or `None` (nothing taken) if any of them is held by another owner.
+    /// A lock this owner holds already is re-entered. With `lease`, each hold expires after it;
+    /// without, the watchdog renews them.
+    ///
+    /// Every handle must use the same client, and no lock may appear twice (two handles to one
+    /// name count as the same lock); otherwise, or for an empty slice, this is
+    /// [`Error::InvalidArgument`]. The script touches every lock's keys, so on Redis Cluster
+    /// the locks must share a slot.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use redisync_lock::ReentrantLock;
+    ///
+    /// let from = ReentrantLock::new(&client, "account:1");
+    /// let to = ReentrantLock::new(&client, "account:2");
+    /// let guards = ReentrantLock::try_lock_all(&[from.clone(), to.clone()], None).await?;
+    /// assert_eq!(guards.map(|g| g.len()), Some(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped while the request is on the wire, whatever it took is given
+    /// back in the background, or the request is forbidden from taking anything.
+    pub async fn try_lock_all(
+        locks: &[ReentrantLock],
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<LockGuard>>> {
+        let cores: Vec<_> = locks.iter().map(|lock| lock.core.clone()).collect();
+        LockCore::acquire_all(&cores, lease).await
+    }
 }
 
 #[async_trait]

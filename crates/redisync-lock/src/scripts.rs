@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use redisync_core::{Error, LuaScript, Result};
 
-/// A lock script; those that may take the fair lock's queue start with its helpers.
+/// A lock script; those that grant holds or may take the fair lock's queue start with the
+/// shared helpers.
 macro_rules! script {
     ($name:literal) => {
         LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
@@ -23,6 +24,8 @@ macro_rules! script {
 pub(crate) static ACQUIRE: LuaScript = script!("lock_acquire", with_queue);
 pub(crate) static RELEASE: LuaScript = script!("lock_release", with_queue);
 pub(crate) static FORCE_UNLOCK: LuaScript = script!("lock_force_unlock", with_queue);
+pub(crate) static ACQUIRE_ALL: LuaScript = script!("lock_acquire_all", with_queue);
+pub(crate) static SET_LEASE: LuaScript = script!("lock_set_lease");
 pub(crate) static RENEW: LuaScript = script!("lock_renew");
 pub(crate) static STATUS: LuaScript = script!("lock_status");
 
@@ -51,6 +54,17 @@ impl AcquireReply {
             [-1] => Ok(AcquireReply::GivenBack),
             _ => Err(Error::WrongType),
         }
+    }
+}
+
+/// Reply of `lock_acquire_all`: the tokens of every lock, or `None` when one was busy.
+pub(crate) fn decode_acquire_all(reply: &[i64], locks: usize) -> Result<Option<Vec<u64>>> {
+    match reply {
+        [1, tokens @ ..] if tokens.len() == locks && tokens.iter().all(|t| *t > 0) => {
+            Ok(Some(tokens.iter().map(|t| *t as u64).collect()))
+        }
+        [0, _, _] | [-1] => Ok(None),
+        _ => Err(Error::WrongType),
     }
 }
 
@@ -99,6 +113,13 @@ mod tests {
         );
         assert!(AcquireReply::decode(&[]).is_err());
         assert!(decode_release(-1).is_err());
+        assert_eq!(
+            decode_acquire_all(&[1, 4, 9], 2).ok(),
+            Some(Some(vec![4, 9]))
+        );
+        assert_eq!(decode_acquire_all(&[0, 2, 1500], 2).ok(), Some(None));
+        assert!(decode_acquire_all(&[1, 4], 2).is_err());
+        assert!(decode_acquire_all(&[1, 4, 0], 2).is_err());
         assert!(decode_release(0).is_ok());
         assert_eq!(decode_status(&[-2, 0]).ok(), Some((None, 0)));
         assert!(decode_status(&[10, -3]).is_err());

@@ -1,8 +1,8 @@
 //! # redisync
 //!
 //! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock, a
-//! fair lock, a read-write lock, semaphores and a count-down latch, with watchdog lease
-//! renewal, fencing tokens and pub/sub wake-ups; the multi-lock arrives behind the same API.
+//! fair lock, a read-write lock, semaphores, a count-down latch and a multi-lock, with watchdog
+//! lease renewal, fencing tokens and pub/sub wake-ups.
 //!
 //! ```
 //! use redisync::prelude::*;
@@ -36,7 +36,7 @@
 //! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`] |
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
 //! | `latch` | [`CountDownLatch`] |
-//! | `multilock` | reserved for the primitive still to come |
+//! | `multilock` | [`MultiLock`], [`MultiLockGuard`], [`Redlock`], [`RedlockGuard`] |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -68,6 +68,8 @@ pub use redisync_core as core;
 pub use redisync_latch::CountDownLatch;
 #[cfg(feature = "lock")]
 pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
+#[cfg(feature = "multilock")]
+pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 #[cfg(feature = "rwlock")]
 pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
 #[cfg(feature = "semaphore")]
@@ -102,6 +104,11 @@ pub trait ClientExt {
     /// A handle to the count-down latch called `name` (see [`CountDownLatch`]).
     #[cfg(feature = "latch")]
     fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch;
+
+    /// A multi-lock over `locks` (see [`MultiLock`]): all or none, deadlock-free in any
+    /// order. The locks may come from other clients too.
+    #[cfg(feature = "multilock")]
+    fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock;
 }
 
 impl ClientExt for Client {
@@ -134,6 +141,11 @@ impl ClientExt for Client {
     fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
         CountDownLatch::new(self, name)
     }
+
+    #[cfg(feature = "multilock")]
+    fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock {
+        MultiLock::new(locks)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -145,6 +157,8 @@ pub mod prelude {
     pub use redisync_latch::CountDownLatch;
     #[cfg(feature = "lock")]
     pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
+    #[cfg(feature = "multilock")]
+    pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
     #[cfg(feature = "rwlock")]
     pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
     #[cfg(feature = "semaphore")]

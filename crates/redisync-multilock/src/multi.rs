@@ -1,0 +1,318 @@
+//! [`MultiLock`]: several locks taken as one.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{join_all, select_all};
+use redisync_core::duration::{lease_millis, wait_deadline};
+use redisync_core::{DistributedPrimitive, Error, Result};
+use redisync_lock::{LockGuard, ReentrantLock};
+use tracing::Instrument;
+
+use crate::release::{give_back, release_all};
+
+/// All of a set of locks, or none.
+///
+/// Create one with `client.multi_lock(locks)` (the `ClientExt` method of the `redisync`
+/// crate) or [`MultiLock::new`], from any [`ReentrantLock`] handles: of one client or of
+/// several, on one server or on several. Acquiring returns a [`MultiLockGuard`] holding every
+/// lock; a failed, timed-out or cancelled acquisition holds none of them when it returns.
+///
+/// * **No deadlock, whatever the argument order.** Locks are taken in one canonical order (by
+///   server, then key prefix, then name), so two callers listing the same locks in opposite
+///   orders cannot each hold what the other waits for (Redisson's `RedissonMultiLock` takes
+///   them in argument order and can deadlock). Servers are compared as their clients name them
+///   ([`Client::server`](redisync_core::Client::server)): name each server the same way in
+///   every process.
+/// * **One round trip for locks on one client.** Consecutive locks (in canonical order) of
+///   one client are first tried together in one script, all or none. Only if one of them is
+///   busy does the multi-lock wait, taking them one by one in canonical order. Locks of two
+///   clients of one server may interleave in that order, and then take a script per run.
+/// * **Leases.** While it is still acquiring, every lock it holds is renewed by the watchdog,
+///   so none expires while it waits for the others. Once it holds all of them, a fixed lease
+///   (`lock_with_lease`) is set on every one at once; otherwise the watchdog keeps all alive.
+/// * **A lock listed twice** (two handles to one name on one server) is acquired once, through
+///   the first handle.
+///
+/// An empty multi-lock is [`Error::InvalidArgument`] on every acquire.
+///
+/// # Round trips
+///
+/// | operation | round trips |
+/// |---|---|
+/// | uncontended acquire | 1 per client, or per run of one client's locks (one after another, in canonical order) |
+/// | with a fixed lease, locks on several clients, or after waiting | + 1 to set the leases (concurrently) |
+/// | contended acquire | as for each lock waited for |
+/// | release | 1 per lock, concurrently |
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// use redisync_core::Client;
+/// use redisync_lock::ReentrantLock;
+/// use redisync_multilock::MultiLock;
+///
+/// let client = Client::connect(url).await?;
+/// let transfer = MultiLock::new([
+///     ReentrantLock::new(&client, "account:7"),
+///     ReentrantLock::new(&client, "account:3"),
+/// ]);
+/// let guard = transfer.lock().await?;
+/// for (name, token) in guard.fencing_tokens() {
+///     println!("{name}: write with token {token}");
+/// }
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    /// Distinct locks in canonical order.
+    locks: Vec<ReentrantLock>,
+    /// Runs of consecutive `locks` on one client, each tried in one script.
+    groups: Vec<std::ops::Range<usize>>,
+}
+
+/// Where a lock sorts: by server, then key prefix, then name. Equal keys are the same lock.
+fn canonical_key(lock: &ReentrantLock) -> (String, String, String) {
+    let client = lock.client();
+    (
+        client.server().to_owned(),
+        client.key_prefix().to_owned(),
+        lock.name().to_owned(),
+    )
+}
+
+impl MultiLock {
+    /// A multi-lock over `locks`, in any order. Never fails: an empty set is reported by every
+    /// acquire.
+    pub fn new(locks: impl IntoIterator<Item = ReentrantLock>) -> Self {
+        let mut keyed: Vec<_> = locks
+            .into_iter()
+            .map(|lock| (canonical_key(&lock), lock))
+            .collect();
+        // Stable: of two handles to one lock, the first listed is kept.
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        keyed.dedup_by(|later, earlier| later.0 == earlier.0);
+        let locks: Vec<ReentrantLock> = keyed.into_iter().map(|(_, lock)| lock).collect();
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        for (i, lock) in locks.iter().enumerate() {
+            match groups.last_mut() {
+                Some(group) if locks[group.start].client().id() == lock.client().id() => {
+                    group.end = i + 1;
+                }
+                _ => groups.push(i..i + 1),
+            }
+        }
+        MultiLock { locks, groups }
+    }
+
+    /// The distinct locks, in the order they are acquired.
+    pub fn locks(&self) -> &[ReentrantLock] {
+        &self.locks
+    }
+
+    /// Acquires every lock, waiting as long as it takes; the watchdog renews them all.
+    ///
+    /// # Errors
+    ///
+    /// As for [`ReentrantLock::lock`]; when one lock fails, those already taken are released
+    /// before the error is returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future releases every lock taken so far (in the background), and a lock
+    /// request on the wire gives back whatever it gets.
+    pub async fn lock(&self) -> Result<MultiLockGuard> {
+        self.acquire(None, None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the locks"))
+    }
+
+    /// Acquires every lock, waiting as long as it takes; once all are held, each gets the
+    /// fixed `lease` (no watchdog).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
+        self.acquire(Some(lease), None)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the locks"))
+    }
+
+    /// Acquires every lock if all are free now (or held by their handles' owners), without
+    /// waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+        self.acquire(None, Some(Duration::ZERO)).await
+    }
+
+    /// Acquires every lock, waiting at most `wait` in all; `None` (and nothing held) if the
+    /// time runs out.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        self.acquire(None, Some(wait)).await
+    }
+
+    /// Acquires every lock, waiting at most `wait`; once all are held, each gets the fixed
+    /// `lease`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](Self::lock).
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Some(lease), Some(wait)).await
+    }
+
+    async fn acquire(
+        &self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Option<MultiLockGuard>> {
+        if self.locks.is_empty() {
+            return Err(Error::invalid("a multi-lock needs at least one lock"));
+        }
+        if let Some(lease) = lease {
+            lease_millis(lease)?;
+        }
+        let deadline = wait.map(wait_deadline).transpose()?;
+        let span = tracing::debug_span!("redisync.multi_lock", locks = self.locks.len());
+        // Dropping this future drops `held`, which releases every guard in the background.
+        let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
+        let outcome = self
+            .take_all(&mut held, lease, deadline)
+            .instrument(span)
+            .await;
+        match outcome {
+            Ok(true) => Ok(Some(MultiLockGuard { guards: held })),
+            Ok(false) => {
+                give_back(held).await;
+                Ok(None)
+            }
+            Err(err) => {
+                give_back(held).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Takes every lock into `held`; `false` if the deadline passed first.
+    async fn take_all(
+        &self,
+        held: &mut Vec<LockGuard>,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        // A fixed lease can be set by the acquiring script itself only when nothing else is
+        // acquired after it; otherwise leases are fixed once everything is held.
+        let lease_now = if self.groups.len() == 1 { lease } else { None };
+        let mut lease_is_set = lease_now.is_some();
+        for group in &self.groups {
+            let locks = &self.locks[group.clone()];
+            if let Some(guards) = ReentrantLock::try_lock_all(locks, lease_now).await? {
+                held.extend(guards);
+                continue;
+            }
+            // Busy. Without time to wait, that is the answer: taking the free ones one by one
+            // only to give them back would just get in other callers' way.
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(false);
+            }
+            // Wait for each lock in turn (so with a watchdog lease), in canonical order.
+            lease_is_set = false;
+            for lock in locks {
+                let guard = match deadline {
+                    None => lock.lock().await?,
+                    Some(deadline) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        match lock.try_lock_for(left).await? {
+                            Some(guard) => guard,
+                            None => return Ok(false),
+                        }
+                    }
+                };
+                held.push(guard);
+            }
+        }
+        if let (Some(lease), false) = (lease, lease_is_set) {
+            let fixed = join_all(held.iter_mut().map(|guard| guard.fix_lease(lease))).await;
+            fixed.into_iter().collect::<Result<Vec<()>>>()?;
+        }
+        Ok(true)
+    }
+}
+
+/// Every lock of a [`MultiLock`], held.
+///
+/// Dropping it releases every lock in the background; [`unlock`](Self::unlock) does so and
+/// reports failures. `'static` and `Send`.
+#[must_use = "dropping the guard releases every lock at once"]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// Each lock's name with the fencing token of its hold, in canonical order. Pass each
+    /// token to the resource its lock protects.
+    pub fn fencing_tokens(&self) -> Vec<(String, u64)> {
+        self.guards
+            .iter()
+            .map(|guard| (guard.name().to_owned(), guard.fencing_token()))
+            .collect()
+    }
+
+    /// The guard of each lock, in canonical order.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Whether the client knows any of the holds is gone.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Completes once any of the holds is known to be gone. The future does not borrow the
+    /// guard.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let lost: Vec<_> = self
+            .guards
+            .iter()
+            .map(|guard| Box::pin(guard.lost()))
+            .collect();
+        async move {
+            if !lost.is_empty() {
+                select_all(lost).await;
+            }
+        }
+    }
+
+    /// Releases every lock, even when some releases fail, and waits for all of them.
+    ///
+    /// # Errors
+    ///
+    /// The error of the one release that failed (for example [`Error::NotOwner`] for a lock
+    /// whose lease was lost), or [`Error::Several`] with each failed lock's name and error.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped, every release still runs in the background.
+    pub async fn unlock(self) -> Result<()> {
+        release_all(self.guards, |guard| guard.name().to_owned()).await
+    }
+}

@@ -1,0 +1,283 @@
+//! [`Redlock`]: one lock on a majority of independent Redis servers.
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redisync_core::duration::{lease_millis, wait_deadline};
+use redisync_core::{Error, Result};
+use redisync_lock::{LockGuard, ReentrantLock};
+
+use crate::release::{give_back, release_all};
+
+/// The longest pause between two rounds of a waiting Redlock acquire; each pause is random
+/// up to this, so that contenders do not keep splitting the servers between them.
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// One lock held on a majority of independent Redis servers: the Redlock algorithm.
+///
+/// Create one from one [`ReentrantLock`] handle per server, each from a client of its own
+/// (usually all with the same name). A round asks every server at once, without waiting on
+/// any; it succeeds when a majority ([`quorum`](Self::quorum)) granted the lock and time is
+/// left of the lease: the *validity*, `lease − time the round took − drift` (drift: 1% of the
+/// lease plus 2 ms). Otherwise every grant of the round is given back and, until the wait runs
+/// out, another round follows after a random pause. The lock therefore survives a minority of
+/// the servers being down. Leases are fixed (no watchdog): the guard is valid until
+/// [`RedlockGuard::validity`] runs out.
+///
+/// # Redlock is not a correctness mechanism
+///
+/// Use it where two holders at once cost efficiency (a job done twice), never where they
+/// corrupt data. Martin Kleppmann's analysis ("How to do distributed locking", 2016) shows why
+/// no lease-based lock is safe by itself, and Redlock has no way to make it safe:
+///
+/// * **Process pauses.** A holder can stop for longer than the lease (a long GC or allocator
+///   stall, page faults, CPU starvation, a container freeze, SIGSTOP) right after it checked
+///   that the lock is still valid. The lease ends, another client takes the lock, and the
+///   first one wakes and writes as if it still held it. Checking validity before each write
+///   only narrows the window.
+/// * **Clock jumps.** Expiry is judged by each server's clock. If a server's clock jumps
+///   forward (an NTP step, an operator), its key expires early; a second client can then gather
+///   a majority while the first still believes it holds one. A server that restarts without
+///   persistence forgets its key the same way.
+/// * **Network delays.** A grant that arrives late has spent part of the lease on the wire;
+///   the validity computation covers that only if clocks advance at the same rate everywhere.
+///
+/// The remedy for all three is a *fencing token* checked by the protected resource, rejecting
+/// writes older than the newest it has seen. Redlock cannot provide one: each server hands out
+/// its own counter ([`RedlockGuard::fencing_tokens`] lists them), and counters of independent
+/// servers are not comparable. For correctness, use one [`ReentrantLock`] on one Redis (with
+/// replicas) and its fencing token instead.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync_core::Result<()> {
+/// # let servers: Vec<_> = (0..3).map(|_| redisync_test_harness::RedisServer::start()).collect();
+/// use redisync_core::Client;
+/// use redisync_lock::ReentrantLock;
+/// use redisync_multilock::Redlock;
+/// use std::time::Duration;
+///
+/// let mut locks = Vec::new();
+/// for server in &servers {
+///     let client = Client::connect(server.url()).await?;
+///     locks.push(ReentrantLock::new(&client, "nightly-report"));
+/// }
+/// let redlock = Redlock::new(locks);
+/// assert_eq!(redlock.quorum(), 2);
+/// if let Some(guard) = redlock.try_lock_with_lease(Duration::ZERO, Duration::from_secs(10)).await? {
+///     assert!(guard.validity() > Duration::from_secs(9));
+///     guard.unlock().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Redlock {
+    locks: Vec<ReentrantLock>,
+}
+
+impl Redlock {
+    /// A Redlock over `locks`, one per independent server. Never fails: an empty set is
+    /// reported by every acquire.
+    pub fn new(locks: impl IntoIterator<Item = ReentrantLock>) -> Self {
+        Redlock {
+            locks: locks.into_iter().collect(),
+        }
+    }
+
+    /// How many servers must grant the lock: a strict majority.
+    pub fn quorum(&self) -> usize {
+        self.locks.len() / 2 + 1
+    }
+
+    /// Acquires the lock on a majority with a fixed `lease`, trying round after round as long
+    /// as it takes.
+    ///
+    /// # Errors
+    ///
+    /// When so many servers fail (rather than being held by someone else) that no majority is
+    /// possible, the servers' errors: [`Error::Several`], or the error itself if only one
+    /// server was asked. [`Error::InvalidArgument`] for an empty Redlock or a bad lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives back every grant of the current round (in the background).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedlockGuard> {
+        self.acquire(None, lease)
+            .await?
+            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+    }
+
+    /// Acquires the lock on a majority with a fixed `lease`, trying rounds for at most `wait`
+    /// (a zero `wait` tries one round). `None` if no round succeeded in time.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock_with_lease`](Self::lock_with_lease).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock_with_lease`](Self::lock_with_lease).
+    pub async fn try_lock_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<RedlockGuard>> {
+        self.acquire(Some(wait), lease).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Duration,
+    ) -> Result<Option<RedlockGuard>> {
+        if self.locks.is_empty() {
+            return Err(Error::invalid("a redlock needs at least one server"));
+        }
+        lease_millis(lease)?;
+        let deadline = wait.map(wait_deadline).transpose()?;
+        let drift = lease / 100 + Duration::from_millis(2);
+        let random = RandomState::new();
+        for round in 0u64.. {
+            if let Some(guard) = self.round(lease, drift).await? {
+                return Ok(Some(guard));
+            }
+            let pause = random_up_to(&random, round, MAX_RETRY_PAUSE);
+            match deadline {
+                Some(deadline) if Instant::now() + pause >= deadline => return Ok(None),
+                _ => tokio::time::sleep(pause).await,
+            }
+        }
+        Ok(None)
+    }
+
+    /// One round: ask every server at once; keep the grants if a majority granted in time.
+    async fn round(&self, lease: Duration, drift: Duration) -> Result<Option<RedlockGuard>> {
+        let started = Instant::now();
+        let asks = self
+            .locks
+            .iter()
+            .map(|lock| lock.try_lock_with_lease(Duration::ZERO, lease));
+        let mut granted = Vec::new();
+        let mut failures = Vec::new();
+        for (lock, outcome) in self.locks.iter().zip(join_all(asks).await) {
+            match outcome {
+                Ok(Some(guard)) => granted.push(guard),
+                Ok(None) => {}
+                Err(err) => failures.push((lock.client().server().to_owned(), err)),
+            }
+        }
+        let valid_until = (started + lease).checked_sub(drift);
+        let in_time = valid_until.is_some_and(|until| Instant::now() < until);
+        if let (true, true, Some(valid_until)) =
+            (granted.len() >= self.quorum(), in_time, valid_until)
+        {
+            return Ok(Some(RedlockGuard {
+                guards: granted,
+                quorum: self.quorum(),
+                valid_until,
+            }));
+        }
+        give_back(granted).await;
+        if failures.len() > self.locks.len() - self.quorum() {
+            return Err(match failures.len() {
+                1 => failures.remove(0).1,
+                _ => Error::Several(failures),
+            });
+        }
+        Ok(None)
+    }
+}
+
+/// A random duration in `[0, max)` for round `round`, from the standard library's randomly
+/// keyed hasher (no random-number crate needed for a retry jitter).
+fn random_up_to(random: &RandomState, round: u64, max: Duration) -> Duration {
+    let mut hasher = random.build_hasher();
+    hasher.write_u64(round);
+    let nanos = max.as_nanos().max(1) as u64;
+    Duration::from_nanos(hasher.finish() % nanos)
+}
+
+/// A [`Redlock`] held on a majority of servers.
+///
+/// It is valid until [`validity`](Self::validity) runs out; do nothing that needs the lock
+/// after that. Dropping it gives back every grant in the background; [`unlock`](Self::unlock)
+/// does so and reports failures.
+#[must_use = "dropping the guard releases the lock at once"]
+#[derive(Debug)]
+pub struct RedlockGuard {
+    guards: Vec<LockGuard>,
+    quorum: usize,
+    valid_until: Instant,
+}
+
+impl RedlockGuard {
+    /// How long the lock remains valid: the lease less the time the winning round took and
+    /// the drift allowance. Zero once it has run out.
+    pub fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// How many servers granted the lock.
+    pub fn servers_held(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// Each granting server (as its client names it) with the fencing token it handed out.
+    /// Tokens of different servers are unrelated: see [`Redlock`] on why Redlock cannot fence.
+    pub fn fencing_tokens(&self) -> Vec<(String, u64)> {
+        self.guards
+            .iter()
+            .map(|guard| (guard.client().server().to_owned(), guard.fencing_token()))
+            .collect()
+    }
+
+    /// Whether the lock is no longer valid: the validity ran out, or fewer than a majority of
+    /// the grants are still known to be held.
+    pub fn is_lost(&self) -> bool {
+        self.validity().is_zero()
+            || self.guards.iter().filter(|g| !g.is_lost()).count() < self.quorum
+    }
+
+    /// Completes once the lock is no longer valid (see [`is_lost`](Self::is_lost)). The future
+    /// does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let valid_until = self.valid_until;
+        // The lock is lost once more grants are lost than the majority can spare.
+        let spare = self.guards.len().saturating_sub(self.quorum);
+        let mut losses: FuturesUnordered<_> = self.guards.iter().map(|g| g.lost()).collect();
+        async move {
+            let majority_lost = async {
+                let mut lost = 0;
+                while losses.next().await.is_some() {
+                    lost += 1;
+                    if lost > spare {
+                        return;
+                    }
+                }
+                std::future::pending::<()>().await;
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(valid_until.into()) => {}
+                _ = majority_lost => {}
+            }
+        }
+    }
+
+    /// Gives back every grant, even when some releases fail, and waits for all of them.
+    ///
+    /// # Errors
+    ///
+    /// As for [`MultiLockGuard::unlock`](crate::MultiLockGuard::unlock), with failures named
+    /// by server; after the validity ran out, expect [`Error::NotOwner`] from servers whose
+    /// lease ended.
+    pub async fn unlock(self) -> Result<()> {
+        release_all(self.guards, |guard| guard.client().server().to_owned()).await
+    }
+}

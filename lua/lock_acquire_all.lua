@@ -1,0 +1,40 @@
+-- lock_acquire_all: take (or re-enter) several locks at once, all or none. For a multi-lock
+-- whose locks live on one server: one round trip, and no hold is ever taken while another
+-- of the set is busy.
+--
+-- KEYS[3i-2], KEYS[3i-1], KEYS[3i]  lock hash, fence and attempt record of lock i (as for
+--                                   lock_acquire); the locks are distinct
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  attempt id, unique per request (the same for every lock of the request)
+-- ARGV[2 + i]  owner id of lock i
+--
+-- Returns {1, token_1, ..., token_n} when every lock was acquired (a re-entered lock keeps
+-- the token of the hold it enters), {0, i, pttl} when lock i is held by another owner
+-- (nothing was changed; pttl is its remaining lease in ms, -1 if it has none), or {-1} when
+-- the request was given back before it ran.
+
+local n = #KEYS / 3
+for i = 1, n do
+    if redis.call('EXISTS', KEYS[3 * i]) == 1 then
+        return {-1}
+    end
+end
+local holders = {}
+for i = 1, n do
+    local hash = KEYS[3 * i - 2]
+    holders[i] = redis.call('HMGET', hash, 'owner', 'token')
+    if holders[i][1] and holders[i][1] ~= ARGV[2 + i] then
+        return {0, i, redis.call('PTTL', hash)}
+    end
+end
+local reply = {1}
+for i = 1, n do
+    local hash = KEYS[3 * i - 2]
+    if holders[i][1] then
+        reenter(hash, ARGV[1], ARGV[2])
+        reply[i + 1] = tonumber(holders[i][2])
+    else
+        reply[i + 1] = grant(hash, KEYS[3 * i - 1], ARGV[2 + i], ARGV[1], ARGV[2])
+    end
+end
+return reply

@@ -1,0 +1,20 @@
+-- lock_set_lease: give one hold of a lock a fixed lease from now on (its watchdog renewal
+-- stops on the client).
+--
+-- KEYS[1]  lock hash (layout in lock_prelude)
+-- ARGV[1]  owner id of the hold
+-- ARGV[2]  its fencing token
+-- ARGV[3]  lease in milliseconds
+--
+-- Returns 1 when the lease was set, 0 when the hold is no longer ours (nothing changed).
+-- The expiry becomes exactly the lease when this is the owner's only hold; with other holds
+-- (re-entries) it is never shortened, since they may rely on it.
+
+local holder = redis.call('HMGET', KEYS[1], 'owner', 'token', 'count')
+if holder[1] ~= ARGV[1] or holder[2] ~= ARGV[2] then
+    return 0
+end
+if tonumber(holder[3]) == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
