@@ -29,7 +29,12 @@ local fair = KEYS[4] ~= nil
 local now
 if fair then
     now = now_us()
-    drop_dead_waiters(KEYS[4], KEYS[5], math.floor(now / 1000))
+    if tonumber(ARGV[4]) > 0 then
+        -- The caller is alive right now: its heartbeat counts before anyone is judged dead,
+        -- so a stall of Redis itself cannot cost a live waiter its place.
+        redis.call('ZADD', KEYS[5], 'XX', math.floor(now / 1000) + tonumber(ARGV[4]), ARGV[3])
+    end
+    tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
 end
 local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if holder[1] == ARGV[1] then

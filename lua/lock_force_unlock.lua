@@ -9,11 +9,13 @@
 -- Returns 1 if the lock was held, 0 if it was already free. The fencing counter is kept, so
 -- tokens never repeat; waiters keep their places.
 
+if KEYS[2] then
+    tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+end
 if redis.call('DEL', KEYS[1]) == 0 then
     return 0
 end
 if KEYS[2] then
-    drop_dead_waiters(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
     wake_head(KEYS[2], ARGV[1])
 else
     redis.call('PUBLISH', ARGV[1], 'released')

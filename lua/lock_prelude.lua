@@ -41,15 +41,25 @@ local function now_us()
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Removes every waiter whose heartbeat stopped, wherever it stands in the queue. In batches:
--- after a stall of Redis, thousands of deadlines may pass at once, more than Lua can unpack.
-local function drop_dead_waiters(queue, deadlines, now_ms)
+-- Removes every waiter whose heartbeat stopped, wherever it stands in the queue (in batches:
+-- after a stall of Redis, thousands of deadlines may pass at once, more than Lua can unpack),
+-- and a head that has no deadline at all (the two sets got out of step, say by eviction), so
+-- that no dead waiter can block the queue. Every fair script calls this before it writes
+-- anything: it also fails with WRONGTYPE on foreign data before any change is made.
+local function tidy_queue(queue, deadlines, now_ms)
     local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
     for first = 1, #dead, 1000 do
         redis.call('ZREM', queue, unpack(dead, first, math.min(first + 999, #dead)))
     end
     if #dead > 0 then
         redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_ms)
+    end
+    while true do
+        local head = redis.call('ZRANGE', queue, 0, 0)[1]
+        if not head or redis.call('ZSCORE', deadlines, head) then
+            return
+        end
+        redis.call('ZREM', queue, head)
     end
 end
 

@@ -25,6 +25,9 @@ local recorded = redis.call('GET', KEYS[2])
 if recorded then
     return tonumber(recorded)
 end
+if KEYS[3] then
+    tidy_queue(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
+end
 local result = -1
 if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[1]) == 1 then
     result = 0
@@ -34,7 +37,6 @@ if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[1]) == 1 then
     end
 end
 if KEYS[3] then
-    drop_dead_waiters(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
     leave_queue(KEYS[3], KEYS[4], ARGV[1])
     -- Also when a waiter that was woken gives up: the next one must not sleep on.
     if redis.call('EXISTS', KEYS[1]) == 0 then

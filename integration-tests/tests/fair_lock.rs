@@ -35,6 +35,19 @@ const BY_MESSAGE: Duration = Duration::from_secs(2);
 /// A short heartbeat for the dead-waiter tests: a silent waiter is dropped after three.
 const SHORT_HEARTBEAT: Duration = Duration::from_millis(200);
 
+/// A command timeout short enough that a place lasts three short heartbeats: a place lasts at
+/// least a heartbeat plus the command timeout.
+const QUICK_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// A client whose waiters' places last three short heartbeats (see [`QUICK_TIMEOUT`]).
+async fn quick_client(server: &RedisServer) -> Client {
+    Client::builder(server.url())
+        .command_timeout(QUICK_TIMEOUT)
+        .build()
+        .await
+        .expect("connect")
+}
+
 /// Slack for comparing Redis's clock (whole milliseconds) with the test's monotonic clock.
 const CLOCK_SLACK: Duration = Duration::from_millis(10);
 
@@ -305,11 +318,11 @@ async fn injected_dead_waiter_mid_queue_delays_the_next_by_at_most_four_heartbea
     let name = "ghost";
     let keys = fair_keys(name);
     let server = RedisServer::start();
-    let holder = client(&server).await;
+    let holder = quick_client(&server).await;
     let clients = [
-        client(&server).await,
-        client(&server).await,
-        client(&server).await,
+        quick_client(&server).await,
+        quick_client(&server).await,
+        quick_client(&server).await,
     ];
     let guard = holder.fair_lock(name).lock().await.unwrap();
     let log = Log::default();
@@ -367,8 +380,8 @@ async fn waiter_whose_process_dies_mid_queue_delays_the_next_by_at_most_four_hea
     let name = "crash";
     let keys = fair_keys(name);
     let server = RedisServer::start();
-    let holder = client(&server).await;
-    let (a, b) = (client(&server).await, client(&server).await);
+    let holder = quick_client(&server).await;
+    let (a, b) = (quick_client(&server).await, quick_client(&server).await);
     let guard = holder.fair_lock(name).lock().await.unwrap();
     let log = Log::default();
     let first = spawn_turn(
@@ -391,7 +404,11 @@ async fn waiter_whose_process_dies_mid_queue_delays_the_next_by_at_most_four_hea
     {
         let (url, got_the_lock) = (server.url(), got_the_lock.clone());
         other.runtime().spawn(async move {
-            let c = Client::connect(url).await.expect("connect");
+            let c = Client::builder(url)
+                .command_timeout(QUICK_TIMEOUT)
+                .build()
+                .await
+                .expect("connect");
             id_tx.send(c.id().to_owned()).unwrap();
             let lock = c.fair_lock("crash").with_heartbeat(SHORT_HEARTBEAT);
             if let Ok(guard) = lock.lock().await {
@@ -1281,7 +1298,11 @@ async fn the_queue_of_dead_waiters_expires_by_itself() {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let c = Client::connect(url).await.expect("connect");
+            let c = Client::builder(url)
+                .command_timeout(QUICK_TIMEOUT)
+                .build()
+                .await
+                .expect("connect");
             let lock = c.fair_lock(name_owned).with_heartbeat(SHORT_HEARTBEAT);
             let _ = tokio::time::timeout(ms(300), lock.lock()).await;
             // Timed out: its place is given back. Join again and die while queued.
@@ -1302,4 +1323,87 @@ async fn the_queue_of_dead_waiters_expires_by_itself() {
     })
     .await;
     holder.unlock().await.expect("unlock");
+}
+
+/// A stall of Redis shorter than a waiter's place lifetime (here 3.6 s, with the default 1 s
+/// heartbeat and 5 s command timeout: places last 6 s) costs nobody their place: the lock
+/// still goes to the waiters in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_of_redis_keeps_the_queue_in_order() {
+    let server = RedisServer::start();
+    let name = "stalled";
+    let holder = client(&server).await;
+    let guard = holder.fair_lock(name).lock().await.expect("lock");
+    let log: Log = Arc::default();
+    let mut waiters = Vec::new();
+    for who in 0..5 {
+        let c = client(&server).await;
+        waiters.push(spawn_turn(c.fair_lock(name), who, ms(1), log.clone()));
+        await_queue_len(&server, name, who + 1).await;
+    }
+    server.pause();
+    tokio::time::sleep(ms(3600)).await;
+    server.resume();
+    guard.unlock().await.expect("unlock after the stall");
+    for waiter in waiters {
+        finish(waiter, SETTLE).await;
+    }
+    assert_eq!(*log.lock().unwrap(), [0, 1, 2, 3, 4]);
+    assert_nobody_waits(&server, name).await;
+}
+
+/// Foreign data under a queue key is reported before anything is changed: no script writes
+/// and then fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_queue_keys_fail_before_anything_changes() {
+    let server = RedisServer::start();
+    let keys = fair_keys("foreign-queue");
+    let c = client(&server).await;
+    let lock = c.fair_lock("foreign-queue");
+    let guard = lock.lock().await.expect("lock");
+    server.cmd(&["SET", &keys.queue, "not a queue"]);
+    // A re-entry must not count a hold it then reports as failed.
+    assert!(matches!(lock.try_lock().await, Err(Error::WrongType)));
+    assert_eq!(lock.hold_count().await.expect("hold count"), 1);
+    // A release must not free the lock and then report failure.
+    server.cmd(&["DEL", &keys.queue]);
+    server.cmd(&["SET", &keys.deadlines, "not deadlines"]);
+    let token_before = lock.remaining_lease().await.expect("lease");
+    assert!(token_before.is_some());
+    assert!(matches!(lock.force_unlock().await, Err(Error::WrongType)));
+    assert!(
+        lock.is_locked().await.expect("is_locked"),
+        "force_unlock changed nothing"
+    );
+    assert!(matches!(guard.unlock().await, Err(Error::WrongType)));
+    assert!(
+        exists(&server, &keys.lock),
+        "a failed release changed nothing"
+    );
+    server.cmd(&["DEL", &keys.deadlines]);
+    assert!(lock.force_unlock().await.expect("force_unlock"));
+}
+
+/// A fair acquire that never reaches Redis (the client is shut down) writes nothing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_after_shutdown_writes_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.fair_lock("after-shutdown");
+    c.shutdown().await;
+    let calls = server.command_calls("evalsha") + server.command_calls("eval");
+    for _ in 0..5 {
+        assert!(matches!(lock.lock().await, Err(Error::Shutdown)));
+        assert!(matches!(
+            lock.try_lock_for(ms(100)).await,
+            Err(Error::Shutdown)
+        ));
+    }
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(
+        server.command_calls("evalsha") + server.command_calls("eval"),
+        calls
+    );
+    let keys = strings(&server.cmd(&["KEYS", "*"]));
+    assert!(keys.is_empty(), "{keys:?}");
 }

@@ -25,6 +25,8 @@ pub enum Contender {
     /// on the same connection type as redisync; no library logic. Retries at once when busy.
     Floor,
     Redisync,
+    /// redisync's first-come-first-served lock.
+    RedisyncFair,
     /// rslock with its defaults: 3 tries per `lock()`, random pause up to 200 ms between them.
     RslockDefault,
     /// rslock tuned for speed: pauses of at most 1 ms.
@@ -36,9 +38,10 @@ pub enum Contender {
 }
 
 impl Contender {
-    pub const LOCKS: [Contender; 6] = [
+    pub const LOCKS: [Contender; 7] = [
         Contender::Floor,
         Contender::Redisync,
+        Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
         Contender::RedisLockDefault,
@@ -49,6 +52,7 @@ impl Contender {
         match self {
             Contender::Floor => "floor (raw redis-rs)",
             Contender::Redisync => "redisync",
+            Contender::RedisyncFair => "redisync FairLock",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
             Contender::RslockBest => "rslock 0.10 (1 ms retry)",
             Contender::RedisLockDefault => "redis-lock 0.5 (defaults)",
@@ -91,6 +95,12 @@ pub async fn lockers(
                 let client = Client::connect(url).await.expect("connect");
                 for t in 0..per_client {
                     lockers.push(Box::new(client.lock(name(c * per_client + t))));
+                }
+            }
+            Contender::RedisyncFair => {
+                let client = Client::connect(url).await.expect("connect");
+                for t in 0..per_client {
+                    lockers.push(Box::new(client.fair_lock(name(c * per_client + t))));
                 }
             }
             Contender::RslockDefault | Contender::RslockBest => {
@@ -167,6 +177,15 @@ impl Locker for FloorLocker {
 
 #[async_trait::async_trait]
 impl Locker for ReentrantLock {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        let guard = self.lock().await.map_err(|e| e.to_string())?;
+        section.await;
+        guard.unlock().await.map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl Locker for FairLock {
     async fn with_lock(&mut self, section: Section) -> Result<(), String> {
         let guard = self.lock().await.map_err(|e| e.to_string())?;
         section.await;

@@ -11,6 +11,7 @@
 //! ```
 
 mod lockers;
+mod monitor;
 mod primitives;
 mod report;
 mod scenarios;
@@ -26,6 +27,14 @@ struct Settings {
     cycles: usize,
     run: Duration,
     json: String,
+    /// Run only the scenarios whose numbers start with one of these ("1", "5c").
+    only: Vec<String>,
+}
+
+impl Settings {
+    fn wants(&self, number: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| number.starts_with(o.as_str()))
+    }
 }
 
 fn settings() -> Result<Settings, String> {
@@ -34,6 +43,7 @@ fn settings() -> Result<Settings, String> {
         cycles: 2000,
         run: Duration::from_secs(3),
         json: "target/bench.json".to_owned(),
+        only: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -44,8 +54,13 @@ fn settings() -> Result<Settings, String> {
                 settings.run = Duration::from_secs(1);
             }
             "--json" => settings.json = args.next().ok_or("--json needs a path")?,
+            "--only" => settings
+                .only
+                .push(args.next().ok_or("--only needs a scenario number")?),
             "--help" | "-h" => {
-                return Err("usage: redisync-bench [--quick] [--json PATH]".to_owned());
+                return Err(
+                    "usage: redisync-bench [--quick] [--json PATH] [--only SCENARIO]...".to_owned(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
@@ -106,16 +121,31 @@ async fn main() {
     let started = Instant::now();
     let server = RedisServer::start();
     let machine = machine();
+    // Warm up the machine and the server before anything is measured: the first seconds of
+    // a run are slower (CPU frequency, allocator, Redis's own caches).
+    eprintln!("warming up");
+    let mut warm_up = report::Figures::default();
+    scenarios::many_locks(
+        &server,
+        Contender::Floor,
+        64,
+        Duration::from_secs(2),
+        &mut warm_up,
+    )
+    .await;
     let mut all: Vec<Scenario> = Vec::new();
 
     let mut uncontended = Scenario::new(
         "1. Uncontended lock + unlock",
-        "One task, one free lock; per cycle. Commands counted by Redis (INFO commandstats).",
+        "One task, one free lock; per cycle. Requests: commands the client sent, counted with \
+         MONITOR in a pass of their own (commands scripts run inside Redis are not requests).",
     );
     let mut contended = Scenario::new(
         "2. Contended: 4 clients × 8 tasks on one lock, 1 ms hold",
         "Handoff: from the holder starting its release to the next holder's acquire returning. \
-         Commands include every retry. Violations: two holders at once (must be 0).",
+         Requests include every retry and subscription command, counted with MONITOR in a \
+         1 s pass of their own. Min/max: acquisitions of the least and most lucky task. \
+         Violations: two holders at once (must be 0).",
     );
     let mut many = Scenario::new(
         "3. Many locks: 64 tasks, each on its own lock",
@@ -124,7 +154,12 @@ async fn main() {
     );
     for round in 0..settings.rounds {
         eprintln!("round {}/{}", round + 1, settings.rounds);
-        for contender in Contender::LOCKS {
+        // Contenders take turns going first, so that no one always runs on a cold or a hot
+        // machine.
+        let mut order = Contender::LOCKS.to_vec();
+        let turn = round % order.len();
+        order.rotate_left(turn);
+        for &contender in &order {
             eprintln!("  uncontended: {}", contender.name());
             scenarios::uncontended(
                 &server,
@@ -134,23 +169,42 @@ async fn main() {
             )
             .await;
         }
-        for contender in Contender::LOCKS {
+        for &contender in &order {
             if contender == Contender::Floor {
                 continue; // the floor has no waiting strategy to compare
             }
-            eprintln!("  contended: {}", contender.name());
-            scenarios::contended(
-                &server,
-                contender,
-                4,
-                8,
-                Duration::from_millis(1),
-                settings.run,
-                contended.figures(contender.name()),
-            )
-            .await;
+            for count_requests in [false, true] {
+                eprintln!(
+                    "  contended{}: {}",
+                    if count_requests {
+                        " (counting requests)"
+                    } else {
+                        ""
+                    },
+                    contender.name()
+                );
+                let run = if count_requests {
+                    settings.run.min(Duration::from_secs(1))
+                } else {
+                    settings.run
+                };
+                scenarios::contended(
+                    &server,
+                    contender,
+                    4,
+                    8,
+                    Duration::from_millis(1),
+                    run,
+                    count_requests,
+                    contended.figures(contender.name()),
+                )
+                .await;
+            }
         }
-        for contender in Contender::LOCKS {
+        for &contender in &order {
+            if contender == Contender::RedisyncFair {
+                continue; // one waiter per lock: nothing to be fair about
+            }
             eprintln!("  many locks: {}", contender.name());
             scenarios::many_locks(
                 &server,
@@ -193,13 +247,26 @@ async fn main() {
         "5c. Count-down latch: 100 waiters over 4 clients",
         "From the last count_down returning to the waiters returning.",
     );
+    let mut multi = Scenario::new(
+        "5d. Multi-lock: lock + unlock of 2 and 8 free locks of one client",
+        "",
+    );
     for round in 0..settings.rounds {
         eprintln!("primitives round {}/{}", round + 1, settings.rounds);
         primitives::rwlock_read_heavy(&server, 64, settings.run, rw.figures("redisync")).await;
         primitives::semaphore(&server, 32, 4, settings.run, sem.figures("redisync")).await;
         primitives::latch(&server, 100, round, latch.figures("redisync")).await;
+        for locks in [2, 8] {
+            primitives::multilock(
+                &server,
+                locks,
+                settings.cycles,
+                multi.figures(&format!("redisync, {locks} locks")),
+            )
+            .await;
+        }
     }
-    all.extend([rw, sem, latch]);
+    all.extend([rw, sem, latch, multi]);
 
     eprintln!("memory");
     let mut memory = Scenario::new(

@@ -197,3 +197,49 @@ pub async fn memory(server: &RedisServer, waiters: usize, out: &mut Figures) {
     drop(holder);
     client.shutdown().await;
 }
+
+/// A multi-lock over `locks` free locks of one client: lock + unlock cycles.
+pub async fn multilock(server: &RedisServer, locks: usize, cycles: usize, out: &mut Figures) {
+    let client = Client::connect(server.url()).await.expect("connect");
+    let multi =
+        client.multi_lock((0..locks).map(|i| client.lock(format!("bench:multi:{locks}:{i}"))));
+    for _ in 0..20 {
+        multi
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+    }
+    let mut samples = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
+        let started = Instant::now();
+        multi
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    out.add("p50 µs", percentile(&samples, 50.0));
+    out.add("p99 µs", percentile(&samples, 99.0));
+    let counted = 100;
+    let counter = crate::monitor::CommandCounter::start(server);
+    for _ in 0..counted {
+        multi
+            .lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+    }
+    out.add(
+        "requests/cycle",
+        counter.stop(server) as f64 / counted as f64,
+    );
+    client.shutdown().await;
+}

@@ -8,25 +8,8 @@ use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
 use crate::lockers::{lockers, Contender, Section};
+use crate::monitor::CommandCounter;
 use crate::report::{percentile, Figures};
-
-/// Every command Redis has run so far (INFO commandstats, all commands), less the INFO calls
-/// this benchmark makes itself.
-pub fn total_commands(server: &RedisServer) -> u64 {
-    let info = match server.cmd(&["INFO", "commandstats"]) {
-        redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        redis::Value::VerbatimString { text, .. } => text,
-        other => panic!("INFO commandstats: {other:?}"),
-    };
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
-        .filter_map(|line| {
-            line.split(',')
-                .find_map(|field| field.split("calls=").nth(1))
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum()
-}
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -50,20 +33,22 @@ pub async fn uncontended(
             .await
             .expect("warm-up cycle");
     }
-    let before = total_commands(server);
     let mut samples = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let start = Instant::now();
         locker.with_lock(Box::pin(async {})).await.expect("cycle");
         samples.push(micros(start.elapsed()));
     }
-    let commands = total_commands(server) - before;
-    if std::env::var_os("BENCH_DEBUG").is_some() {
-        eprintln!("{:?}", server.cmd(&["INFO", "commandstats"]));
-    }
     out.add("p50 µs", percentile(&samples, 50.0));
     out.add("p99 µs", percentile(&samples, 99.0));
-    out.add("commands/cycle", commands as f64 / cycles as f64);
+    // Requests, counted apart from the timed cycles (MONITOR slows Redis down).
+    let counted = 200;
+    let counter = CommandCounter::start(server);
+    for _ in 0..counted {
+        locker.with_lock(Box::pin(async {})).await.expect("cycle");
+    }
+    let requests = counter.stop(server);
+    out.add("requests/cycle", requests as f64 / counted as f64);
 }
 
 /// What the tasks of a contended run record, shared.
@@ -85,6 +70,7 @@ pub async fn contended(
     per_client: usize,
     hold: Duration,
     duration: Duration,
+    count_requests: bool,
     out: &mut Figures,
 ) {
     let url = server.url();
@@ -95,7 +81,7 @@ pub async fn contended(
     let shared = Arc::new(Contention::default());
     let stop = Arc::new(AtomicBool::new(false));
     let origin = Instant::now();
-    let before = total_commands(server);
+    let counter = count_requests.then(|| CommandCounter::start(server));
     let tasks: Vec<_> = lockers
         .into_iter()
         .map(|mut locker| {
@@ -145,16 +131,20 @@ pub async fn contended(
         failures += failed;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let commands = total_commands(server) - before;
     let total: u64 = counts.iter().sum();
+    if let Some(counter) = counter {
+        // A pass of its own: MONITOR slows Redis, so it reports only this figure.
+        let requests = counter.stop(server);
+        out.add(
+            "requests/acquisition",
+            requests as f64 / (total.max(1)) as f64,
+        );
+        return;
+    }
     let handoffs = shared.handoffs.lock().expect("handoffs").clone();
     out.add("acquisitions/s", total as f64 / elapsed);
     out.add("handoff p50 µs", percentile(&handoffs, 50.0));
     out.add("handoff p99 µs", percentile(&handoffs, 99.0));
-    out.add(
-        "commands/acquisition",
-        commands as f64 / (total.max(1)) as f64,
-    );
     out.add("min/task", *counts.iter().min().unwrap_or(&0) as f64);
     out.add("max/task", *counts.iter().max().unwrap_or(&0) as f64);
     out.add("failed acquires", failures as f64);
@@ -272,10 +262,10 @@ pub async fn watchdog_scale(server: &RedisServer, locks: usize, out: &mut Figure
     let period = watchdog / 3;
     tokio::time::sleep(period).await;
     let periods = 3u32;
-    let before = total_commands(server);
+    let counter = CommandCounter::start(server);
     let renewals_before = client.stats().renewals;
     tokio::time::sleep(period * periods).await;
-    let commands = (total_commands(server) - before) as f64 / f64::from(periods);
+    let commands = counter.stop(server) as f64 / f64::from(periods);
     let renewed = (client.stats().renewals - renewals_before) as f64 / f64::from(periods);
     out.add("held locks", locks as f64);
     out.add("renewals/period", renewed);

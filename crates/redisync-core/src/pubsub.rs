@@ -80,7 +80,9 @@ impl Hub {
                 wanted_since: tokio::time::Instant::now(),
             });
         slot.refs += 1;
-        if slot.refs == 1 {
+        // A first waiter needs the subscription; a waiter joining a channel that is down
+        // should not wait out the hub's reconnect backoff.
+        if slot.refs == 1 || slot.state.borrow().unreachable {
             let _ = self.changes_tx.send(channel.to_owned());
         }
         Subscription {
@@ -183,12 +185,15 @@ impl std::fmt::Debug for Subscription {
 }
 
 /// Waits until the channel's subscription is confirmed, at most `timeout`. Fails at once with
-/// [`Error::Timeout`] when the hub finds Redis unreachable.
+/// [`Error::Timeout`] when the hub finds Redis unreachable; an outage the hub had already
+/// reported before this call does not count against it (Redis may be back, and the hub about
+/// to reconnect), so such a waiter gets its whole `timeout`.
 pub(crate) async fn ready(
     watcher: &mut watch::Receiver<ChannelState>,
     timeout: Duration,
 ) -> Result<()> {
-    let settled = watcher.wait_for(|s| s.subscribed || s.unreachable);
+    let stale_outage = watcher.borrow_and_update().unreachable;
+    let settled = watcher.wait_for(|s| s.subscribed || (s.unreachable && !stale_outage));
     match tokio::time::timeout(timeout, settled).await {
         Ok(Ok(state)) if state.subscribed => Ok(()),
         Ok(Ok(_)) => Err(Error::Timeout),

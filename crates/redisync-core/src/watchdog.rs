@@ -179,8 +179,11 @@ async fn run(shared: Arc<Shared>) {
         if Instant::now() < next_tick {
             continue;
         }
+        let started = Instant::now();
         let all_renewed = renew_all(&shared, lease).await;
-        next_tick = Instant::now()
+        // Counted from the round's start, so that rounds keep their rhythm however long the
+        // renewal calls take.
+        next_tick = started
             + if all_renewed {
                 period
             } else {
@@ -203,8 +206,9 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
             .1
             .push((id.clone(), entry.serial));
     }
-    let mut ok = true;
-    for (_, (script, holds)) in groups {
+    // Every batch at once: a round costs about one round trip however many holds there are.
+    let mut renewals = Vec::new();
+    for (_, (script, holds)) in &groups {
         for batch in holds.chunks(BATCH) {
             let (keys_per_hold, args_per_hold) = batch
                 .first()
@@ -219,25 +223,33 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
                 }
                 call = call.arg(&id.args);
             }
-            let sent_at = Instant::now();
             let span = tracing::debug_span!(
                 "redisync.renew",
                 script = script.name(),
                 holds = batch.len()
             );
-            match eval::<Vec<i64>>(shared.clone(), call)
-                .instrument(span)
-                .await
-            {
-                Ok(results) => settle(shared, batch, &results, sent_at, lease),
-                Err(err) => {
-                    tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
-                    ok = false;
+            renewals.push(async move {
+                let sent_at = Instant::now();
+                match eval::<Vec<i64>>(shared.clone(), call)
+                    .instrument(span)
+                    .await
+                {
+                    Ok(results) => {
+                        settle(shared, batch, &results, sent_at, lease);
+                        true
+                    }
+                    Err(err) => {
+                        tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
+                        false
+                    }
                 }
-            }
+            });
         }
     }
-    ok
+    futures_util::future::join_all(renewals)
+        .await
+        .into_iter()
+        .all(|renewed| renewed)
 }
 
 fn settle(

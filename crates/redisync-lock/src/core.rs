@@ -14,8 +14,16 @@ use tracing::Instrument;
 use crate::guard::LockGuard;
 use crate::scripts::{self, decode_acquire_all, decode_status, AcquireReply};
 
-/// A fair waiter that misses this many heartbeats in a row loses its place.
+/// A fair waiter that misses this many heartbeats in a row loses its place...
 pub(crate) const HEARTBEATS_PER_PLACE: u32 = 3;
+
+/// ...unless that is shorter than a heartbeat plus the command timeout: a waiter whose
+/// heartbeat request Redis is slow to answer (but within the timeout) is not dead.
+pub(crate) fn place_lifetime(heartbeat: Duration, command_timeout: Duration) -> Duration {
+    heartbeat
+        .saturating_mul(HEARTBEATS_PER_PLACE)
+        .max(heartbeat.saturating_add(command_timeout))
+}
 
 /// The Redis names of one lock.
 #[derive(Debug)]
@@ -314,13 +322,13 @@ impl LockCore {
         let waiter = self.client.unique_id();
         let channel = format!("{}{waiter}", keys.wake);
         let queues = wait != Some(Duration::ZERO);
-        let place = queues.then(|| heartbeat.saturating_mul(HEARTBEATS_PER_PLACE));
-        // Leaves the queue on every way out but success, including a dropped future.
+        let place = queues.then(|| place_lifetime(heartbeat, self.client.command_timeout()));
+        let give_back = self.release_call(&waiter, lease.saturating_add(self.retry_window()))?;
+        // Leaves the queue on every way out but success, including a dropped future; armed by
+        // the first attempt that may queue, so a call that never reached Redis sends nothing.
         let mut leave = QueuePlace {
             client: self.client.clone(),
-            give_back: queues
-                .then(|| self.release_call(&waiter, lease.saturating_add(self.retry_window())))
-                .transpose()?,
+            give_back: None,
         };
         // Each waiter waits by itself on its own channel: the queue that orders them is Redis's.
         let spec = WaitSpec {
@@ -333,6 +341,9 @@ impl LockCore {
         let granted = self
             .client
             .acquire(spec, || {
+                if queues && leave.give_back.is_none() {
+                    leave.give_back = Some(give_back.clone());
+                }
                 let attempt = self.attempt(lease, waiter.clone(), place);
                 async move {
                     Ok(match attempt.await? {
@@ -417,16 +428,12 @@ struct QueuePlace {
 }
 
 impl QueuePlace {
-    /// Leaves the queue now, so that the caller returns with its place already given up.
+    /// Leaves the queue now, so that the caller returns with its place already given up. If
+    /// this is cut short or fails, the drop leaves in the background instead.
     async fn now(&mut self) {
-        if let Some(call) = self.give_back.take() {
-            if self
-                .client
-                .eval_idempotent::<i64>(call.clone())
-                .await
-                .is_err()
-            {
-                self.client.spawn_idempotent(call);
+        if let Some(call) = self.give_back.clone() {
+            if self.client.eval_idempotent::<i64>(call).await.is_ok() {
+                self.give_back = None;
             }
         }
     }

@@ -28,11 +28,14 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 ///   head of the queue.
 /// * **Dead waiters do not stall the queue.** While it waits, a caller re-sends its request
 ///   every heartbeat ([`DEFAULT_HEARTBEAT`], one second, unless set with
-///   [`with_heartbeat`](Self::with_heartbeat)), which keeps its place. A waiter that misses
-///   three heartbeats in a row (its process died, or lost Redis) is removed wherever it stands
-///   in the queue, so the next waiter goes ahead within about four heartbeats. A live waiter
-///   evicted that way (Redis did not answer it for three heartbeats) rejoins at the tail.
-///   Redisson keeps a dead waiter for five minutes, and only removes heads.
+///   [`with_heartbeat`](Self::with_heartbeat)), which keeps its place. A waiter silent for
+///   its *place lifetime* (three heartbeats, or a heartbeat plus the client's command timeout
+///   if that is longer: 6 s with the defaults) counts as dead and is removed wherever it
+///   stands in the queue, so the next waiter goes ahead within about that plus a heartbeat.
+///   Redisson keeps a dead waiter for five minutes, and only removes heads. A waiter's own
+///   request always renews its place before anyone is judged, so a stall of Redis shorter
+///   than the place lifetime costs nobody their place; after a longer stall (clients have
+///   timed out by then) the waiters rejoin in the order their next requests arrive.
 /// * **Giving up is immediate.** A waiter whose wait runs out, or whose future is dropped,
 ///   leaves the queue at once, waking the next one if the lock is free.
 ///
@@ -46,7 +49,7 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// | `<prefix>:{<name>}:fair:lock` | hash | as the reentrant lock's `lock` hash |
 /// | `<prefix>:{<name>}:fair:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:fair:attempt:<waiter>` | string | outcome of giving back one acquire call's hold or place, kept briefly |
-/// | `<prefix>:{<name>}:fair:queue` | sorted set | waiter id → arrival order (server µs); expires with the last live waiter's place |
+/// | `<prefix>:{<name>}:fair:queue` | sorted set | waiter id → arrival order (server µs); expires with the last live waiter's place; kept by `delete` and `force_unlock`, since it belongs to the live waiters |
 /// | `<prefix>:{<name>}:fair:deadlines` | sorted set | waiter id → server time (ms) at which a silent waiter is dropped; expires with the queue |
 /// | `<prefix>:{<name>}:fair:wake:<waiter>` | channel | one per waiter: the lock is free and it is that waiter's turn |
 ///
@@ -110,7 +113,8 @@ impl FairLock {
     }
 
     /// The same handle (same owner) with waiters re-sending their request every `interval`;
-    /// a waiter that misses three is dropped from the queue. Shorter intervals free the queue
+    /// a waiter silent for three intervals (or an interval plus the command timeout, if
+    /// longer) is dropped from the queue. Shorter intervals free the queue
     /// of dead waiters sooner and cost one request per waiter per interval. An interval below
     /// 10 ms or too large for Redis milliseconds makes every acquire (`try_lock` included)
     /// fail with [`Error::InvalidArgument`].
@@ -220,7 +224,7 @@ impl FairLock {
         self.core.force_unlock().await
     }
 
-    /// How often a waiting caller re-sends its request; one that misses three is dropped.
+    /// How often a waiting caller re-sends its request (see [`with_heartbeat`](Self::with_heartbeat)).
     pub fn heartbeat(&self) -> Duration {
         self.heartbeat
     }
