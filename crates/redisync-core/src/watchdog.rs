@@ -208,7 +208,7 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     }
     // Every batch at once: a round costs about one round trip however many holds there are.
     let mut renewals = Vec::new();
-    for (_, (script, holds)) in &groups {
+    for (script, holds) in groups.values() {
         for batch in holds.chunks(BATCH) {
             let (keys_per_hold, args_per_hold) = batch
                 .first()
