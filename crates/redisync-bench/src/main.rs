@@ -159,7 +159,7 @@ async fn main() {
         let mut order = Contender::LOCKS.to_vec();
         let turn = round % order.len();
         order.rotate_left(turn);
-        for &contender in &order {
+        for &contender in order.iter().filter(|_| settings.wants("1")) {
             eprintln!("  uncontended: {}", contender.name());
             scenarios::uncontended(
                 &server,
@@ -169,7 +169,7 @@ async fn main() {
             )
             .await;
         }
-        for &contender in &order {
+        for &contender in order.iter().filter(|_| settings.wants("2")) {
             if contender == Contender::Floor {
                 continue; // the floor has no waiting strategy to compare
             }
@@ -188,20 +188,23 @@ async fn main() {
                 } else {
                     settings.run
                 };
+                let load = scenarios::Load {
+                    clients: 4,
+                    per_client: 8,
+                    hold: Duration::from_millis(1),
+                    duration: run,
+                };
                 scenarios::contended(
                     &server,
                     contender,
-                    4,
-                    8,
-                    Duration::from_millis(1),
-                    run,
+                    &load,
                     count_requests,
                     contended.figures(contender.name()),
                 )
                 .await;
             }
         }
-        for &contender in &order {
+        for &contender in order.iter().filter(|_| settings.wants("3")) {
             if contender == Contender::RedisyncFair {
                 continue; // one waiter per lock: nothing to be fair about
             }
@@ -215,14 +218,16 @@ async fn main() {
             )
             .await;
         }
-        scenarios::evalsha_ceiling(
-            &server,
-            64,
-            4,
-            settings.run,
-            many.figures("EVALSHA ceiling"),
-        )
-        .await;
+        if settings.wants("3") {
+            scenarios::evalsha_ceiling(
+                &server,
+                64,
+                4,
+                settings.run,
+                many.figures("EVALSHA ceiling"),
+            )
+            .await;
+        }
     }
     all.extend([uncontended, contended, many]);
 
@@ -231,7 +236,9 @@ async fn main() {
         "4. Watchdog: 10,000 locks held",
         "Watchdog timeout 3 s, so one renewal period is 1 s; commands counted over 3 periods.",
     );
-    scenarios::watchdog_scale(&server, 10_000, watchdog.figures("redisync")).await;
+    if settings.wants("4") {
+        scenarios::watchdog_scale(&server, 10_000, watchdog.figures("redisync")).await;
+    }
     all.push(watchdog);
 
     let mut rw = Scenario::new(
@@ -253,10 +260,17 @@ async fn main() {
     );
     for round in 0..settings.rounds {
         eprintln!("primitives round {}/{}", round + 1, settings.rounds);
-        primitives::rwlock_read_heavy(&server, 64, settings.run, rw.figures("redisync")).await;
-        primitives::semaphore(&server, 32, 4, settings.run, sem.figures("redisync")).await;
-        primitives::latch(&server, 100, round, latch.figures("redisync")).await;
-        for locks in [2, 8] {
+        if settings.wants("5a") {
+            primitives::rwlock_read_heavy(&server, 64, settings.run, rw.figures("redisync")).await;
+        }
+        if settings.wants("5b") {
+            primitives::semaphore(&server, 32, 4, settings.run, round, sem.figures("redisync"))
+                .await;
+        }
+        if settings.wants("5c") {
+            primitives::latch(&server, 100, round, latch.figures("redisync")).await;
+        }
+        for locks in [2, 8].into_iter().filter(|_| settings.wants("5d")) {
             primitives::multilock(
                 &server,
                 locks,
@@ -274,7 +288,9 @@ async fn main() {
         "Growth of this process's resident memory while they wait (one Redis request in flight \
          at a time: only the head of the local queue asks).",
     );
-    primitives::memory(&server, 10_000, memory.figures("redisync")).await;
+    if settings.wants("6") {
+        primitives::memory(&server, 10_000, memory.figures("redisync")).await;
+    }
     all.push(memory);
 
     println!("## Machine\n");
@@ -286,6 +302,7 @@ async fn main() {
         settings.rounds, settings.run, settings.cycles
     );
     println!("- total time: {:.0} s\n", started.elapsed().as_secs_f64());
+    all.retain(|scenario| !scenario.contenders.is_empty());
     for scenario in &all {
         println!("{}", scenario.markdown());
     }

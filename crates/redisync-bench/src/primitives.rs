@@ -77,11 +77,13 @@ pub async fn semaphore(
     tasks: usize,
     permits: u64,
     duration: Duration,
+    round: usize,
     out: &mut Figures,
 ) {
     let clients = clients(server, 4).await;
+    let name = format!("bench:sem:{round}");
     assert!(clients[0]
-        .semaphore("bench:sem")
+        .semaphore(name.as_str())
         .try_set_permits(permits)
         .await
         .expect("set permits"));
@@ -91,7 +93,7 @@ pub async fn semaphore(
     let acquired = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for i in 0..tasks {
-        let sem = clients[i % clients.len()].semaphore("bench:sem");
+        let sem = clients[i % clients.len()].semaphore(name.as_str());
         let (stop, holders, most, acquired) = (
             stop.clone(),
             holders.clone(),

@@ -61,18 +61,30 @@ struct Contention {
     handoffs: Mutex<Vec<f64>>,
 }
 
+/// The shape of a contended run.
+pub struct Load {
+    pub clients: usize,
+    pub per_client: usize,
+    /// How long each acquisition holds the lock.
+    pub hold: Duration,
+    pub duration: Duration,
+}
+
 /// Scenario 2: `clients × per_client` tasks on one lock, each holding it for `hold`, for
-/// `duration`.
+/// `duration`. With `count_requests`, a pass of its own that only counts requests.
 pub async fn contended(
     server: &RedisServer,
     contender: Contender,
-    clients: usize,
-    per_client: usize,
-    hold: Duration,
-    duration: Duration,
+    load: &Load,
     count_requests: bool,
     out: &mut Figures,
 ) {
+    let Load {
+        clients,
+        per_client,
+        hold,
+        duration,
+    } = *load;
     let url = server.url();
     let lockers = lockers(contender, &url, clients, per_client, |_| {
         "bench:contended".to_owned()
