@@ -234,7 +234,7 @@ async fn main() {
     eprintln!("watchdog scale");
     let mut watchdog = Scenario::new(
         "4. Watchdog: 10,000 locks held",
-        "Watchdog timeout 3 s, so one renewal period is 1 s; commands counted over 3 periods.",
+        "Watchdog timeout 3 s, so one renewal period is 1 s; requests counted with MONITOR over 3 periods.",
     );
     if settings.wants("4") {
         scenarios::watchdog_scale(&server, 10_000, watchdog.figures("redisync")).await;

@@ -281,9 +281,9 @@ pub async fn watchdog_scale(server: &RedisServer, locks: usize, out: &mut Figure
     let renewed = (client.stats().renewals - renewals_before) as f64 / f64::from(periods);
     out.add("held locks", locks as f64);
     out.add("renewals/period", renewed);
-    out.add("commands/period", commands);
+    out.add("requests/period", commands);
     out.add(
-        "commands per 100 locks per period",
+        "requests per 100 locks per period",
         commands * 100.0 / locks as f64,
     );
     let lost = guards.iter().filter(|g| g.is_lost()).count();
