@@ -1401,3 +1401,45 @@ async fn a_wait_started_right_after_an_outage_waits() {
         started.elapsed()
     );
 }
+
+/// Waiters of one client share their work: while the latch stays armed only one of them
+/// re-reads it, and when it opens one read serves them all (after each asked once on arrival).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_client_cost_one_request_per_check_together() {
+    const WAITERS: usize = 50;
+    let server = RedisServer::start();
+    let waiters_client = client(&server).await;
+    let other = client(&server).await;
+    let latch = other.count_down_latch("shared-checks");
+    assert!(latch.try_set_count(1).await.expect("arm"));
+    let tasks: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let latch = waiters_client.count_down_latch("shared-checks");
+            tokio::spawn(async move { latch.wait().await })
+        })
+        .collect();
+    subscribed(&server, "shared-checks", 1).await;
+    eventually("every waiter asked once", SETTLE, || {
+        waiters_client.stats().scripts_sent >= WAITERS as u64
+    })
+    .await;
+    let arrived = waiters_client.stats().scripts_sent;
+    // About three re-checks (one a second), for all fifty waiters together.
+    tokio::time::sleep(ms(3100)).await;
+    let idle = waiters_client.stats().scripts_sent - arrived;
+    assert!(
+        idle <= 6,
+        "{idle} requests in 3 s from {WAITERS} idle waiters"
+    );
+    let before_opening = waiters_client.stats().scripts_sent;
+    latch.count_down().await.expect("count down");
+    for task in tasks {
+        tokio::time::timeout(SETTLE, task)
+            .await
+            .expect("a waiter did not return")
+            .expect("waiter task")
+            .expect("wait");
+    }
+    let opening = waiters_client.stats().scripts_sent - before_opening;
+    assert!(opening <= 3, "{opening} requests to see one opening");
+}

@@ -105,6 +105,7 @@ pub(crate) struct Shared {
     pub(crate) hub: Arc<Hub>,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) queues: Arc<WaitQueues>,
+    cells: crate::cells::Cells,
 }
 
 #[derive(Clone)]
@@ -279,6 +280,7 @@ impl ClientBuilder {
             hub: Arc::new(Hub::default()),
             watchdog: Arc::new(Watchdog::default()),
             queues: Arc::new(WaitQueues::default()),
+            cells: crate::cells::Cells::default(),
             config,
         });
         crate::pubsub::spawn(&shared, redis_client);
@@ -334,6 +336,14 @@ impl Client {
     /// by it.
     pub fn server(&self) -> &str {
         &self.shared().server
+    }
+
+    /// The value of type `T` that every handle of this client asking with `key` shares:
+    /// created (with `T::default()`) by the first, dropped after the last reference goes.
+    /// Primitives keep per-client, per-name knowledge here, such as what their local waiters
+    /// have already learnt from Redis.
+    pub fn local_cell<T: Default + Send + Sync + 'static>(&self, key: &str) -> Arc<T> {
+        self.shared().cells.get(key)
     }
 
     /// The counters since the client was built.

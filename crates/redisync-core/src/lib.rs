@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod abandon;
+mod cells;
 mod client;
 pub mod duration;
 mod error;

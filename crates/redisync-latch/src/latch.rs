@@ -1,6 +1,7 @@
 //! [`CountDownLatch`]: a count in Redis that waiters on any client wait to see reach zero.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{redis_millis, wait_deadline};
@@ -33,6 +34,36 @@ struct LatchCore {
     client: Client,
     name: String,
     keys: Result<LatchKeys>,
+    /// What this client's waiters of the latch know has opened, shared by all its handles.
+    openings: Arc<Openings>,
+}
+
+/// The armings of one latch that a waiter of this client has seen open (most recent last,
+/// a few kept): a local waiter of one of them returns without asking Redis again.
+#[derive(Debug, Default)]
+struct Openings {
+    armings: Mutex<VecDeque<String>>,
+}
+
+impl Openings {
+    const KEPT: usize = 16;
+
+    fn contains(&self, arming: &str) -> bool {
+        self.armings
+            .lock()
+            .is_ok_and(|armings| armings.iter().any(|a| a == arming))
+    }
+
+    fn insert(&self, arming: &str) {
+        if let Ok(mut armings) = self.armings.lock() {
+            if !armings.iter().any(|a| a == arming) {
+                if armings.len() == Self::KEPT {
+                    armings.pop_front();
+                }
+                armings.push_back(arming.to_owned());
+            }
+        }
+    }
 }
 
 impl LatchCore {
@@ -68,7 +99,9 @@ impl LatchCore {
 ///   latch with one message that wakes every waiter on every client.
 /// * [`wait`](Self::wait) and [`wait_for`](Self::wait_for) return once the latch is open.
 ///   A waiter also re-reads the latch at least every [`RECHECK`], so a lost message, a
-///   reconnect or a Redis restart never parks it for longer.
+///   reconnect or a Redis restart never parks it for longer. Waiters of one client share
+///   that work: only the first of them re-reads the latch, and once it has seen the opening
+///   the others return without asking Redis.
 /// * [`delete`](DistributedPrimitive::delete) opens the latch too: its waiters return
 ///   (Redisson's would stay blocked).
 /// * A latch can be reused: once open, `try_set_count` arms it again. Waiters of the earlier
@@ -92,6 +125,7 @@ impl LatchCore {
 /// |---|---|
 /// | every call, and a wait on an open latch | 1 |
 /// | a wait on an armed latch | 1 + 1 after subscribing + 1 when woken (and at least one per [`RECHECK`]) |
+/// | *n* waiters of one client on an armed latch | *n* on arrival; then, for all of them together, 1 per wake-up or [`RECHECK`] |
 ///
 /// # Examples
 ///
@@ -135,11 +169,16 @@ impl CountDownLatch {
             waiters: space.key("latch:waiters"),
             count_down_prefix: space.key("latch:count_down:"),
         });
+        let openings = match &keys {
+            Ok(keys) => client.local_cell::<Openings>(&keys.latch),
+            Err(_) => Arc::default(),
+        };
         CountDownLatch {
             core: Arc::new(LatchCore {
                 client: client.clone(),
                 name,
                 keys,
+                openings,
             }),
         }
     }
@@ -270,21 +309,36 @@ impl CountDownLatch {
         // The arming this waiter waits on: the first one it finds. Once it is gone (counted
         // down, deleted, or replaced by a newer arming) the latch opened for this waiter.
         let waiting_on: Arc<OnceLock<String>> = Arc::default();
+        // Waiters of this client queue locally: only the first asks Redis while the latch is
+        // armed, and once it has seen the opening the others return without asking. Each
+        // still asks once on arrival (`may_reenter`), to learn which arming it waits on.
         let spec = WaitSpec {
             queue: &keys.waiters,
             channel: &keys.channel,
             deadline,
-            may_reenter: false,
-            shared: true,
+            may_reenter: true,
+            shared: false,
         };
         let opened = core
             .client
             .wait(spec, || {
-                let status = core.status();
+                let known = waiting_on
+                    .get()
+                    .is_some_and(|arming| core.openings.contains(arming));
+                let status = (!known).then(|| core.status());
                 let waiting_on = waiting_on.clone();
+                let openings = core.openings.clone();
                 async move {
+                    let Some(status) = status else {
+                        return Ok(Attempt::Acquired(()));
+                    };
                     let (count, arming) = status.await?;
-                    if count == 0 || *waiting_on.get_or_init(|| arming.clone()) != arming {
+                    let first = waiting_on.get_or_init(|| arming.clone());
+                    if count == 0 || *first != arming {
+                        // An arming this waiter saw armed is gone: tell the others.
+                        if !first.is_empty() {
+                            openings.insert(first);
+                        }
                         Ok(Attempt::Acquired(()))
                     } else {
                         Ok(Attempt::Busy {
