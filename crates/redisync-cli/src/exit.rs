@@ -1,0 +1,43 @@
+//! Exit codes. A command run under a hold passes its own code through, so redisync's own
+//! codes sit where commands rarely go, as `timeout(1)` and the shell do.
+
+use redisync::Error;
+
+/// Something else went wrong.
+pub const FAILURE: i32 = 1;
+/// Bad arguments: an unusable name, count or duration (clap's own errors use it too).
+pub const USAGE: i32 = 2;
+/// A key of the primitive holds foreign data (`sysexits` EX_DATAERR).
+pub const WRONG_TYPE: i32 = 65;
+/// Redis could not be reached or did not answer in time (`sysexits` EX_UNAVAILABLE).
+pub const UNAVAILABLE: i32 = 69;
+/// The hold was lost while the command ran, and the command was stopped.
+pub const HOLD_LOST: i32 = 120;
+/// The wait (`--wait`, `--timeout`) ran out, or a latch was already armed.
+pub const TIMED_OUT: i32 = 124;
+/// The command could not be run.
+pub const CANNOT_EXECUTE: i32 = 126;
+/// The command was not found.
+pub const NOT_FOUND: i32 = 127;
+
+/// The exit code for a redisync error.
+pub fn of(err: &Error) -> i32 {
+    match err {
+        Error::InvalidArgument(_) => USAGE,
+        Error::WrongType => WRONG_TYPE,
+        Error::Redis(_) | Error::Timeout | Error::Shutdown => UNAVAILABLE,
+        _ => FAILURE,
+    }
+}
+
+/// The exit codes, for `--help`.
+pub const HELP: &str = "\
+Exit codes:
+  N      the command's own exit code (128+N when a signal N killed it)
+  2      bad arguments
+  65     a key of the primitive holds foreign data
+  69     Redis unreachable or too slow (the command timeout)
+  120    the lock or permit was lost while the command ran; the command was stopped
+  124    the wait ran out (--wait, --timeout), or `latch set` found the latch armed
+  126    the command could not be run
+  127    the command was not found";

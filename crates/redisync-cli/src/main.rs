@@ -1,0 +1,445 @@
+//! `redisync`: distributed locks, semaphores and latches on Redis for shell scripts, cron jobs
+//! and operators, like `etcdctl lock` and `consul lock`.
+//!
+//! ```sh
+//! redisync lock nightly-report --wait 30s -- ./make-report.sh
+//! redisync semaphore encoders --permits 4 -- ffmpeg -i in.mov out.mp4
+//! redisync latch deploy set 3; redisync latch deploy count-down; redisync latch deploy wait
+//! redisync inspect nightly-report --json
+//! redisync force-unlock nightly-report --yes
+//! ```
+
+mod duration;
+mod exit;
+mod inspect;
+mod run;
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use redisync::prelude::*;
+
+use crate::run::Ended;
+
+#[derive(Parser)]
+#[command(
+    name = "redisync",
+    version,
+    about = "Distributed locks, semaphores and latches on Redis, for shell scripts and operators",
+    after_help = exit::HELP
+)]
+struct Cli {
+    /// Redis to use: redis://[user:password@]host[:port][/db] or rediss://...
+    #[arg(
+        long,
+        env = "REDISYNC_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    url: String,
+    /// Prefix of every key, as the applications sharing the primitives use it.
+    #[arg(
+        long,
+        env = "REDISYNC_PREFIX",
+        default_value = "redisync",
+        global = true
+    )]
+    prefix: String,
+    /// Give up on a Redis call after this long.
+    #[arg(long, default_value = "5s", value_parser = duration::parse, global = true)]
+    command_timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a command while holding a lock. The command gets the hold's fencing token in
+    /// REDISYNC_FENCING_TOKEN; if the lock is lost while it runs, it is stopped.
+    Lock {
+        /// The lock's name.
+        name: String,
+        /// Give up after waiting this long (exit 124); wait for ever if not given.
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
+        /// Hold the lock for at most this long; without it the lease is renewed while the
+        /// command runs.
+        #[arg(long, value_parser = duration::parse)]
+        lease: Option<Duration>,
+        #[command(flatten)]
+        stop: Stop,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Run a command while holding a permit of an expirable semaphore (created with
+    /// --permits if it does not exist). The command gets the permit id in REDISYNC_PERMIT_ID.
+    Semaphore {
+        /// The semaphore's name.
+        name: String,
+        /// How many permits the semaphore has, if this creates it.
+        #[arg(long)]
+        permits: u64,
+        /// Give up after waiting this long (exit 124); wait for ever if not given.
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
+        /// Hold the permit for at most this long; without it the lease is renewed.
+        #[arg(long, value_parser = duration::parse)]
+        lease: Option<Duration>,
+        #[command(flatten)]
+        stop: Stop,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Arm, count down, or wait on a count-down latch.
+    Latch {
+        /// The latch's name.
+        name: String,
+        #[command(subcommand)]
+        action: LatchAction,
+    },
+    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits.
+    Inspect {
+        /// The name to look at.
+        name: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Free a lock (reentrant, fair or read-write) whoever holds it.
+    ForceUnlock {
+        /// The lock's name.
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// How a command is stopped when its hold is lost.
+#[derive(clap::Args)]
+struct Stop {
+    /// Signal sent to the command when the hold is lost.
+    #[arg(long, default_value = "TERM", value_parser = run::parse_signal)]
+    signal: String,
+    /// Kill the command if it is still running this long after the signal.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    kill_after: Duration,
+}
+
+#[derive(Subcommand)]
+enum LatchAction {
+    /// Arm the latch with a count, if it is open (exit 124 if it is armed already).
+    Set {
+        /// How many count-downs open it.
+        count: u64,
+    },
+    /// Count the latch down by one.
+    CountDown,
+    /// Wait until the latch is open (exit 124 if --timeout runs out first).
+    Wait {
+        /// Give up after this long.
+        #[arg(long, value_parser = duration::parse)]
+        timeout: Option<Duration>,
+    },
+}
+
+/// How the tool ends: a code, and a one-line message for stderr.
+struct Exit {
+    code: i32,
+    message: Option<String>,
+}
+
+impl From<redisync::Error> for Exit {
+    fn from(err: redisync::Error) -> Self {
+        Exit {
+            code: exit::of(&err),
+            message: Some(err.to_string()),
+        }
+    }
+}
+
+impl Exit {
+    fn code(code: i32) -> Self {
+        Exit {
+            code,
+            message: None,
+        }
+    }
+
+    fn with(code: i32, message: impl Into<String>) -> Self {
+        Exit {
+            code,
+            message: Some(message.into()),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let outcome = run(cli).await;
+    let exit = match outcome {
+        Ok(exit) | Err(exit) => exit,
+    };
+    if let Some(message) = exit.message {
+        eprintln!("redisync: {message}");
+    }
+    std::process::exit(exit.code);
+}
+
+async fn run(cli: Cli) -> Result<Exit, Exit> {
+    let client = Client::builder(cli.url.as_str())
+        .key_prefix(cli.prefix.as_str())
+        .command_timeout(cli.command_timeout)
+        .build()
+        .await?;
+    let outcome = match cli.command {
+        Command::Lock {
+            name,
+            wait,
+            lease,
+            stop,
+            command,
+        } => lock(&client, &name, wait, lease, &stop, &command).await,
+        Command::Semaphore {
+            name,
+            permits,
+            wait,
+            lease,
+            stop,
+            command,
+        } => semaphore(&client, &name, permits, wait, lease, &stop, &command).await,
+        Command::Latch { name, action } => latch(&client, &name, action).await,
+        Command::Inspect { name, json } => show(&client, &cli.url, &name, json).await,
+        Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes).await,
+    };
+    client.shutdown().await;
+    outcome
+}
+
+async fn lock(
+    client: &Client,
+    name: &str,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    stop: &Stop,
+    command: &[String],
+) -> Result<Exit, Exit> {
+    let lock = client.lock(name);
+    let acquire = async {
+        match (wait, lease) {
+            (None, None) => lock.lock().await.map(Some),
+            (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+            (Some(wait), None) => lock.try_lock_for(wait).await,
+            (Some(wait), Some(lease)) => lock.try_lock_with_lease(wait, lease).await,
+        }
+    };
+    let Some(guard) = waiting(&format!("lock {name:?}"), acquire).await? else {
+        return Err(Exit::with(
+            exit::TIMED_OUT,
+            format!("lock {name:?} not acquired within the wait"),
+        ));
+    };
+    let env = [
+        ("REDISYNC_FENCING_TOKEN", guard.fencing_token().to_string()),
+        ("REDISYNC_LOCK_NAME", name.to_owned()),
+    ];
+    let ended =
+        run::run_while_held(command, &env, guard.lost(), &stop.signal, stop.kill_after).await;
+    let released = guard.unlock().await;
+    finish(ended, released.err(), "lock")
+}
+
+async fn semaphore(
+    client: &Client,
+    name: &str,
+    permits: u64,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    stop: &Stop,
+    command: &[String],
+) -> Result<Exit, Exit> {
+    let semaphore = client.expirable_semaphore(name);
+    semaphore.try_set_permits(permits).await?;
+    let acquire = async {
+        match (wait, lease) {
+            (None, None) => semaphore.acquire().await.map(Some),
+            (None, Some(lease)) => semaphore.acquire_with_lease(lease).await.map(Some),
+            (Some(wait), None) => semaphore.try_acquire_for(wait).await,
+            (Some(wait), Some(lease)) => semaphore.try_acquire_with_lease(wait, lease).await,
+        }
+    };
+    let Some(permit) = waiting(&format!("a permit of {name:?}"), acquire).await? else {
+        return Err(Exit::with(
+            exit::TIMED_OUT,
+            format!("no permit of {name:?} within the wait"),
+        ));
+    };
+    let env = [
+        ("REDISYNC_PERMIT_ID", permit.id().to_owned()),
+        ("REDISYNC_SEMAPHORE_NAME", name.to_owned()),
+    ];
+    let ended =
+        run::run_while_held(command, &env, permit.lost(), &stop.signal, stop.kill_after).await;
+    let released = permit.release().await;
+    finish(ended, released.err(), "permit")
+}
+
+/// The exit of a command run under a hold, given how the hold's release went.
+fn finish(ended: Ended, release_error: Option<redisync::Error>, what: &str) -> Result<Exit, Exit> {
+    match ended {
+        Ended::HoldLost => Err(Exit::with(
+            exit::HOLD_LOST,
+            format!("the {what} was lost while the command ran; the command was stopped"),
+        )),
+        Ended::NotStarted(code, message) => Err(Exit::with(code, message)),
+        Ended::Exited(code) => match release_error {
+            Some(redisync::Error::NotOwner) => Err(Exit::with(
+                exit::HOLD_LOST,
+                format!("the {what} was lost before the command finished"),
+            )),
+            Some(err) => {
+                eprintln!("redisync: releasing the {what} failed ({err}); its lease will free it");
+                Ok(Exit::code(code))
+            }
+            None => Ok(Exit::code(code)),
+        },
+    }
+}
+
+async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit, Exit> {
+    let latch = client.count_down_latch(name);
+    match action {
+        LatchAction::Set { count } => {
+            if latch.try_set_count(count).await? {
+                Ok(Exit::code(0))
+            } else {
+                Err(Exit::with(
+                    exit::TIMED_OUT,
+                    format!(
+                        "latch {name:?} is armed already (count {})",
+                        latch.count().await?
+                    ),
+                ))
+            }
+        }
+        LatchAction::CountDown => {
+            latch.count_down().await?;
+            Ok(Exit::code(0))
+        }
+        LatchAction::Wait { timeout } => {
+            let opened = match timeout {
+                Some(timeout) => {
+                    waiting(&format!("latch {name:?}"), latch.wait_for(timeout)).await?
+                }
+                None => waiting(&format!("latch {name:?}"), latch.wait())
+                    .await
+                    .map(|()| true)?,
+            };
+            if opened {
+                Ok(Exit::code(0))
+            } else {
+                Err(Exit::with(
+                    exit::TIMED_OUT,
+                    format!(
+                        "latch {name:?} still armed (count {})",
+                        latch.count().await?
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+async fn show(client: &Client, url: &str, name: &str, json: bool) -> Result<Exit, Exit> {
+    let space = client.key_space(name)?;
+    // The library's own reading of Redis errors: foreign data, unreachable, or other.
+    let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
+    let read = async {
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        inspect::inspect(&mut conn, &space).await
+    };
+    let found = tokio::time::timeout(client.command_timeout(), read)
+        .await
+        .map_err(|_| Exit::with(exit::UNAVAILABLE, "Redis did not answer in time"))?
+        .map_err(failed)?;
+    let report = if json {
+        inspect::json(name, &found)
+    } else {
+        inspect::table(name, &found)
+    };
+    print!("{report}");
+    Ok(Exit::code(0))
+}
+
+async fn force_unlock(client: &Client, name: &str, yes: bool) -> Result<Exit, Exit> {
+    if !yes && !confirm(&format!("force-unlock {name:?}, whoever holds it?"))? {
+        return Err(Exit::with(exit::FAILURE, "not confirmed; nothing changed"));
+    }
+    let mut freed = Vec::new();
+    if client.lock(name).force_unlock().await? {
+        freed.push("lock");
+    }
+    if client.fair_lock(name).force_unlock().await? {
+        freed.push("fair lock");
+    }
+    if client.read_write_lock(name).force_unlock().await? {
+        freed.push("read-write lock");
+    }
+    if freed.is_empty() {
+        println!("{name:?} was not locked");
+    } else {
+        println!("freed {name:?}: {}", freed.join(", "));
+    }
+    Ok(Exit::code(0))
+}
+
+/// Asks on the terminal; refuses when there is no terminal to ask on.
+fn confirm(question: &str) -> Result<bool, Exit> {
+    if !std::io::stdin().is_terminal() {
+        return Err(Exit::with(
+            exit::USAGE,
+            "refusing to force-unlock without --yes (stdin is not a terminal)",
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| Exit::with(exit::FAILURE, format!("reading the answer: {e}")))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// Awaits `future`, showing a status line on stderr while it takes, if stderr is a terminal.
+async fn waiting<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    if !std::io::stderr().is_terminal() {
+        return future.await;
+    }
+    let started = Instant::now();
+    let mut future = std::pin::pin!(future);
+    let mut ticks = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_millis(500),
+        Duration::from_millis(500),
+    );
+    let mut shown = false;
+    let output = loop {
+        tokio::select! {
+            output = &mut future => break output,
+            _ = ticks.tick() => {
+                shown = true;
+                eprint!("\rredisync: waiting for {what} ({})\x1b[K", duration::show(started.elapsed()));
+                let _ = std::io::stderr().flush();
+            }
+        }
+    };
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    output
+}
