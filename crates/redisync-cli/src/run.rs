@@ -24,7 +24,8 @@ pub const SIGNALS: [&str; 7] = ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "U
 
 /// Checks a signal name (with or without `SIG`) or number.
 pub fn parse_signal(text: &str) -> Result<String, String> {
-    let name = text.trim().trim_start_matches("SIG").to_ascii_uppercase();
+    let upper = text.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper).to_owned();
     if SIGNALS.contains(&name.as_str()) || name.parse::<u8>().is_ok_and(|n| (1..=64).contains(&n)) {
         Ok(name)
     } else {
