@@ -19,8 +19,18 @@
 //!
 //! Servers are only cleaned up by [`Drop`]; a server kept in a `static` or
 //! leaked with `std::mem::forget` outlives the test process.
+//!
+//! For fault injection the crate also has a TCP chaos proxy ([`ChaosProxy`]: latency,
+//! blackholes, resets, cut pub/sub connections) and [`Holder`], a lock or permit holder in a
+//! process of its own that tests can pause or kill (the crate's `holder` binary).
 
 #![deny(missing_docs)]
+
+pub mod holder;
+pub mod proxy;
+
+pub use holder::Holder;
+pub use proxy::ChaosProxy;
 
 use std::ffi::OsString;
 use std::fmt;
