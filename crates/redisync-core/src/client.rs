@@ -115,8 +115,16 @@ pub(crate) struct Config {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) pool_size: u32,
+    pub(crate) replica_sync: Option<ReplicaSync>,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
+}
+
+/// Waiting for replicas after each change: see [`ClientBuilder::replica_sync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
 }
 
 impl fmt::Debug for Config {
@@ -193,6 +201,23 @@ impl ClientBuilder {
         self
     }
 
+    /// After every script that changes state, waits (with `WAIT`, in the same round trip) until
+    /// `replicas` replicas have acknowledged the change, or `timeout` has passed. An acquire
+    /// that *no* replica acknowledged fails with [`Error::NotReplicated`] and is rolled back
+    /// (given back, as if its caller had gone away), so a failover right after it cannot hand
+    /// the same lock to someone else; fewer acknowledgements than asked for are accepted.
+    /// Other changes (releases, count-downs, permits added) are not rolled back: a change no
+    /// replica acknowledged is logged as a warning. Read-only calls never wait.
+    ///
+    /// Off by default; use it with replicas, and only on servers that have `WAIT` (some
+    /// managed services do not). `replicas` must be at least 1 and `timeout` shorter than the
+    /// command timeout; otherwise [`build`](Self::build) fails with
+    /// [`Error::InvalidArgument`]. Each change then takes up to `timeout` longer.
+    pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_sync = Some(ReplicaSync { replicas, timeout });
+        self
+    }
+
     /// Trusts this CA (PEM) for `rediss://` connections instead of the system's roots: for
     /// servers with a private certificate authority. Needs the `tls` feature.
     #[cfg(feature = "tls")]
@@ -219,6 +244,18 @@ impl ClientBuilder {
                  found {:?}",
                 config.command_timeout
             )));
+        }
+        if let Some(sync) = config.replica_sync {
+            if sync.replicas == 0
+                || sync.timeout.is_zero()
+                || sync.timeout >= config.command_timeout
+            {
+                return Err(Error::invalid(format!(
+                    "replica sync needs at least 1 replica and a timeout between zero and the \
+                     command timeout ({:?}), found {} replicas and {:?}",
+                    config.command_timeout, sync.replicas, sync.timeout
+                )));
+            }
         }
         if config.pool_size == 0 || config.pool_size > MAX_POOL_SIZE {
             return Err(Error::invalid(format!(
@@ -319,6 +356,7 @@ impl Client {
                 watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 pool_size: DEFAULT_POOL_SIZE,
+                replica_sync: None,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
             },
@@ -462,6 +500,8 @@ impl Client {
             // the caller's error below.
             let undo = Arc::new(Mutex::new(Some(undo)));
             let abandoned_undo = undo.clone();
+            let mut call = call;
+            call.rollback_unreplicated = true;
             let request = send::<T>(shared, call);
             let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
                 let undo = lock(&abandoned_undo).take();
@@ -657,10 +697,54 @@ async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Resul
     let mut connection = shared.connection();
     Counters::bump(&shared.counters.scripts_sent, 1);
     let span = tracing::trace_span!("redisync.script", script = call.script().name());
-    async move { call.invocation().invoke_async::<T>(&mut connection).await }
-        .instrument(span)
-        .await
-        .map_err(Error::from)
+    let sync = shared
+        .config
+        .replica_sync
+        .filter(|_| !call.script().is_read_only());
+    async move {
+        match sync {
+            None => call
+                .invocation()
+                .invoke_async::<T>(&mut connection)
+                .await
+                .map_err(Error::from),
+            Some(sync) => send_replicated(&mut connection, &call, sync).await,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Sends a script and `WAIT` together; see [`ClientBuilder::replica_sync`].
+async fn send_replicated<T: FromRedisValue>(
+    connection: &mut ConnectionManager,
+    call: &ScriptCall,
+    sync: ReplicaSync,
+) -> Result<T> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(call.evalsha_cmd())
+        .cmd("WAIT")
+        .arg(sync.replicas)
+        .arg(crate::duration::redis_millis(sync.timeout));
+    let reply: redis::RedisResult<(T, i64)> = match pipe.query_async(connection).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            call.script().compiled().load_async(connection).await?;
+            pipe.query_async(connection).await
+        }
+        other => other,
+    };
+    let (reply, acknowledged) = reply?;
+    if acknowledged > 0 {
+        return Ok(reply);
+    }
+    if call.rolls_back_unreplicated() {
+        return Err(Error::NotReplicated);
+    }
+    tracing::warn!(
+        script = call.script().name(),
+        "no replica acknowledged a change within the replica-sync timeout"
+    );
+    Ok(reply)
 }
 
 async fn eval_idempotent<T: FromRedisValue>(

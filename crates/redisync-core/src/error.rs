@@ -36,6 +36,10 @@ pub enum Error {
     /// The client was shut down (explicitly, or because its last clone was dropped).
     #[error("the client was shut down")]
     Shutdown,
+    /// With replica sync on, no replica acknowledged an acquire in time: it was rolled back.
+    /// Retrying is safe.
+    #[error("not replicated: no replica acknowledged the acquire in time; it was rolled back")]
+    NotReplicated,
     /// Several parts of one operation failed (releasing a multi-lock whose sub-locks failed
     /// in different ways): each part's name with its error. Every part was attempted.
     #[error("{} parts failed: {}", .0.len(), describe_parts(.0))]
@@ -57,10 +61,14 @@ impl Error {
     }
 
     /// Whether the error says nothing about the outcome of the request: the connection broke
-    /// or the reply did not arrive in time. Such a request may or may not have run.
+    /// or the reply did not arrive in time. Such a request may or may not have run, and an
+    /// acquire must be given back. [`Error::NotReplicated`] counts too: its acquire ran, but
+    /// must be given back all the same.
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
-            Error::Timeout => true,
+            // The acquire ran on the primary: it must be given back like one whose reply was
+            // lost.
+            Error::Timeout | Error::NotReplicated => true,
             Error::Redis(e) => e.is_io_error() || e.is_connection_dropped() || e.is_timeout(),
             _ => false,
         }

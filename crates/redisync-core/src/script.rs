@@ -22,6 +22,7 @@ use redis::ToRedisArgs;
 pub struct LuaScript {
     name: &'static str,
     source: &'static str,
+    read_only: bool,
     compiled: OnceLock<redis::Script>,
 }
 
@@ -32,8 +33,25 @@ impl LuaScript {
         LuaScript {
             name,
             source,
+            read_only: false,
             compiled: OnceLock::new(),
         }
+    }
+
+    /// A script that only reads: it never waits for replicas
+    /// ([`ClientBuilder::replica_sync`](crate::ClientBuilder::replica_sync)).
+    pub const fn read_only(name: &'static str, source: &'static str) -> Self {
+        LuaScript {
+            name,
+            source,
+            read_only: true,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// Whether the script only reads.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The script's name, for traces and errors.
@@ -58,6 +76,9 @@ pub struct ScriptCall {
     pub(crate) script: &'static LuaScript,
     pub(crate) keys: Vec<String>,
     pub(crate) args: Vec<Vec<u8>>,
+    /// An acquire: with replica sync, one that no replica acknowledged fails (and is then
+    /// given back) instead of succeeding.
+    pub(crate) rollback_unreplicated: bool,
 }
 
 impl ScriptCall {
@@ -67,6 +88,7 @@ impl ScriptCall {
             script,
             keys: Vec::new(),
             args: Vec::new(),
+            rollback_unreplicated: false,
         }
     }
 
@@ -86,6 +108,23 @@ impl ScriptCall {
     /// The script this call runs.
     pub fn script(&self) -> &'static LuaScript {
         self.script
+    }
+
+    pub(crate) fn rolls_back_unreplicated(&self) -> bool {
+        self.rollback_unreplicated
+    }
+
+    /// The `EVALSHA` command of this call, for sending it in a pipeline.
+    pub(crate) fn evalsha_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.sha1()).arg(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key.as_str());
+        }
+        for arg in &self.args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
     }
 
     pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {

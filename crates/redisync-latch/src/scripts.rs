@@ -16,5 +16,12 @@ macro_rules! script {
 
 pub(crate) static TRY_SET_COUNT: LuaScript = script!("latch_try_set_count");
 pub(crate) static COUNT_DOWN: LuaScript = script!("latch_count_down");
-pub(crate) static STATUS: LuaScript = script!("latch_status");
+/// Reads only: never waits for replicas.
+pub(crate) static STATUS: LuaScript = LuaScript::read_only(
+    "latch_status",
+    concat!(
+        include_str!("../../../lua/latch_prelude.lua"),
+        include_str!("../../../lua/latch_status.lua")
+    ),
+);
 pub(crate) static DELETE: LuaScript = script!("latch_delete");

@@ -27,7 +27,8 @@ pub(crate) static FORCE_UNLOCK: LuaScript = script!("lock_force_unlock", with_qu
 pub(crate) static ACQUIRE_ALL: LuaScript = script!("lock_acquire_all", with_queue);
 pub(crate) static SET_LEASE: LuaScript = script!("lock_set_lease");
 pub(crate) static RENEW: LuaScript = script!("lock_renew");
-pub(crate) static STATUS: LuaScript = script!("lock_status");
+pub(crate) static STATUS: LuaScript =
+    LuaScript::read_only("lock_status", include_str!("../../../lua/lock_status.lua"));
 
 /// Reply of `lock_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

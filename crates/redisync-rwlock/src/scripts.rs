@@ -29,7 +29,7 @@ pub(crate) static RELEASE: LuaScript =
 pub(crate) static RENEW: LuaScript =
     LuaScript::new("rwlock_renew", with_prelude!("rwlock_renew.lua"));
 pub(crate) static STATUS: LuaScript =
-    LuaScript::new("rwlock_status", with_prelude!("rwlock_status.lua"));
+    LuaScript::read_only("rwlock_status", with_prelude!("rwlock_status.lua"));
 pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
     "rwlock_withdraw",
     include_str!("../../../lua/rwlock_withdraw.lua"),

@@ -22,7 +22,10 @@ macro_rules! script {
 pub(crate) static TRY_SET: LuaScript = script!("semaphore_try_set_permits");
 pub(crate) static ADD: LuaScript = script!("semaphore_add_permits");
 pub(crate) static DRAIN: LuaScript = script!("semaphore_drain_permits");
-pub(crate) static AVAILABLE: LuaScript = script!("semaphore_available_permits");
+pub(crate) static AVAILABLE: LuaScript = LuaScript::read_only(
+    "semaphore_available_permits",
+    include_str!("../../../lua/semaphore_available_permits.lua"),
+);
 pub(crate) static ACQUIRE: LuaScript = script!("semaphore_acquire");
 pub(crate) static RELEASE: LuaScript = script!("semaphore_release");
 pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back");
