@@ -384,6 +384,12 @@ impl Client {
         self.shared().cells.get(key)
     }
 
+    /// Counts `n` successful acquisitions in [`Stats::acquires`], for a primitive that
+    /// acquires without [`acquire`](Self::acquire) (several locks in one script).
+    pub fn record_acquires(&self, n: u64) {
+        Counters::bump(&self.shared().counters.acquires, n);
+    }
+
     /// The counters since the client was built.
     pub fn stats(&self) -> Stats {
         self.shared().counters.snapshot()

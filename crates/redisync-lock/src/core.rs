@@ -295,6 +295,7 @@ impl LockCore {
         let Some(tokens) = decode_acquire_all(&reply, count)? else {
             return Ok(None);
         };
+        client.record_acquires(count as u64);
         let mut guards = Vec::with_capacity(count);
         for (core, token) in cores.iter().zip(tokens) {
             guards.push(core.guard(&attempt, token, sent_at, lease)?);
