@@ -5,6 +5,8 @@ use std::future::Future;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use std::io::IsTerminal;
+
 use tokio::process::{Child, Command};
 
 use crate::exit;
@@ -19,26 +21,41 @@ pub enum Ended {
     NotStarted(i32, String),
 }
 
-/// Signals the command may be sent when the hold is lost.
-pub const SIGNALS: [&str; 7] = ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"];
+/// Signals the command may be sent when the hold is lost, with their numbers on Linux.
+pub const SIGNALS: [(&str, u8); 7] = [
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("KILL", 9),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("TERM", 15),
+];
 
-/// Checks a signal name (with or without `SIG`) or number.
+/// Checks a signal name (any case, with or without `SIG`) or number, and returns its name.
 pub fn parse_signal(text: &str) -> Result<String, String> {
     let upper = text.trim().to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper).to_owned();
-    if SIGNALS.contains(&name.as_str()) || name.parse::<u8>().is_ok_and(|n| (1..=64).contains(&n)) {
-        Ok(name)
-    } else {
-        Err(format!(
-            "unknown signal {text:?}: use one of {} or a number",
-            SIGNALS.join(", ")
-        ))
-    }
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    SIGNALS
+        .iter()
+        .find(|(known, number)| *known == name || name.parse::<u8>() == Ok(*number))
+        .map(|(known, _)| (*known).to_owned())
+        .ok_or_else(|| {
+            let names: Vec<&str> = SIGNALS.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unsupported signal {text:?}: use one of {} (or its number)",
+                names.join(", ")
+            )
+        })
 }
 
-/// Runs `argv` with `env` added, until it exits or `lost` completes. On loss the command is
-/// sent `signal`, and killed if it is still running `grace` later. Signals redisync itself
-/// receives (interrupt, terminate) are passed on to the command.
+/// Runs `argv` with `env` added, until it exits or `lost` completes. Unless it is interactive
+/// (stdin is a terminal, which only the foreground process group may read), the command runs
+/// in a process group of its own and every signal goes to the whole group, so that the
+/// programs it starts stop with it. On loss the command is sent `signal`, and killed if it is
+/// still running `grace` later. Signals redisync itself receives (hangup, interrupt, quit,
+/// terminate, user 1 and 2) are passed on to the group, so redisync outlives the command and
+/// releases the hold after it.
 pub async fn run_while_held(
     argv: &[String],
     env: &[(&str, String)],
@@ -49,6 +66,8 @@ pub async fn run_while_held(
     let Some((program, args)) = argv.split_first() else {
         return Ended::NotStarted(exit::CANNOT_EXECUTE, "no command given".to_owned());
     };
+    // Listening before the command starts: a signal in between is passed on, not fatal.
+    let mut incoming = Incoming::listen();
     let mut command = Command::new(program);
     command
         .args(args)
@@ -56,11 +75,16 @@ pub async fn run_while_held(
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
+    let group = !std::io::stdin().is_terminal();
+    #[cfg(unix)]
+    if group {
+        command.process_group(0);
+    }
     for (key, value) in env {
         command.env(key, value);
     }
     let mut child = match command.spawn() {
-        Ok(child) => child,
+        Ok(child) => Target { child, group },
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             return Ended::NotStarted(exit::NOT_FOUND, format!("{program}: command not found"));
         }
@@ -71,59 +95,118 @@ pub async fn run_while_held(
     let mut lost = std::pin::pin!(lost);
     loop {
         tokio::select! {
-            status = child.wait() => return Ended::Exited(code_of(status)),
+            status = child.child.wait() => return Ended::Exited(code_of(status)),
             () = &mut lost => {
-                stop(&mut child, signal, grace).await;
+                child.stop(signal, grace).await;
                 return Ended::HoldLost;
             }
-            forwarded = forwarded_signal() => {
-                if let Some(pid) = child.id() {
-                    send_signal(pid, forwarded);
-                }
-            }
+            forwarded = incoming.next() => child.send(forwarded),
         }
     }
 }
 
-/// Tells the child to stop with `signal`; kills it if it is still running after `grace`.
-async fn stop(child: &mut Child, signal: &str, grace: Duration) {
-    if let Some(pid) = child.id() {
-        send_signal(pid, signal);
+/// The command, and whether signals go to its whole process group.
+struct Target {
+    child: Child,
+    group: bool,
+}
+
+impl Target {
+    /// Tells the command to stop with `signal`; kills it if it is still running after
+    /// `grace`.
+    async fn stop(&mut self, signal: &str, grace: Duration) {
+        self.send(signal);
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.send("KILL");
+            let _ = self.child.kill().await;
+        }
     }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.kill().await;
+
+    /// Sends `signal` with the system's `kill` command (no extra dependency for one system
+    /// call; a failure only means the command is already gone).
+    fn send(&self, signal: &str) {
+        let Some(pid) = self.child.id() else {
+            return;
+        };
+        let target = if self.group {
+            format!("-{pid}")
+        } else {
+            pid.to_string()
+        };
+        let _ = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg("--")
+            .arg(target)
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
-/// Sends `signal` to process `pid` with the system's `kill` command (no extra dependency for
-/// one system call; failures only mean the child is already gone).
-fn send_signal(pid: u32, signal: &str) {
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
+/// The signals redisync passes on to the command.
+struct Incoming {
+    #[cfg(unix)]
+    streams: Vec<(&'static str, tokio::signal::unix::Signal)>,
 }
 
-/// Waits for an interrupt or terminate signal sent to redisync; returns which.
-#[cfg(unix)]
-async fn forwarded_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => "INT",
-        _ = terminate.recv() => "TERM",
+impl Incoming {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let kinds = [
+                ("HUP", SignalKind::hangup()),
+                ("INT", SignalKind::interrupt()),
+                ("QUIT", SignalKind::quit()),
+                ("TERM", SignalKind::terminate()),
+                ("USR1", SignalKind::user_defined1()),
+                ("USR2", SignalKind::user_defined2()),
+            ];
+            let streams = kinds
+                .into_iter()
+                .filter_map(|(name, kind)| signal(kind).ok().map(|s| (name, s)))
+                .collect();
+            Incoming { streams }
+        }
+        #[cfg(not(unix))]
+        Incoming {}
+    }
+
+    /// The next signal received.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            if self.streams.is_empty() {
+                return std::future::pending().await;
+            }
+            let receiving = self
+                .streams
+                .iter_mut()
+                .map(|(name, stream)| Box::pin(async move { stream.recv().await.map(|_| *name) }));
+            match futures_select_all(receiving).await {
+                Some(name) => name,
+                None => std::future::pending().await,
+            }
+        }
+        #[cfg(not(unix))]
+        std::future::pending().await
     }
 }
 
-#[cfg(not(unix))]
-async fn forwarded_signal() -> &'static str {
-    std::future::pending().await
+/// The first of several futures to complete.
+async fn futures_select_all<F: Future + Unpin>(futures: impl IntoIterator<Item = F>) -> F::Output {
+    let mut futures: Vec<F> = futures.into_iter().collect();
+    std::future::poll_fn(move |cx| {
+        for future in &mut futures {
+            if let std::task::Poll::Ready(output) = std::pin::Pin::new(future).poll(cx) {
+                return std::task::Poll::Ready(output);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn code_of(status: std::io::Result<ExitStatus>) -> i32 {
@@ -151,8 +234,10 @@ mod tests {
     fn signals_are_checked() {
         assert_eq!(parse_signal("TERM").as_deref(), Ok("TERM"));
         assert_eq!(parse_signal("sigkill").as_deref(), Ok("KILL"));
-        assert_eq!(parse_signal("9").as_deref(), Ok("9"));
-        assert!(parse_signal("STOPPIT").is_err());
+        assert_eq!(parse_signal("9").as_deref(), Ok("KILL"));
+        assert_eq!(parse_signal("15").as_deref(), Ok("TERM"));
+        assert!(parse_signal("STOP").is_err());
+        assert!(parse_signal("19").is_err());
         assert!(parse_signal("0").is_err());
     }
 }
