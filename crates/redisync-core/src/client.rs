@@ -97,7 +97,13 @@ pub(crate) struct Shared {
     /// started from outside any runtime (a guard dropped on a plain thread).
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) config: Config,
-    connections: Vec<ConnectionManager>,
+    /// Replaced as a whole when the client follows a new primary.
+    connections: std::sync::RwLock<Vec<ConnectionManager>>,
+    /// The server the pool and the pub/sub hub connect to.
+    redis_client: std::sync::RwLock<redis::Client>,
+    manager_config: ConnectionManagerConfig,
+    /// Set when the client follows the primary Redis Sentinel names.
+    pub(crate) sentinels: Option<crate::sentinel::Sentinels>,
     next_connection: AtomicUsize,
     next_id: AtomicU64,
     pub(crate) counters: Counters,
@@ -116,6 +122,7 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) pool_size: u32,
     pub(crate) replica_sync: Option<ReplicaSync>,
+    pub(crate) sentinel: Option<crate::sentinel::SentinelConfig>,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
@@ -218,6 +225,16 @@ impl ClientBuilder {
         self
     }
 
+    /// For a client following Redis Sentinel ([`Client::sentinel_builder`]): the password of
+    /// the primary (and of its replicas) and the database to use. Ignored otherwise.
+    pub fn sentinel_auth(mut self, password: Option<String>, db: i64) -> Self {
+        if let Some(sentinel) = &mut self.config.sentinel {
+            sentinel.password = password;
+            sentinel.db = db;
+        }
+        self
+    }
+
     /// Trusts this CA (PEM) for `rediss://` connections instead of the system's roots: for
     /// servers with a private certificate authority. Needs the `tls` feature.
     #[cfg(feature = "tls")]
@@ -266,13 +283,23 @@ impl ClientBuilder {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Error::invalid("a redisync client must be built inside a tokio runtime")
         })?;
-        let redis_client = open_redis_client(&config).map_err(|e| {
-            // The URL itself is not echoed: it may carry a password.
-            Error::invalid(format!(
-                "unusable redis url ({e}); expected redis://[[user]:password@]host[:port][/db] \
-                 or rediss://..."
-            ))
-        })?;
+        let sentinels = config
+            .sentinel
+            .as_ref()
+            .map(crate::sentinel::Sentinels::new)
+            .transpose()?;
+        let redis_client = match &sentinels {
+            Some(sentinels) => tokio::time::timeout(config.command_timeout, sentinels.primary())
+                .await
+                .map_err(|_| Error::Timeout)??,
+            None => open_redis_client(&config).map_err(|e| {
+                // The URL itself is not echoed: it may carry a password.
+                Error::invalid(format!(
+                    "unusable redis url ({e}); expected redis://[[user]:password@]host[:port][/db] \
+                     or rediss://..."
+                ))
+            })?,
+        };
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
             // Callers give up after the command timeout; a request they abandoned gets longer
@@ -285,31 +312,30 @@ impl ClientBuilder {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
-        let connect_all = async {
-            let mut connections = Vec::with_capacity(config.pool_size as usize);
-            for _ in 0..config.pool_size {
-                connections.push(
-                    ConnectionManager::new_with_config(
-                        redis_client.clone(),
-                        manager_config.clone(),
-                    )
-                    .await?,
-                );
-            }
-            Ok::<_, redis::RedisError>(connections)
-        };
-        let connections = tokio::time::timeout(config.command_timeout, connect_all)
-            .await
-            .map_err(|_| Error::Timeout)??;
+        let connections = tokio::time::timeout(
+            config.command_timeout,
+            connect_pool(&redis_client, &manager_config, config.pool_size),
+        )
+        .await
+        .map_err(|_| Error::Timeout)??;
 
         let id = uuid::Uuid::new_v4().to_string();
-        let info = redis_client.get_connection_info();
-        let server = format!("{}/{}", info.addr(), info.redis_settings().db());
+        // Under Sentinel the primary moves; the master's name identifies the server.
+        let server = match &config.sentinel {
+            Some(sentinel) => format!("sentinel:{}/{}", sentinel.master, sentinel.db),
+            None => {
+                let info = redis_client.get_connection_info();
+                format!("{}/{}", info.addr(), info.redis_settings().db())
+            }
+        };
         let shared = Arc::new(Shared {
             id,
             server,
             runtime,
-            connections,
+            connections: std::sync::RwLock::new(connections),
+            redis_client: std::sync::RwLock::new(redis_client),
+            manager_config,
+            sentinels,
             next_connection: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             counters: Counters::default(),
@@ -320,7 +346,8 @@ impl ClientBuilder {
             cells: crate::cells::Cells::default(),
             config,
         });
-        crate::pubsub::spawn(&shared, redis_client);
+        crate::pubsub::spawn(&shared);
+        crate::sentinel::spawn_switch_listener(&shared);
         crate::watchdog::spawn(&shared);
         tracing::debug!(client = %shared.id, config = ?shared.config, "redisync client started");
         Ok(Client {
@@ -346,6 +373,38 @@ impl Client {
         Client::builder(url).build().await
     }
 
+    /// Starts configuring a client that follows the primary Redis Sentinel names for `master`:
+    /// `sentinels` are the Sentinels' URLs (`redis://host:26379`, with a password if they need
+    /// one). The client asks them for the primary when it is built and again whenever a
+    /// request fails the way a failover would make it fail, and moves its connections to the
+    /// new primary (see [`sentinel_auth`](ClientBuilder::sentinel_auth) for the primary's own
+    /// password and database).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redisync_core::Result<()> {
+    /// let client = redisync_core::Client::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .build()
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel_builder(
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+        master: impl Into<String>,
+    ) -> ClientBuilder {
+        let mut builder = Client::builder("");
+        builder.config.sentinel = Some(crate::sentinel::SentinelConfig {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+            password: None,
+            db: 0,
+        });
+        builder
+    }
+
     /// Starts configuring a client for `url` (`redis://` or `rediss://`, with optional
     /// `user:password@` and `/db`).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
@@ -357,6 +416,7 @@ impl Client {
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 pool_size: DEFAULT_POOL_SIZE,
                 replica_sync: None,
+                sentinel: None,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
             },
@@ -662,10 +722,56 @@ fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
     }
 }
 
+/// `size` connections to the server of `client`.
+async fn connect_pool(
+    client: &redis::Client,
+    config: &ConnectionManagerConfig,
+    size: u32,
+) -> redis::RedisResult<Vec<ConnectionManager>> {
+    let mut connections = Vec::with_capacity(size as usize);
+    for _ in 0..size {
+        connections.push(ConnectionManager::new_with_config(client.clone(), config.clone()).await?);
+    }
+    Ok(connections)
+}
+
 impl Shared {
     fn connection(&self) -> ConnectionManager {
-        let i = self.next_connection.fetch_add(1, Ordering::Relaxed) % self.connections.len();
-        self.connections[i].clone()
+        let connections = self
+            .connections
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = self.next_connection.fetch_add(1, Ordering::Relaxed) % connections.len();
+        connections[i].clone()
+    }
+
+    /// The server to connect to now (it changes when the client follows a new primary).
+    pub(crate) fn redis_client(&self) -> redis::Client {
+        self.redis_client
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Moves the connections to `primary` if it is another server; returns its address then.
+    pub(crate) async fn move_to(&self, primary: redis::Client) -> Option<String> {
+        let address = primary.get_connection_info().addr().to_string();
+        let current = self.redis_client().get_connection_info().addr().to_string();
+        if address == current {
+            return None;
+        }
+        let pool = connect_pool(&primary, &self.manager_config, self.config.pool_size)
+            .await
+            .ok()?;
+        *self
+            .connections
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = pool;
+        *self
+            .redis_client
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = primary;
+        Some(address)
     }
 }
 
@@ -691,9 +797,12 @@ async fn eval_in<T: FromRedisValue>(
         return Err(Error::Shutdown);
     }
     let timeout = shared.config.command_timeout;
-    match tokio::time::timeout(timeout, send(shared, call)).await {
+    match tokio::time::timeout(timeout, send(shared.clone(), call)).await {
         Ok(reply) => reply,
-        Err(_) => Err(Error::Timeout),
+        Err(_) => {
+            crate::sentinel::recheck_primary(&shared, &Error::Timeout);
+            Err(Error::Timeout)
+        }
     }
 }
 
@@ -719,6 +828,7 @@ async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Resul
     }
     .instrument(span)
     .await
+    .inspect_err(|err| crate::sentinel::recheck_primary(&shared, err))
 }
 
 /// Sends a script and `WAIT` together; see [`ClientBuilder::replica_sync`].

@@ -35,6 +35,7 @@ mod locking;
 mod primitive;
 pub mod pubsub;
 mod script;
+mod sentinel;
 mod signal;
 mod stats;
 pub mod wait;

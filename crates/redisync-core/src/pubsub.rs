@@ -207,18 +207,14 @@ pub fn ping_interval(command_timeout: Duration) -> Duration {
     (command_timeout / 3).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
-pub(crate) fn spawn(shared: &Arc<Shared>, client: redis::Client) {
+pub(crate) fn spawn(shared: &Arc<Shared>) {
     let Some(changes) = lock(&shared.hub.changes_rx).take() else {
         return;
     };
-    shared.runtime.spawn(run(shared.clone(), client, changes));
+    shared.runtime.spawn(run(shared.clone(), changes));
 }
 
-async fn run(
-    shared: Arc<Shared>,
-    client: redis::Client,
-    mut changes: mpsc::UnboundedReceiver<String>,
-) {
+async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) {
     let hub = shared.hub.clone();
     let timeout = shared.config.command_timeout;
     let mut backoff = Duration::from_millis(20);
@@ -229,6 +225,8 @@ async fn run(
         if let Some(since) = down_since {
             hub.mark_unreachable(since, timeout);
         }
+        // Asked each time: under Sentinel the primary may have moved.
+        let client = shared.redis_client();
         let connected = tokio::select! {
             _ = shared.shutdown.wait() => break,
             c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
@@ -237,6 +235,7 @@ async fn run(
             Ok(Ok(pubsub)) => pubsub.split(),
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "pub/sub connection failed; retrying");
+                crate::sentinel::recheck_primary(&shared, &Error::from(err));
                 down_since.get_or_insert_with(tokio::time::Instant::now);
                 if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
                     break;
@@ -245,6 +244,7 @@ async fn run(
             }
             Err(_) => {
                 tracing::debug!("pub/sub connection timed out; retrying");
+                crate::sentinel::recheck_primary(&shared, &Error::Timeout);
                 down_since.get_or_insert_with(tokio::time::Instant::now);
                 if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
                     break;
