@@ -5,8 +5,11 @@
 -- ARGV[1]  permits to start with (>= 0)
 -- ARGV[2]  channel to publish on
 --
--- Returns 1 if initialised, 0 if the semaphore already existed (nothing changed).
+-- Returns 1 if initialised, 0 if the semaphore already existed (nothing changed); WRONGTYPE
+-- if either key holds foreign data.
 
+pool(KEYS[1])
+redis.call('ZCARD', KEYS[2])
 if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
     return 0
 end

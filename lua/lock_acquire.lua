@@ -37,6 +37,9 @@ if fair then
     tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
 end
 local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if not holder[1] then
+    check_lock_hash(KEYS[1])
+end
 if holder[1] == ARGV[1] then
     local count = reenter(KEYS[1], ARGV[2], ARGV[3])
     if fair then

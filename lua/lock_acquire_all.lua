@@ -23,6 +23,9 @@ local holders = {}
 for i = 1, n do
     local hash = KEYS[3 * i - 2]
     holders[i] = redis.call('HMGET', hash, 'owner', 'token')
+    if not holders[i][1] then
+        check_lock_hash(hash)
+    end
     if holders[i][1] and holders[i][1] ~= ARGV[2 + i] then
         return {0, i, redis.call('PTTL', hash)}
     end

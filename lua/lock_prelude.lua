@@ -13,6 +13,15 @@
 -- Each waiter has its own wake-up channel, <wake prefix><waiter id>: a release wakes only the
 -- head, never the herd.
 
+-- Fails with WRONGTYPE when `hash` holds something that is not a lock (a hash without an
+-- owner is foreign data: redisync deletes a lock's hash with its last hold). Called before
+-- anything is written.
+local function check_lock_hash(hash)
+    if not redis.call('HGET', hash, 'owner') and redis.call('EXISTS', hash) == 1 then
+        error({err = 'WRONGTYPE the lock key holds foreign data'})
+    end
+end
+
 -- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token.
 -- Returns the token.
 local function grant(hash, fence, owner, lease_ms, attempt)

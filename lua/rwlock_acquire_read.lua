@@ -18,6 +18,7 @@
 if redis.call('EXISTS', KEYS[4]) == 1 then
     return {-1}
 end
+check_rwlock_keys(KEYS[1], KEYS[2], KEYS[3])
 local now = now_ms()
 prune(KEYS[1], KEYS[2], now)
 local writer = redis.call('HGET', KEYS[1], 'writer')

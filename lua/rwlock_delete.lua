@@ -8,6 +8,7 @@
 --
 -- Returns 1 if there was anything to remove, 0 otherwise.
 
+check_rwlock_keys(KEYS[1], KEYS[2], KEYS[3])
 if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) > 0 then
     redis.call('PUBLISH', ARGV[1], 'deleted')
     return 1

@@ -7,6 +7,7 @@
 -- Returns 1 if the lock was held, 0 if it was free. Waiting writers keep their marks, and the
 -- fencing counter is kept, so tokens never repeat.
 
+check_rwlock_keys(KEYS[1], KEYS[2])
 if redis.call('DEL', KEYS[1], KEYS[2]) > 0 then
     redis.call('PUBLISH', ARGV[1], 'released')
     return 1

@@ -11,6 +11,19 @@
 -- Every hold has its own lease; both keys expire when the longest live hold ends, so a crashed
 -- reader or writer blocks nobody beyond its own lease.
 
+-- Fails with WRONGTYPE when the lock's keys hold something else: a hash without a mode (the
+-- hash exists only while held, and always has one) or a non-sorted-set under readers or
+-- waiting writers. Called before anything is written.
+local function check_rwlock_keys(hash, readers, writers)
+    if not redis.call('HGET', hash, 'mode') and redis.call('EXISTS', hash) == 1 then
+        error({err = 'WRONGTYPE the read-write lock key holds foreign data'})
+    end
+    redis.call('ZCARD', readers)
+    if writers then
+        redis.call('ZCARD', writers)
+    end
+end
+
 -- Server time in milliseconds: leases are judged by Redis's clock, never a client's.
 local function now_ms()
     local t = redis.call('TIME')

@@ -7,6 +7,7 @@
 -- Returns {writer, readers}: 1 if a live write hold exists (else 0), and the number of live
 -- read holds. Holds whose lease ended are not counted, even before a write prunes them.
 
+check_rwlock_keys(KEYS[1], KEYS[2])
 local now = now_ms()
 local writer = 0
 local wexp = redis.call('HGET', KEYS[1], 'wexp')

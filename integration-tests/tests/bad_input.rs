@@ -819,12 +819,10 @@ async fn bad_names_are_invalid_arguments_for_every_call() {
 /// Bug: a multi-lock whose locks span clients, one of them with an invalid name, takes (and
 /// then gives back) the other clients' locks before reporting `InvalidArgument`: the other
 /// locks are held for a moment, their fencing counters move, records are written.
-const KNOWN_BAD_NAME_BUGS: &[(&str, &str)] = &[("multi-lock (two clients)", "changed Redis")];
+const KNOWN_BAD_NAME_BUGS: &[(&str, &str)] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a multi-lock across clients with an invalid sub-lock name takes the other \
-            clients' locks (fencing counters move) before returning InvalidArgument"]
-async fn bug_multi_lock_with_a_bad_name_touches_nothing() {
+async fn a_multi_lock_with_a_bad_name_touches_nothing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let d = client(&server).await;
@@ -1457,44 +1455,15 @@ async fn foreign_data_under_every_key_is_wrong_type_and_left_alone() {
 
 /// Failures of the foreign-data table that are library bugs, each with an ignored test below
 /// that fails until it is fixed; substrings of the failure lines.
-const KNOWN_FOREIGN_DATA_BUGS: &[(&str, &str)] = &[
-    // delete() and force_unlock() remove foreign data (every primitive but the latch).
-    ("lock, ", ": delete: "),
-    ("lock, ", ": force_unlock: "),
-    ("fair lock, ", ": delete: "),
-    ("fair lock, ", ": force_unlock: "),
-    ("rwlock, ", ": delete: "),
-    ("rwlock, ", ": force_unlock: "),
-    ("semaphore, ", ": delete: "),
-    ("expirable semaphore, ", ": delete: "),
-    // A hash of foreign shape under a lock's main key is taken for a free lock.
-    ("lock, a hash of foreign shape under :lock: ", ""),
-    ("fair lock, a hash of foreign shape under :fair:lock: ", ""),
-    ("rwlock, a hash of foreign shape under :rw: ", ""),
-    // try_set_permits over foreign data answers Ok(false) instead of WrongType.
-    (
-        "semaphore, ",
-        ": try_set_permits: expected WrongType, got Ok(false)",
-    ),
-    (
-        "expirable semaphore, ",
-        ": try_set_permits: expected WrongType, got Ok(false)",
-    ),
-];
+const KNOWN_FOREIGN_DATA_BUGS: &[(&str, &str)] = &[];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: delete() and force_unlock() of a lock, fair lock, rwlock, semaphore or \
-            expirable semaphore delete foreign data under its keys (Ok(true)) instead of \
-            returning WrongType"]
-async fn bug_delete_and_force_unlock_leave_foreign_data_alone() {
+async fn delete_and_force_unlock_leave_foreign_data_alone() {
     foreign_data(&[": delete", ": force_unlock"], &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a hash of foreign shape under the lock, fair lock or rwlock hash is taken for \
-            a free lock: acquires write into it (and the release deletes it), is_locked says \
-            false"]
-async fn bug_a_foreign_hash_under_a_lock_key_is_wrong_type() {
+async fn a_foreign_hash_under_a_lock_key_is_wrong_type() {
     foreign_data(
         &[
             "a hash of foreign shape under :lock: ",
@@ -1507,9 +1476,7 @@ async fn bug_a_foreign_hash_under_a_lock_key_is_wrong_type() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: try_set_permits over foreign data under a semaphore's counter returns \
-            Ok(false) instead of WrongType"]
-async fn bug_try_set_permits_over_foreign_data_is_wrong_type() {
+async fn try_set_permits_over_foreign_data_is_wrong_type() {
     foreign_data(&[": try_set_permits"], &[]).await;
 }
 

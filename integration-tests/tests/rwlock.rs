@@ -1500,7 +1500,16 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
             .invoke(conn)
             .unwrap()
     };
-    server.cmd(&["HSET", &hash_key(name), "r:someone", "1", "a:x", "rsomeone"]);
+    server.cmd(&[
+        "HSET",
+        &hash_key(name),
+        "mode",
+        "read",
+        "r:someone",
+        "1",
+        "a:x",
+        "rsomeone",
+    ]);
     server.cmd(&["ZADD", &readers_key(name), "99999999999999", "x"]);
     assert_eq!(write(&mut conn, "a1", "w1").first(), Some(&0));
     assert_eq!(zcard(&server, &writers_key(name)), 1, "w1 waits, marked");
@@ -1537,7 +1546,16 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
     let withdraw = redis::Script::new(include_str!("../../lua/rwlock_withdraw.lua"));
     let waiter_record = format!("redisync:{{{name}}}:rw:waiter:w1");
     // A reader holds, so the write attempt is busy and would mark.
-    server.cmd(&["HSET", &hash_key(name), "r:someone", "1", "a:x", "rsomeone"]);
+    server.cmd(&[
+        "HSET",
+        &hash_key(name),
+        "mode",
+        "read",
+        "r:someone",
+        "1",
+        "a:x",
+        "rsomeone",
+    ]);
     server.cmd(&["ZADD", &readers_key(name), "99999999999999", "x"]);
     let withdrawn: i64 = withdraw
         .key(writers_key(name))

@@ -173,7 +173,10 @@ async fn the_client_follows_the_primary_through_a_failover() {
             }
         }
     };
-    assert!(exists(&replica, &lock_key("after")), "held on the new primary");
+    assert!(
+        exists(&replica, &lock_key("after")),
+        "held on the new primary"
+    );
     // Waiters are woken there too.
     let waiter = {
         let lock = client.lock("after");
@@ -188,5 +191,8 @@ async fn the_client_follows_the_primary_through_a_failover() {
         .expect("lock");
     assert!(token >= 2);
     // The hold taken before the failover was replicated, so it is still ours.
-    before.unlock().await.expect("the old hold survived the failover");
+    before
+        .unlock()
+        .await
+        .expect("the old hold survived the failover");
 }

@@ -187,6 +187,11 @@ impl MultiLock {
         if self.locks.is_empty() {
             return Err(Error::invalid("a multi-lock needs at least one lock"));
         }
+        // Every name is checked before any lock is taken: a bad one must not leave others
+        // taken and given back meanwhile.
+        for lock in &self.locks {
+            lock.client().key_space(lock.name())?;
+        }
         if let Some(lease) = lease {
             lease_millis(lease)?;
         }

@@ -36,12 +36,10 @@ pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
 );
 pub(crate) static FORCE_UNLOCK: LuaScript = LuaScript::new(
     "rwlock_force_unlock",
-    include_str!("../../../lua/rwlock_force_unlock.lua"),
+    with_prelude!("rwlock_force_unlock.lua"),
 );
-pub(crate) static DELETE: LuaScript = LuaScript::new(
-    "rwlock_delete",
-    include_str!("../../../lua/rwlock_delete.lua"),
-);
+pub(crate) static DELETE: LuaScript =
+    LuaScript::new("rwlock_delete", with_prelude!("rwlock_delete.lua"));
 
 /// Reply of `rwlock_acquire_read` / `rwlock_acquire_write`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

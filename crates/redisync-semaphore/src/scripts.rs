@@ -32,7 +32,8 @@ pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back");
 pub(crate) static FORGET: LuaScript = script!("semaphore_forget");
 pub(crate) static DELETE: LuaScript = script!("semaphore_delete");
 
-pub(crate) static X_TRY_SET: LuaScript = script!("expirable_semaphore_try_set_permits");
+pub(crate) static X_TRY_SET: LuaScript =
+    script!("expirable_semaphore_try_set_permits", with_prelude);
 pub(crate) static X_ADD: LuaScript = script!("expirable_semaphore_add_permits", with_prelude);
 pub(crate) static X_AVAILABLE: LuaScript =
     script!("expirable_semaphore_available_permits", with_prelude);
