@@ -268,14 +268,17 @@ impl Client {
         let mut failures = slot.failures.subscribe();
         failures.borrow_and_update();
         let head = slot.head.clone().lock_owned();
+        // Biased: a head that failed signals it before it lets the next waiter in, and that
+        // waiter must take the failure, not the turn (it would only meet the same outage).
         let _head = tokio::select! {
+            biased;
             _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-            head = head => head,
-            _ = sleep_until_deadline(spec.deadline) => return Ok(None),
             Ok(()) = failures.changed() => {
                 let failure = failures.borrow().1.clone();
                 return Err(failure.unwrap_or(Error::Shutdown));
             }
+            head = head => head,
+            _ = sleep_until_deadline(spec.deadline) => return Ok(None),
         };
         let result = self.wait_as_head(&spec, slot, attempt).await;
         if let Err(err) = &result {
