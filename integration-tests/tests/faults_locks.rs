@@ -1187,3 +1187,47 @@ async fn f7_cut_pubsub_waiters_still_acquire_after_release() {
     })
     .await;
 }
+
+/// F5: a restart of a Redis that persists every write (AOF, `appendfsync always`) keeps the
+/// hold and the fencing counter: the holder keeps its lock through the restart, and tokens
+/// keep increasing (contrast with `f4_restart_without_persistence_holders_learn_waiters_recover`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f5_restart_with_aof_keeps_holds_and_fencing_tokens() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = Client::builder(server.url())
+        .watchdog_timeout(Duration::from_secs(3))
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect");
+    let guard = client.lock("aof").lock().await.expect("lock");
+    let token = guard.fencing_token();
+    let restarted = Instant::now();
+    server.restart();
+    // The client reconnects by itself; a rival sees the lock still held.
+    let rival = client.lock("aof");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match rival.try_lock().await {
+            Ok(None) => break,
+            Ok(Some(_)) => panic!("the hold did not survive a restart with AOF"),
+            Err(err) => {
+                assert!(Instant::now() < deadline, "no recovery: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    println!(
+        "REPORT f5: recovered {:?} after the restart; hold kept",
+        restarted.elapsed()
+    );
+    // Renewal resumed before the lease ran out: the guard still holds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !guard.is_lost(),
+        "the watchdog kept the hold through the restart"
+    );
+    guard.unlock().await.expect("unlock after the restart");
+    let next = rival.lock().await.expect("lock again");
+    assert!(next.fencing_token() > token, "the fencing counter survived");
+}
