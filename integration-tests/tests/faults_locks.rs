@@ -1236,3 +1236,29 @@ async fn f5_restart_with_aof_keeps_holds_and_fencing_tokens() {
     let next = rival.lock().await.expect("lock again");
     assert!(next.fencing_token() > token, "the fencing counter survived");
 }
+
+/// A lease lost while Redis was unreachable is counted in `Stats::lost_leases` exactly once,
+/// even when its guard is dropped before a watchdog round notices (the round waits for its
+/// renewal call, which hangs in the blackhole for the command timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_in_a_blackhole_is_counted_once() {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let client = Client::builder(proxy.url())
+        .watchdog_timeout(ms(600))
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect");
+    let guard = client.lock("counted").lock().await.expect("lock");
+    tokio::time::sleep(ms(300)).await;
+    proxy.blackhole(true);
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires in the blackhole");
+    drop(guard);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.blackhole(false);
+    tokio::time::sleep(ms(500)).await;
+    assert_eq!(client.stats().lost_leases, 1);
+}

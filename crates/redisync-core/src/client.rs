@@ -452,7 +452,13 @@ impl Client {
 
     /// The counters since the client was built.
     pub fn stats(&self) -> Stats {
-        self.shared().counters.snapshot()
+        let shared = self.shared();
+        let mut stats = shared.counters.snapshot();
+        stats.lost_leases += shared
+            .watchdog
+            .lost_on_release
+            .load(std::sync::atomic::Ordering::Relaxed);
+        stats
     }
 
     /// Stops the watchdog and the pub/sub hub and wakes every waiter, which returns

@@ -22,6 +22,8 @@ pub(crate) struct LeaseState {
     /// Wakes [`wait_lost`](Self::wait_lost) when a fixed deadline replaces the old one,
     /// which may be earlier.
     refixed: tokio::sync::Notify,
+    /// The loss was counted in the client's statistics (whoever notices it first counts it).
+    counted: std::sync::atomic::AtomicBool,
 }
 
 /// Taken off every client-side deadline: Redis counts expiry in whole milliseconds from when
@@ -52,6 +54,7 @@ impl LeaseState {
             lost: Flag::default(),
             expires_at: Mutex::new((expires_at, false)),
             refixed: tokio::sync::Notify::new(),
+            counted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -76,6 +79,12 @@ impl LeaseState {
             return true;
         }
         false
+    }
+
+    /// Whether the hold is lost and this is the first call to say so: the loss is counted
+    /// once, by whichever of the watchdog and the release notices it first.
+    pub(crate) fn first_count_of_loss(&self) -> bool {
+        self.is_lost() && !self.counted.swap(true, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Marks the hold lost. Returns whether this call did it.

@@ -63,6 +63,8 @@ struct Entry {
 pub(crate) struct Watchdog {
     entries: Mutex<HashMap<HoldId, Entry>>,
     serial: AtomicU64,
+    /// Leases found lost when their guard let go, before a watchdog round noticed.
+    pub(crate) lost_on_release: AtomicU64,
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
@@ -85,6 +87,11 @@ impl Drop for Renewal {
         if let Some(entry) = entries.get_mut(&self.id) {
             entry.refs -= 1;
             if entry.refs == 0 {
+                if entry.state.first_count_of_loss() {
+                    self.watchdog
+                        .lost_on_release
+                        .fetch_add(1, Ordering::Relaxed);
+                }
                 entries.remove(&self.id);
             }
         }
@@ -145,7 +152,9 @@ impl Watchdog {
         entries.retain(|id, entry| {
             if entry.state.is_lost() {
                 tracing::warn!(key = %id.key(), "lease lost: no renewal succeeded within the lease");
-                expired += 1;
+                if entry.state.first_count_of_loss() {
+                    expired += 1;
+                }
                 false
             } else {
                 true
@@ -275,8 +284,10 @@ fn settle(
         } else {
             tracing::warn!(key = %id.key(), "lease lost: the hold is gone, no longer ours, or renewed too late");
             entry.state.mark_lost();
+            if entry.state.first_count_of_loss() {
+                Counters::bump(&shared.counters.lost_leases, 1);
+            }
             entries.remove(id);
-            Counters::bump(&shared.counters.lost_leases, 1);
         }
     }
 }
