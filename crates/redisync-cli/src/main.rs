@@ -30,7 +30,7 @@ use crate::run::Ended;
     after_help = exit::HELP
 )]
 struct Cli {
-    /// Redis to use: redis://[user:password@]host[:port][/db] or rediss://...
+    /// Redis to use: `redis://[user:password@]host[:port][/db]` or `rediss://...`
     #[arg(
         long,
         env = "REDISYNC_URL",
