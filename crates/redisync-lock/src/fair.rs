@@ -3,7 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::{async_trait, Client, DistributedPrimitive, Error, Result};
+use redisync_core::{async_trait, Client, DistributedPrimitive, Result};
+
+// Named in the documentation only.
+#[cfg(doc)]
+use redisync_core::Error;
 
 use crate::core::{Kind, LockCore};
 use crate::guard::LockGuard;
@@ -146,10 +150,7 @@ impl FairLock {
     /// Dropping the future gives up the place in the queue at once (in the background) and
     /// never leaves a hold behind, as for [`ReentrantLock::lock`](crate::ReentrantLock::lock).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.core
-            .acquire(None, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+        self.core.acquire_waiting(None).await
     }
 
     /// Acquires the lock in turn with a fixed `lease` (no watchdog), waiting as long as it
@@ -159,10 +160,7 @@ impl FairLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.core
-            .acquire(Some(lease), None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+        self.core.acquire_waiting(Some(lease)).await
     }
 
     /// Acquires the lock only if it is free and nobody waits for it (or this owner holds it);
@@ -200,22 +198,22 @@ impl FairLock {
 
     /// Whether anyone holds the lock.
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.core.status().await?.0.is_some())
+        self.core.is_locked().await
     }
 
     /// Whether this handle's owner holds the lock.
     pub async fn is_held(&self) -> Result<bool> {
-        Ok(self.core.status().await?.1 > 0)
+        Ok(self.core.hold_count().await? > 0)
     }
 
     /// How many holds this owner has (0 if it does not hold the lock).
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.core.status().await?.1)
+        self.core.hold_count().await
     }
 
     /// The holder's remaining lease, `None` when the lock is free.
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        Ok(self.core.status().await?.0)
+        self.core.remaining_lease().await
     }
 
     /// Frees the lock whoever holds it and wakes the head waiter; the queue keeps its order.

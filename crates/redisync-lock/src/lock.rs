@@ -4,7 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::{async_trait, Client, DistributedPrimitive, Error, Result};
+use redisync_core::{async_trait, Client, DistributedPrimitive, Result};
+
+// Named in the documentation only.
+#[cfg(doc)]
+use redisync_core::Error;
 
 use crate::core::{Kind, LockCore};
 use crate::guard::LockGuard;
@@ -126,10 +130,7 @@ impl ReentrantLock {
     /// in the background and, if it took the lock, gives that hold back (if its outcome cannot
     /// be learned, the give-back also forbids Redis from granting it later).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.core
-            .acquire(None, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+        self.core.acquire_waiting(None).await
     }
 
     /// Acquires the lock with a fixed lease: no watchdog, the hold expires `lease` after it
@@ -158,10 +159,7 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.core
-            .acquire(Some(lease), None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
+        self.core.acquire_waiting(Some(lease)).await
     }
 
     /// Acquires the lock only if it is free (or already ours); never waits.
@@ -269,7 +267,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn is_locked(&self) -> Result<bool> {
-        Ok(self.core.status().await?.0.is_some())
+        self.core.is_locked().await
     }
 
     /// Whether this handle's owner holds the lock.
@@ -291,7 +289,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn is_held(&self) -> Result<bool> {
-        Ok(self.core.status().await?.1 > 0)
+        Ok(self.core.hold_count().await? > 0)
     }
 
     /// How many holds this handle's owner has (0 if it does not hold the lock).
@@ -316,7 +314,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn hold_count(&self) -> Result<u32> {
-        Ok(self.core.status().await?.1)
+        self.core.hold_count().await
     }
 
     /// The time left on the current hold, whoever owns it; `None` when the lock is free.
@@ -339,7 +337,7 @@ impl ReentrantLock {
     /// # }
     /// ```
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        Ok(self.core.status().await?.0)
+        self.core.remaining_lease().await
     }
 
     /// Frees the lock whoever holds it and wakes the waiters. Returns whether it was held.
