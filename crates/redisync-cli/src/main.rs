@@ -237,20 +237,9 @@ async fn lock(
             (Some(wait), Some(lease)) => lock.try_lock_with_lease(wait, lease).await,
         }
     };
-    let Some(guard) = waiting(&format!("lock {name:?}"), acquire).await? else {
-        return Err(Exit::with(
-            exit::TIMED_OUT,
-            format!("lock {name:?} not acquired within the wait"),
-        ));
-    };
-    let env = [
-        ("REDISYNC_FENCING_TOKEN", guard.fencing_token().to_string()),
-        ("REDISYNC_LOCK_NAME", name.to_owned()),
-    ];
-    let ended =
-        run::run_while_held(command, &env, guard.lost(), &stop.signal, stop.kill_after).await;
-    let released = guard.unlock().await;
-    finish(ended, released.err(), "lock")
+    let acquired = waiting(&format!("lock {name:?}"), acquire).await?;
+    let timed_out = format!("lock {name:?} not acquired within the wait");
+    run_under(acquired, timed_out, name, stop, command).await
 }
 
 async fn semaphore(
@@ -272,20 +261,76 @@ async fn semaphore(
             (Some(wait), Some(lease)) => semaphore.try_acquire_with_lease(wait, lease).await,
         }
     };
-    let Some(permit) = waiting(&format!("a permit of {name:?}"), acquire).await? else {
-        return Err(Exit::with(
-            exit::TIMED_OUT,
-            format!("no permit of {name:?} within the wait"),
-        ));
+    let acquired = waiting(&format!("a permit of {name:?}"), acquire).await?;
+    let timed_out = format!("no permit of {name:?} within the wait");
+    run_under(acquired, timed_out, name, stop, command).await
+}
+
+/// What a command can run under: a lock's guard or a permit.
+trait Held: Sized {
+    /// What it is, for messages.
+    const WHAT: &'static str;
+    /// What the command finds in its environment.
+    fn env(&self, name: &str) -> [(&'static str, String); 2];
+    fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static;
+    async fn release(self) -> redisync::Result<()>;
+}
+
+impl Held for LockGuard {
+    const WHAT: &'static str = "lock";
+
+    fn env(&self, name: &str) -> [(&'static str, String); 2] {
+        [
+            ("REDISYNC_FENCING_TOKEN", self.fencing_token().to_string()),
+            ("REDISYNC_LOCK_NAME", name.to_owned()),
+        ]
+    }
+
+    fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        LockGuard::lost(self)
+    }
+
+    async fn release(self) -> redisync::Result<()> {
+        self.unlock().await
+    }
+}
+
+impl Held for ExpirablePermit {
+    const WHAT: &'static str = "permit";
+
+    fn env(&self, name: &str) -> [(&'static str, String); 2] {
+        [
+            ("REDISYNC_PERMIT_ID", self.id().to_owned()),
+            ("REDISYNC_SEMAPHORE_NAME", name.to_owned()),
+        ]
+    }
+
+    fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        ExpirablePermit::lost(self)
+    }
+
+    async fn release(self) -> redisync::Result<()> {
+        ExpirablePermit::release(self).await
+    }
+}
+
+/// Runs `command` under `acquired`, then releases it; `timed_out` is the message when the
+/// wait ran out instead.
+async fn run_under<H: Held>(
+    acquired: Option<H>,
+    timed_out: String,
+    name: &str,
+    stop: &Stop,
+    command: &[String],
+) -> Result<Exit, Exit> {
+    let Some(held) = acquired else {
+        return Err(Exit::with(exit::TIMED_OUT, timed_out));
     };
-    let env = [
-        ("REDISYNC_PERMIT_ID", permit.id().to_owned()),
-        ("REDISYNC_SEMAPHORE_NAME", name.to_owned()),
-    ];
+    let env = held.env(name);
     let ended =
-        run::run_while_held(command, &env, permit.lost(), &stop.signal, stop.kill_after).await;
-    let released = permit.release().await;
-    finish(ended, released.err(), "permit")
+        run::run_while_held(command, &env, held.lost(), &stop.signal, stop.kill_after).await;
+    let released = held.release().await;
+    finish(ended, released.err(), H::WHAT)
 }
 
 /// The exit of a command run under a hold, given how the hold's release went.
