@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use common::{client, ms};
+use common::{client, ms, strings, text};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -473,16 +473,6 @@ fn refused(err: &Error) -> bool {
         Error::Several(parts) => parts.iter().all(|(_, e)| refused(e)),
         _ => false,
     }
-}
-
-fn text(value: &Value) -> String {
-    redis::from_redis_value_ref::<String>(value)
-        .unwrap_or_else(|e| panic!("expected a string, got {value:?}: {e}"))
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    redis::from_redis_value_ref::<Vec<String>>(value)
-        .unwrap_or_else(|e| panic!("expected strings, got {value:?}: {e}"))
 }
 
 /// Short-lived records of single requests (idempotent releases, given-back attempts,

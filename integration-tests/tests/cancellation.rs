@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{client, cut_after, cut_at_await};
+use common::{client, cut_after, cut_at_await, strings, text};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -149,16 +149,6 @@ fn is_bookkeeping(key: &str) -> bool {
         || [":attempt:", ":permit:", ":count_down:", ":waiter:"]
             .iter()
             .any(|part| key.contains(part))
-}
-
-fn text(value: &Value) -> String {
-    redis::from_redis_value_ref::<String>(value)
-        .unwrap_or_else(|e| panic!("expected a string, got {value:?}: {e}"))
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    redis::from_redis_value_ref::<Vec<String>>(value)
-        .unwrap_or_else(|e| panic!("expected strings, got {value:?}: {e}"))
 }
 
 /// An inspection connection to the server.

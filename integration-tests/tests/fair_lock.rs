@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, client_with_watchdog, eventually, exists, int, ms, zcard};
-use redis::Value;
+use common::{client, client_with_watchdog, eventually, exists, int, ms, strings, text, zcard};
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::RedisServer;
@@ -73,16 +72,6 @@ fn fair_keys(name: &str) -> FairKeys {
         deadlines: format!("{base}deadlines"),
         wake: format!("{base}wake:"),
     }
-}
-
-fn text(value: &Value) -> String {
-    redis::from_redis_value_ref::<String>(value)
-        .unwrap_or_else(|e| panic!("expected a string reply, got {value:?}: {e}"))
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    redis::from_redis_value_ref::<Vec<String>>(value)
-        .unwrap_or_else(|e| panic!("expected an array of strings, got {value:?}: {e}"))
 }
 
 /// The waiter ids in the queue, head first.

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, exists, lock_key, ms, wake_channel};
+use common::{eventually, exists, is_outage, lock_key, ms, wake_channel};
 use redisync::prelude::*;
 use redisync_test_harness::{ChaosProxy, Holder, RedisServer};
 
@@ -34,10 +34,6 @@ const HOLDER: &str = env!("CARGO_BIN_EXE_holder");
 
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
-
-fn is_outage(err: &Error) -> bool {
-    matches!(err, Error::Redis(_) | Error::Timeout)
-}
 
 async fn build_client(url: &str, watchdog: Duration, command_timeout: Duration) -> Client {
     Client::builder(url)

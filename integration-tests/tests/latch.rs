@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, cut_at_await, eventually, exists, int, ms};
+use common::{
+    assert_idle, assert_invalid, assert_wrong_type, client, cut_at_await, eventually, exists, int,
+    is_outage, ms, text,
+};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -81,11 +84,6 @@ fn raw_try_set_count(name: &str, count: u64, arming: &str) -> redis::Cmd {
     cmd
 }
 
-fn text(value: &Value) -> String {
-    redis::from_redis_value_ref::<String>(value)
-        .unwrap_or_else(|e| panic!("expected a string reply, got {value:?}: {e}"))
-}
-
 /// The latch hash's fields, empty when the key does not exist.
 fn latch_fields(server: &RedisServer, name: &str) -> BTreeMap<String, String> {
     let value = server.cmd(&["HGETALL", &latch_key(name)]);
@@ -104,36 +102,6 @@ fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
         .unwrap_or_else(|e| panic!("KEYS: unexpected reply {value:?}: {e}"));
     keys.sort();
     keys
-}
-
-fn is_outage_error(err: &Error) -> bool {
-    matches!(err, Error::Redis(_) | Error::Timeout)
-}
-
-fn assert_idle(clients: &[&Client]) {
-    for (i, client) in clients.iter().enumerate() {
-        assert_eq!(
-            client.local_state(),
-            LocalState::default(),
-            "client {i} kept local state"
-        );
-    }
-}
-
-#[track_caller]
-fn assert_invalid<T: std::fmt::Debug>(what: &str, outcome: Result<T>) {
-    match outcome {
-        Err(Error::InvalidArgument(message)) => assert!(!message.is_empty(), "{what}"),
-        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
-    }
-}
-
-#[track_caller]
-fn assert_wrong_type<T: std::fmt::Debug>(what: &str, outcome: Result<T>) {
-    match outcome {
-        Err(Error::WrongType) => {}
-        other => panic!("{what}: expected WrongType, got {other:?}"),
-    }
 }
 
 async fn connect_with_timeout(server: &RedisServer, command_timeout: Duration) -> Client {
@@ -1007,13 +975,13 @@ async fn a_waiter_fails_within_a_few_command_timeouts_when_redis_stops() {
     let stopped_at = Instant::now();
     let (outcome, failed_at) = finish("wait() with redis down", SETTLE, waiter).await;
     match &outcome {
-        Err(e) if is_outage_error(e) => {}
+        Err(e) if is_outage(e) => {}
         other => panic!("wait() with redis down: {other:?}"),
     }
     let (timed_outcome, timed_failed_at) =
         finish("wait_for() with redis down", SETTLE, timed_waiter).await;
     match &timed_outcome {
-        Err(e) if is_outage_error(e) => {}
+        Err(e) if is_outage(e) => {}
         other => panic!("wait_for() with redis down: {other:?}"),
     }
     for (call, at, outcome) in [
@@ -1030,7 +998,7 @@ async fn a_waiter_fails_within_a_few_command_timeouts_when_redis_stops() {
     // A new wait fails too, within about a command timeout.
     let started = Instant::now();
     match latch.wait().await {
-        Err(e) if is_outage_error(&e) => {}
+        Err(e) if is_outage(&e) => {}
         other => panic!("a new wait() with redis down: {other:?}"),
     }
     assert!(
@@ -1049,7 +1017,7 @@ async fn a_waiter_fails_within_a_few_command_timeouts_when_redis_stops() {
                 assert!(opened, "the latch is open after a restart");
                 break;
             }
-            Err(e) if is_outage_error(&e) && Instant::now() < deadline => {
+            Err(e) if is_outage(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(ms(50)).await;
             }
             Err(e) => panic!("the client did not recover after the restart: {e}"),
@@ -1088,7 +1056,7 @@ async fn a_waiter_fails_with_a_timeout_when_redis_is_paused() {
     let after = failed_at.duration_since(paused_at);
     println!("the waiter failed {after:?} after redis was paused: {outcome:?}");
     match &outcome {
-        Err(e) if is_outage_error(e) => {}
+        Err(e) if is_outage(e) => {}
         other => panic!("wait() on a paused server: {other:?}"),
     }
     assert!(
@@ -1105,7 +1073,7 @@ async fn a_waiter_fails_with_a_timeout_when_redis_is_paused() {
                 assert_eq!(count, 1, "the count after a pause");
                 break;
             }
-            Err(e) if is_outage_error(&e) && Instant::now() < deadline => {
+            Err(e) if is_outage(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(ms(50)).await;
             }
             Err(e) => panic!("the client did not recover after the pause: {e}"),
@@ -1372,10 +1340,7 @@ async fn a_wait_started_right_after_an_outage_waits() {
     subscribed(&server, name, 1).await;
     server.stop();
     let (outcome, _) = finish("the waiter while redis is down", SETTLE, waiter).await;
-    assert!(
-        matches!(&outcome, Err(e) if is_outage_error(e)),
-        "{outcome:?}"
-    );
+    assert!(matches!(&outcome, Err(e) if is_outage(e)), "{outcome:?}");
     // Down for a while: the hub's reconnect backoff grows to about a second.
     tokio::time::sleep(ms(3000)).await;
     server.restart();
@@ -1386,7 +1351,7 @@ async fn a_wait_started_right_after_an_outage_waits() {
                 assert!(armed, "the latch is open after a restart");
                 break;
             }
-            Err(e) if is_outage_error(&e) && Instant::now() < deadline => {
+            Err(e) if is_outage(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(ms(10)).await;
             }
             Err(e) => panic!("the client did not recover after the restart: {e}"),

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cut_after, cut_at_await, eventually, exists, lock_key, ms, wake_channel};
+use common::{
+    cut_after, cut_at_await, eventually, exists, is_outage, lock_key, ms, text, wake_channel,
+};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -23,20 +25,11 @@ use redisync_test_harness::RedisServer;
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
 
-fn text(value: &Value) -> String {
-    redis::from_redis_value_ref::<String>(value)
-        .unwrap_or_else(|e| panic!("expected a string reply, got {value:?}: {e}"))
-}
-
 fn hash_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
     match server.cmd(&["HGET", key, field]) {
         Value::Nil => None,
         value => Some(text(&value)),
     }
-}
-
-fn is_outage_error(err: &Error) -> bool {
-    matches!(err, Error::Redis(_) | Error::Timeout)
 }
 
 /// Awaits `call`, returning its outcome (the success value only as text) and how long it took.
@@ -338,7 +331,7 @@ async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restar
         ("is_locked()", timed(lock.is_locked()).await),
     ] {
         assert!(
-            matches!(&outcome, Err(e) if is_outage_error(e)),
+            matches!(&outcome, Err(e) if is_outage(e)),
             "{call} with redis down: {outcome:?}"
         );
         assert!(took < Duration::from_secs(3), "{call} took {took:?}");
@@ -349,7 +342,7 @@ async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restar
         .expect("a blocked lock() must not hang while redis is down")
         .unwrap();
     assert!(
-        matches!(&outcome, Err(e) if is_outage_error(e)),
+        matches!(&outcome, Err(e) if is_outage(e)),
         "blocked lock() with redis down: {outcome:?}"
     );
     let blocked_for = finished_at.duration_since(stopped_at);
@@ -368,7 +361,7 @@ async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restar
             Ok(Some(guard)) => break guard,
             Ok(None) => panic!("the lock is held after a restart without persistence"),
             Err(err) if Instant::now() < deadline => {
-                assert!(is_outage_error(&err), "unexpected error {err}");
+                assert!(is_outage(&err), "unexpected error {err}");
                 tokio::time::sleep(ms(50)).await;
             }
             Err(err) => panic!("the client did not recover after the restart: {err}"),
@@ -389,7 +382,7 @@ async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restar
     let held = loop {
         match other_lock.lock().await {
             Ok(guard) => break guard,
-            Err(err) if Instant::now() < deadline && is_outage_error(&err) => {
+            Err(err) if Instant::now() < deadline && is_outage(&err) => {
                 tokio::time::sleep(ms(50)).await;
             }
             Err(err) => panic!("the other client did not recover after the restart: {err}"),
@@ -452,7 +445,7 @@ async fn paused_redis_gives_timeout_not_hang() {
         ("is_locked()", is_locked),
     ] {
         assert!(
-            matches!(&outcome, Err(e) if is_outage_error(e)),
+            matches!(&outcome, Err(e) if is_outage(e)),
             "{call} on a paused server: {outcome:?}"
         );
         assert!(took < Duration::from_secs(2), "{call} took {took:?}");
@@ -467,7 +460,7 @@ async fn paused_redis_gives_timeout_not_hang() {
     let guard = loop {
         match tokio::time::timeout(Duration::from_secs(5), other.lock(name).lock()).await {
             Ok(Ok(guard)) => break guard,
-            Ok(Err(err)) if Instant::now() < deadline && is_outage_error(&err) => {
+            Ok(Err(err)) if Instant::now() < deadline && is_outage(&err) => {
                 tokio::time::sleep(ms(50)).await;
             }
             Ok(Err(err)) => panic!("the other client failed after the resume: {err}"),

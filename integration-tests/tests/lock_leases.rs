@@ -218,3 +218,56 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
         .unwrap();
     assert_eq!(fresh, vec![1, 1, 1]);
 }
+
+/// `fix_lease` turns a watchdog hold into a fixed lease from now on: Redis's expiry and the
+/// guard's `lost()` both follow it (even though it is shorter than the watchdog lease), the
+/// watchdog stops, and a hold that is no longer ours is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fix_lease_sets_a_fixed_lease_that_lost_follows() {
+    let server = RedisServer::start();
+    let c = common::client_with_watchdog(&server, Duration::from_secs(30)).await;
+    let lock = c.lock("fixed");
+    let mut guard = lock.lock().await.expect("lock");
+    // Already waiting (on the watchdog's deadline) when the lease changes.
+    let lost = tokio::spawn(guard.lost());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let fixed_at = Instant::now();
+    guard
+        .fix_lease(Duration::from_millis(400))
+        .await
+        .expect("fix lease");
+    let pttl = common::int(&server, &["PTTL", &lock_key("fixed")]);
+    assert!(pttl > 0 && pttl <= 400, "pttl {pttl}");
+    // A lost() taken before the change follows the new, shorter deadline.
+    tokio::time::timeout(Duration::from_secs(3), lost)
+        .await
+        .expect("lost() follows the fixed lease")
+        .expect("lost task");
+    let took = fixed_at.elapsed();
+    assert!(took < Duration::from_millis(1000), "lost after {took:?}");
+    assert!(guard.is_lost());
+    assert!(
+        wait_until(Duration::from_secs(3), || !exists(
+            &server,
+            &lock_key("fixed")
+        ))
+        .await,
+        "the watchdog stopped renewing: the lock expired"
+    );
+    assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
+
+    // On a hold that is no longer ours: NotOwner, nothing changed.
+    let mut stale = lock.lock().await.expect("lock again");
+    assert!(lock.force_unlock().await.expect("force unlock"));
+    let other = c.lock("fixed").lock().await.expect("another owner");
+    assert!(matches!(
+        stale.fix_lease(Duration::from_millis(100)).await,
+        Err(Error::NotOwner)
+    ));
+    assert!(common::int(&server, &["PTTL", &lock_key("fixed")]) > 1000);
+    assert!(matches!(
+        stale.fix_lease(Duration::ZERO).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    other.unlock().await.expect("unlock");
+}

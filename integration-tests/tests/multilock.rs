@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int, lock_key, ms,
+    text,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -26,11 +27,6 @@ const DEADLOCK: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn text(value: &Value) -> String {
-    redis::from_redis_value_ref::<String>(value)
-        .unwrap_or_else(|e| panic!("expected a string reply, got {value:?}: {e}"))
-}
 
 /// A field of the lock hash of `name`, if the hash and field exist.
 fn lock_field(server: &RedisServer, name: &str, field: &str) -> Option<String> {

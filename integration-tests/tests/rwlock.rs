@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int, ms, zcard,
+    assert_idle, client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int,
+    join_all, ms, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -78,25 +79,6 @@ fn lock_is_gone(server: &RedisServer, name: &str) -> bool {
     !exists(server, &hash_key(name))
         && !exists(server, &readers_key(name))
         && !exists(server, &writers_key(name))
-}
-
-/// Awaits every task, propagating panics.
-async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
-    let mut results = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        results.push(task.await.expect("task panicked"));
-    }
-    results
-}
-
-fn assert_idle(clients: &[&Client]) {
-    for (i, client) in clients.iter().enumerate() {
-        assert_eq!(
-            client.local_state(),
-            LocalState::default(),
-            "client {i} kept local state"
-        );
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

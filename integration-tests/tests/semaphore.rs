@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int, ms, zcard,
+    assert_idle, assert_invalid, assert_wrong_type, client, client_with_watchdog, cut_after,
+    cut_at_await, eventually, exists, int, join_all, ms, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -80,41 +81,6 @@ fn zscore(server: &RedisServer, key: &str, member: &str) -> Option<i64> {
                 .and_then(|s| s.parse::<f64>().ok())
                 .unwrap_or_else(|| panic!("ZSCORE: unexpected reply {value:?}")) as i64,
         ),
-    }
-}
-
-/// Awaits every task, propagating panics.
-async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
-    let mut results = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        results.push(task.await.expect("task panicked"));
-    }
-    results
-}
-
-fn assert_idle(clients: &[&Client]) {
-    for (i, client) in clients.iter().enumerate() {
-        assert_eq!(
-            client.local_state(),
-            LocalState::default(),
-            "client {i} kept local state"
-        );
-    }
-}
-
-#[track_caller]
-fn assert_invalid<T: std::fmt::Debug>(what: &str, outcome: Result<T>) {
-    match outcome {
-        Err(Error::InvalidArgument(message)) => assert!(!message.is_empty(), "{what}"),
-        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
-    }
-}
-
-#[track_caller]
-fn assert_wrong_type<T: std::fmt::Debug>(what: &str, outcome: Result<T>) {
-    match outcome {
-        Err(Error::WrongType) => {}
-        other => panic!("{what}: expected WrongType, got {other:?}"),
     }
 }
 

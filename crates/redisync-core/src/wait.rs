@@ -66,8 +66,10 @@ pub struct WaitSpec<'a> {
     pub channel: &'a str,
     /// Give up (returning `Ok(None)`) at this instant; `None` waits for ever.
     pub deadline: Option<Instant>,
-    /// The caller may already hold the primitive (a re-entry). Such a call always tries Redis
-    /// at once; queueing it behind local waiters that wait for it would deadlock.
+    /// Try Redis at once even when local waiters are queued, instead of queueing behind them
+    /// first: for a caller that may already hold the primitive (a re-entry; queueing it behind
+    /// waiters that wait for it would deadlock), or that needs an answer of its own before it
+    /// waits (a latch waiter learning which arming it waits on).
     pub may_reenter: bool,
     /// Waiters wait side by side, each on the channel by itself, instead of queueing behind a
     /// head: for shared holds (a read lock, whose waiters can all get in together, so one

@@ -97,3 +97,56 @@ pub fn int(server: &RedisServer, args: &[&str]) -> i64 {
 pub fn zcard(server: &RedisServer, key: &str) -> i64 {
     int(server, &["ZCARD", key])
 }
+
+/// A string reply.
+pub fn text(value: &redis::Value) -> String {
+    redis::from_redis_value_ref::<String>(value)
+        .unwrap_or_else(|e| panic!("expected a string reply, got {value:?}: {e}"))
+}
+
+/// An array reply of strings.
+pub fn strings(value: &redis::Value) -> Vec<String> {
+    redis::from_redis_value_ref::<Vec<String>>(value)
+        .unwrap_or_else(|e| panic!("expected an array of strings, got {value:?}: {e}"))
+}
+
+/// Whether an error is what an unreachable or silent Redis gives.
+pub fn is_outage(err: &Error) -> bool {
+    matches!(err, Error::Redis(_) | Error::Timeout)
+}
+
+/// Fails unless every client's local bookkeeping (queues, subscriptions, renewals) is empty.
+pub fn assert_idle(clients: &[&Client]) {
+    for (i, client) in clients.iter().enumerate() {
+        assert_eq!(
+            client.local_state(),
+            redisync::LocalState::default(),
+            "client {i} kept local state"
+        );
+    }
+}
+
+#[track_caller]
+pub fn assert_invalid<T: std::fmt::Debug>(what: &str, outcome: Result<T>) {
+    match outcome {
+        Err(Error::InvalidArgument(message)) => assert!(!message.is_empty(), "{what}"),
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[track_caller]
+pub fn assert_wrong_type<T: std::fmt::Debug>(what: &str, outcome: Result<T>) {
+    match outcome {
+        Err(Error::WrongType) => {}
+        other => panic!("{what}: expected WrongType, got {other:?}"),
+    }
+}
+
+/// Awaits every task, propagating panics.
+pub async fn join_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await.expect("task panicked"));
+    }
+    results
+}
