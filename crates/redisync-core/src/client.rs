@@ -9,9 +9,11 @@ use crate::locking::lock;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::FromRedisValue;
 use tracing::Instrument;
 
+use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::keys::{self, KeySpace};
 use crate::pubsub::Hub;
@@ -91,16 +93,17 @@ impl Drop for ClientInner {
 
 pub(crate) struct Shared {
     pub(crate) id: String,
-    /// `host:port/db` of the server, for ordering locks across servers.
+    /// `host:port/db` of the server (or the cluster's or Sentinel's name), for ordering locks
+    /// across servers.
     pub(crate) server: String,
     /// The runtime the client was built on: background work goes there even when it is
     /// started from outside any runtime (a guard dropped on a plain thread).
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) config: Config,
     /// Replaced as a whole when the client follows a new primary.
-    connections: std::sync::RwLock<Vec<ConnectionManager>>,
-    /// The server the pool and the pub/sub hub connect to.
-    redis_client: std::sync::RwLock<redis::Client>,
+    connections: std::sync::RwLock<Vec<Connection>>,
+    /// The server the pool and the pub/sub hub connect to; `None` for a cluster.
+    redis_client: std::sync::RwLock<Option<redis::Client>>,
     manager_config: ConnectionManagerConfig,
     /// Set when the client follows the primary Redis Sentinel names.
     pub(crate) sentinels: Option<crate::sentinel::Sentinels>,
@@ -123,6 +126,8 @@ pub(crate) struct Config {
     pub(crate) pool_size: u32,
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) sentinel: Option<crate::sentinel::SentinelConfig>,
+    /// Seed nodes of a Redis Cluster, for a client made by [`Client::cluster_builder`].
+    pub(crate) cluster: Option<Vec<String>>,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
@@ -138,6 +143,13 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("url", &redact_url(&self.url))
+            .field(
+                "cluster",
+                &self
+                    .cluster
+                    .as_ref()
+                    .map(|nodes| nodes.iter().map(|n| redact_url(n)).collect::<Vec<_>>()),
+            )
             .field("key_prefix", &self.key_prefix)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("command_timeout", &self.command_timeout)
@@ -288,18 +300,6 @@ impl ClientBuilder {
             .as_ref()
             .map(crate::sentinel::Sentinels::new)
             .transpose()?;
-        let redis_client = match &sentinels {
-            Some(sentinels) => tokio::time::timeout(config.command_timeout, sentinels.primary())
-                .await
-                .map_err(|_| Error::Timeout)??,
-            None => open_redis_client(&config).map_err(|e| {
-                // The URL itself is not echoed: it may carry a password.
-                Error::invalid(format!(
-                    "unusable redis url ({e}); expected redis://[[user]:password@]host[:port][/db] \
-                     or rediss://..."
-                ))
-            })?,
-        };
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
             // Callers give up after the command timeout; a request they abandoned gets longer
@@ -312,22 +312,56 @@ impl ClientBuilder {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
-        let connections = tokio::time::timeout(
-            config.command_timeout,
-            connect_pool(&redis_client, &manager_config, config.pool_size),
-        )
-        .await
-        .map_err(|_| Error::Timeout)??;
-
-        let id = uuid::Uuid::new_v4().to_string();
-        // Under Sentinel the primary moves; the master's name identifies the server.
-        let server = match &config.sentinel {
-            Some(sentinel) => format!("sentinel:{}/{}", sentinel.master, sentinel.db),
+        let (redis_client, connections, server) = match &config.cluster {
+            Some(nodes) => {
+                let cluster = open_cluster_client(&config, None).map_err(|e| {
+                    Error::invalid(format!(
+                        "unusable cluster node urls ({e}); expected at least one \
+                         redis://[[user]:password@]host[:port] or rediss://..."
+                    ))
+                })?;
+                let connections = tokio::time::timeout(
+                    config.command_timeout,
+                    connect_cluster_pool(&cluster, config.pool_size),
+                )
+                .await
+                .map_err(|_| Error::Timeout)??;
+                (None, connections, cluster_name(nodes))
+            }
             None => {
-                let info = redis_client.get_connection_info();
-                format!("{}/{}", info.addr(), info.redis_settings().db())
+                let redis_client = match &sentinels {
+                    Some(sentinels) => {
+                        tokio::time::timeout(config.command_timeout, sentinels.primary())
+                            .await
+                            .map_err(|_| Error::Timeout)??
+                    }
+                    None => open_redis_client(&config).map_err(|e| {
+                        // The URL itself is not echoed: it may carry a password.
+                        Error::invalid(format!(
+                            "unusable redis url ({e}); expected \
+                             redis://[[user]:password@]host[:port][/db] or rediss://..."
+                        ))
+                    })?,
+                };
+                let connections = tokio::time::timeout(
+                    config.command_timeout,
+                    connect_pool(&redis_client, &manager_config, config.pool_size),
+                )
+                .await
+                .map_err(|_| Error::Timeout)??;
+                // Under Sentinel the primary moves; the master's name identifies the server.
+                let server = match &config.sentinel {
+                    Some(sentinel) => format!("sentinel:{}/{}", sentinel.master, sentinel.db),
+                    None => {
+                        let info = redis_client.get_connection_info();
+                        format!("{}/{}", info.addr(), info.redis_settings().db())
+                    }
+                };
+                (Some(redis_client), connections, server)
             }
         };
+
+        let id = uuid::Uuid::new_v4().to_string();
         let shared = Arc::new(Shared {
             id,
             server,
@@ -405,6 +439,38 @@ impl Client {
         builder
     }
 
+    /// Starts configuring a client for a Redis Cluster: `nodes` are the URLs of some of its
+    /// nodes (`redis://host:port` or `rediss://`, all with the same credentials); the client
+    /// learns the rest from them.
+    ///
+    /// Every primitive works unchanged: all keys of one primitive hash to one slot, so each
+    /// operation is still one script on one node. Commands follow `MOVED`/`ASK` redirections
+    /// and the slot map as it changes; wake-ups use sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`,
+    /// Redis 7 or later), so a release reaches only the nodes of its own shard. Leases are
+    /// renewed in one batch per slot, and a [`MultiLock`](https://docs.rs/redisync-multilock)
+    /// takes the locks of each slot in one script.
+    ///
+    /// [`replica_sync`](ClientBuilder::replica_sync) waits for the replicas of the node that
+    /// ran each change.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redisync_core::Result<()> {
+    /// let client = redisync_core::Client::cluster_builder([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    ///     "redis://10.0.0.3:7000",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_builder(nodes: impl IntoIterator<Item = impl Into<String>>) -> ClientBuilder {
+        let mut builder = Client::builder("");
+        builder.config.cluster = Some(nodes.into_iter().map(Into::into).collect());
+        builder
+    }
+
     /// Starts configuring a client for `url` (`redis://` or `rediss://`, with optional
     /// `user:password@` and `/db`).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
@@ -417,6 +483,7 @@ impl Client {
                 pool_size: DEFAULT_POOL_SIZE,
                 replica_sync: None,
                 sentinel: None,
+                cluster: None,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
             },
@@ -429,11 +496,25 @@ impl Client {
     }
 
     /// The server this client talks to, as `host:port/db` (a Unix socket: `path/db`), exactly
-    /// as the URL named it: no lookup is made, so two spellings of one server differ.
+    /// as the URL named it: no lookup is made, so two spellings of one server differ. A client
+    /// following Sentinel gives `sentinel:<master>/<db>`, a cluster client
+    /// `cluster:<host:port>,...` (its seed nodes, sorted).
     /// [`MultiLock`](https://docs.rs/redisync-multilock) orders locks on different servers
     /// by it.
     pub fn server(&self) -> &str {
         &self.shared().server
+    }
+
+    /// Whether this client talks to a Redis Cluster ([`Client::cluster_builder`]).
+    pub fn is_cluster(&self) -> bool {
+        self.shared().config.cluster.is_some()
+    }
+
+    /// Which part of the deployment holds `keys`: their cluster slot on a cluster client, and
+    /// `None` on a single server, where everything lives together. Scripts that touch several
+    /// primitives at once (a renewal batch, a multi-lock) group them by this.
+    pub fn shard_of(&self, keys: &KeySpace) -> Option<u16> {
+        self.is_cluster().then(|| keys.slot())
     }
 
     /// The value of type `T` that every handle of this client asking with `key` shares:
@@ -733,16 +814,90 @@ async fn connect_pool(
     client: &redis::Client,
     config: &ConnectionManagerConfig,
     size: u32,
-) -> redis::RedisResult<Vec<ConnectionManager>> {
+) -> redis::RedisResult<Vec<Connection>> {
     let mut connections = Vec::with_capacity(size as usize);
     for _ in 0..size {
-        connections.push(ConnectionManager::new_with_config(client.clone(), config.clone()).await?);
+        connections.push(Connection::Single(
+            ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+        ));
     }
     Ok(connections)
 }
 
+/// `size` connections to the cluster, each with its own connection to every node.
+async fn connect_cluster_pool(
+    cluster: &redis::cluster::ClusterClient,
+    size: u32,
+) -> redis::RedisResult<Vec<Connection>> {
+    let mut connections = Vec::with_capacity(size as usize);
+    for _ in 0..size {
+        let connection: ClusterConnection = cluster.get_async_connection().await?;
+        connections.push(Connection::Cluster(connection));
+    }
+    Ok(connections)
+}
+
+/// A client for the cluster named by `config.cluster`; with `pushes`, one speaking RESP3 that
+/// delivers pub/sub messages there (the pub/sub hub's).
+pub(crate) fn open_cluster_client(
+    config: &Config,
+    pushes: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+) -> redis::RedisResult<redis::cluster::ClusterClient> {
+    let nodes = config.cluster.clone().unwrap_or_default();
+    if nodes.is_empty() {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "no cluster nodes given",
+        )));
+    }
+    #[cfg(not(feature = "tls"))]
+    if nodes.iter().any(|node| node.starts_with("rediss://")) {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "rediss:// needs the `tls` feature of redisync",
+        )));
+    }
+    #[cfg(feature = "tls")]
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
+        .connection_timeout(config.command_timeout)
+        // As for a single server: an abandoned request gets a few command timeouts to finish.
+        .response_timeout(
+            config
+                .command_timeout
+                .saturating_mul(ABANDONED_REQUEST_GRACE),
+        );
+    #[cfg(feature = "tls")]
+    if let Some(pem) = &config.tls_root_certificate {
+        builder = builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.clone()),
+        });
+    }
+    if let Some(pushes) = pushes {
+        builder = builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes);
+    }
+    builder.build()
+}
+
+/// `cluster:` and the seed nodes' addresses, sorted, without credentials.
+fn cluster_name(nodes: &[String]) -> String {
+    let mut addresses: Vec<String> = nodes
+        .iter()
+        .map(|node| match redis::Client::open(node.as_str()) {
+            Ok(client) => client.get_connection_info().addr().to_string(),
+            Err(_) => redact_url(node),
+        })
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    format!("cluster:{}", addresses.join(","))
+}
+
 impl Shared {
-    fn connection(&self) -> ConnectionManager {
+    fn connection(&self) -> Connection {
         let connections = self
             .connections
             .read()
@@ -751,18 +906,29 @@ impl Shared {
         connections[i].clone()
     }
 
-    /// The server to connect to now (it changes when the client follows a new primary).
-    pub(crate) fn redis_client(&self) -> redis::Client {
+    /// The server to connect to now (it changes when the client follows a new primary);
+    /// `None` for a cluster client.
+    pub(crate) fn redis_client(&self) -> Option<redis::Client> {
         self.redis_client
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
+    /// Whether scripts run in their cluster form (publishing with `SPUBLISH`).
+    pub(crate) fn sharded(&self) -> bool {
+        self.config.cluster.is_some()
+    }
+
     /// Moves the connections to `primary` if it is another server; returns its address then.
     pub(crate) async fn move_to(&self, primary: redis::Client) -> Option<String> {
         let address = primary.get_connection_info().addr().to_string();
-        let current = self.redis_client().get_connection_info().addr().to_string();
+        // A cluster client has no single server: its connection follows the primaries itself.
+        let current = self
+            .redis_client()?
+            .get_connection_info()
+            .addr()
+            .to_string();
         if address == current {
             return None;
         }
@@ -776,7 +942,7 @@ impl Shared {
         *self
             .redis_client
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = primary;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(primary);
         Some(address)
     }
 }
@@ -822,14 +988,15 @@ async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Resul
         .config
         .replica_sync
         .filter(|_| !call.script().is_read_only());
+    let sharded = shared.sharded();
     async move {
         match sync {
             None => call
-                .invocation()
+                .invocation(sharded)
                 .invoke_async::<T>(&mut connection)
                 .await
                 .map_err(Error::from),
-            Some(sync) => send_replicated(&mut connection, &call, sync).await,
+            Some(sync) => send_replicated(&mut connection, &call, sync, sharded).await,
         }
     }
     .instrument(span)
@@ -837,20 +1004,26 @@ async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Resul
     .inspect_err(|err| crate::sentinel::recheck_primary(&shared, err))
 }
 
-/// Sends a script and `WAIT` together; see [`ClientBuilder::replica_sync`].
+/// Sends a script and `WAIT` together; see [`ClientBuilder::replica_sync`]. On a cluster the
+/// pair goes to the node owning the script's keys (`WAIT` has no key of its own), so it waits
+/// for that node's replicas.
 async fn send_replicated<T: FromRedisValue>(
-    connection: &mut ConnectionManager,
+    connection: &mut Connection,
     call: &ScriptCall,
     sync: ReplicaSync,
+    sharded: bool,
 ) -> Result<T> {
     let mut pipe = redis::pipe();
-    pipe.add_command(call.evalsha_cmd())
+    pipe.add_command(call.evalsha_cmd(sharded))
         .cmd("WAIT")
         .arg(sync.replicas)
         .arg(crate::duration::redis_millis(sync.timeout));
     let reply: redis::RedisResult<(T, i64)> = match pipe.query_async(connection).await {
         Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            call.script().compiled().load_async(connection).await?;
+            call.script()
+                .compiled(sharded)
+                .load_async(connection)
+                .await?;
             pipe.query_async(connection).await
         }
         other => other,

@@ -77,8 +77,13 @@ impl Error {
     /// Whether retrying the same request on a fresh connection may succeed.
     pub(crate) fn is_retryable(&self) -> bool {
         match self {
+            // A cluster that is failing over or moving the slot refused the request before
+            // running it (CLUSTERDOWN, TRYAGAIN, or redirections beyond the retry budget).
             Error::Redis(e) => {
-                e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_cluster_error()
             }
             _ => false,
         }

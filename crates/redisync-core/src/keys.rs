@@ -80,22 +80,64 @@ impl KeySpace {
     pub fn base(&self) -> &str {
         &self.base
     }
+
+    /// The Redis Cluster slot every key and channel of the primitive hashes to.
+    pub fn slot(&self) -> u16 {
+        slot(&self.base)
+    }
+}
+
+/// Number of Redis Cluster hash slots.
+pub const SLOTS: u16 = 16384;
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, modulo [`SLOTS`].
+pub fn slot(key: &str) -> u16 {
+    crc16_xmodem(hash_tag(key).as_bytes()) % SLOTS
+}
+
+/// The part of `key` Redis Cluster hashes: the text between the first `{` and the first `}`
+/// after it, if not empty; otherwise the whole key.
+fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+fn crc16_xmodem(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Redis Cluster's hash-tag rule, as in the cluster specification.
-    fn hash_tag(key: &str) -> &str {
-        if let Some(open) = key.find('{') {
-            if let Some(len) = key[open + 1..].find('}') {
-                if len > 0 {
-                    return &key[open + 1..open + 1 + len];
-                }
-            }
-        }
-        key
+    #[test]
+    fn slots_match_the_cluster_specification() {
+        // The specification's check value for CRC16/XMODEM, and keys whose slots Redis reports.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), crc16_xmodem(b"foo{}{bar}") % SLOTS);
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+        let ks = KeySpace::new("redisync", "orders");
+        assert_eq!(ks.slot(), slot("orders"));
+        assert_eq!(slot(&ks.key("lock")), ks.slot());
     }
 
     #[test]

@@ -29,6 +29,8 @@ use tokio::sync::{mpsc, watch};
 use crate::client::Shared;
 use crate::error::{Error, Result};
 
+mod sharded;
+
 /// What a waiter can observe about its channel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChannelState {
@@ -118,18 +120,30 @@ impl Hub {
     }
 
     fn update_all(&self, change: impl Fn(&mut ChannelState)) {
-        for slot in lock(&self.channels).values() {
-            notify_if_changed(&slot.state, &change);
+        self.update_where(|_| true, change);
+    }
+
+    fn update_where(&self, which: impl Fn(&str) -> bool, change: impl Fn(&mut ChannelState)) {
+        for (channel, slot) in lock(&self.channels).iter() {
+            if which(channel) {
+                notify_if_changed(&slot.state, &change);
+            }
         }
     }
 
-    /// Marks unreachable every channel that has gone a whole `timeout` without a confirmed
-    /// subscription since Redis became unreachable at `down_since` (or since it was wanted, if
-    /// later): a waiter that arrived during the outage gets a full timeout of its own.
-    fn mark_unreachable(&self, down_since: tokio::time::Instant, timeout: Duration) {
+    /// Marks unreachable every channel (of those `which` picks) that has gone a whole `timeout`
+    /// without a confirmed subscription since Redis became unreachable at `down_since` (or
+    /// since it was wanted, if later): a waiter that arrived during the outage gets a full
+    /// timeout of its own.
+    fn mark_unreachable(
+        &self,
+        down_since: tokio::time::Instant,
+        timeout: Duration,
+        which: impl Fn(&str) -> bool,
+    ) {
         let now = tokio::time::Instant::now();
-        for slot in lock(&self.channels).values() {
-            if now.duration_since(slot.wanted_since.max(down_since)) >= timeout {
+        for (channel, slot) in lock(&self.channels).iter() {
+            if which(channel) && now.duration_since(slot.wanted_since.max(down_since)) >= timeout {
                 notify_if_changed(&slot.state, &|s: &mut ChannelState| s.unreachable = true);
             }
         }
@@ -211,7 +225,11 @@ pub(crate) fn spawn(shared: &Arc<Shared>) {
     let Some(changes) = lock(&shared.hub.changes_rx).take() else {
         return;
     };
-    shared.runtime.spawn(run(shared.clone(), changes));
+    if shared.sharded() {
+        shared.runtime.spawn(sharded::run(shared.clone(), changes));
+    } else {
+        shared.runtime.spawn(run(shared.clone(), changes));
+    }
 }
 
 async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) {
@@ -223,10 +241,12 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
     let mut down_since: Option<tokio::time::Instant> = None;
     loop {
         if let Some(since) = down_since {
-            hub.mark_unreachable(since, timeout);
+            hub.mark_unreachable(since, timeout, |_| true);
         }
         // Asked each time: under Sentinel the primary may have moved.
-        let client = shared.redis_client();
+        let Some(client) = shared.redis_client() else {
+            return; // a cluster client runs the sharded hub instead
+        };
         let connected = tokio::select! {
             _ = shared.shutdown.wait() => break,
             c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
@@ -308,7 +328,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
                         // A whole command timeout without an answer: that is an outage.
                         tracing::warn!("redis did not answer a ping on the pub/sub connection");
                         down_since = Some(sent);
-                        hub.mark_unreachable(sent, timeout);
+                        hub.mark_unreachable(sent, timeout, |_| true);
                         break;
                     }
                 }

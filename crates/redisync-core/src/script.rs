@@ -4,6 +4,11 @@
 //! `NOSCRIPT` (after `SCRIPT FLUSH` or a restart), loads the script and sends it again. A
 //! [`ScriptCall`] is one invocation with its keys and arguments, owned so that the call can
 //! outlive the caller's future (see [`Client::eval`](crate::Client::eval)).
+//!
+//! On a Redis Cluster, wake-ups use sharded pub/sub, so that a message goes only to the nodes
+//! of the channel's shard rather than to every node. Scripts are written with
+//! `redis.call('PUBLISH', ...)`; a cluster client runs a variant in which that call is
+//! `SPUBLISH` (the channel always shares the slot of the script's keys).
 
 use std::sync::OnceLock;
 
@@ -24,7 +29,12 @@ pub struct LuaScript {
     source: &'static str,
     read_only: bool,
     compiled: OnceLock<redis::Script>,
+    sharded: OnceLock<redis::Script>,
 }
+
+/// How scripts publish; the sharded form is the one a cluster client runs.
+const PUBLISH: &str = "redis.call('PUBLISH',";
+const SHARDED_PUBLISH: &str = "redis.call('SPUBLISH',";
 
 impl LuaScript {
     /// Declares a script. `name` appears in traces; `source` is usually an `include_str!` of a
@@ -35,6 +45,7 @@ impl LuaScript {
             source,
             read_only: false,
             compiled: OnceLock::new(),
+            sharded: OnceLock::new(),
         }
     }
 
@@ -46,6 +57,7 @@ impl LuaScript {
             source,
             read_only: true,
             compiled: OnceLock::new(),
+            sharded: OnceLock::new(),
         }
     }
 
@@ -59,14 +71,20 @@ impl LuaScript {
         self.name
     }
 
-    /// The SHA1 Redis knows the script by.
+    /// The SHA1 Redis knows the script by (its form for a single server).
     pub fn sha1(&self) -> &str {
-        self.compiled().get_hash()
+        self.compiled(false).get_hash()
     }
 
-    pub(crate) fn compiled(&self) -> &redis::Script {
-        self.compiled
-            .get_or_init(|| redis::Script::new(self.source))
+    /// The script as sent: with `sharded`, publishing with `SPUBLISH`.
+    pub(crate) fn compiled(&self, sharded: bool) -> &redis::Script {
+        if sharded {
+            self.sharded
+                .get_or_init(|| redis::Script::new(&self.source.replace(PUBLISH, SHARDED_PUBLISH)))
+        } else {
+            self.compiled
+                .get_or_init(|| redis::Script::new(self.source))
+        }
     }
 }
 
@@ -115,9 +133,10 @@ impl ScriptCall {
     }
 
     /// The `EVALSHA` command of this call, for sending it in a pipeline.
-    pub(crate) fn evalsha_cmd(&self) -> redis::Cmd {
+    pub(crate) fn evalsha_cmd(&self, sharded: bool) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.sha1()).arg(self.keys.len());
+        cmd.arg(self.script.compiled(sharded).get_hash())
+            .arg(self.keys.len());
         for key in &self.keys {
             cmd.arg(key.as_str());
         }
@@ -127,8 +146,8 @@ impl ScriptCall {
         cmd
     }
 
-    pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {
-        let mut invocation = self.script.compiled().prepare_invoke();
+    pub(crate) fn invocation(&self, sharded: bool) -> redis::ScriptInvocation<'static> {
+        let mut invocation = self.script.compiled(sharded).prepare_invoke();
         for key in &self.keys {
             invocation.key(key.as_str());
         }
@@ -136,5 +155,34 @@ impl ScriptCall {
             invocation.arg(arg.as_slice());
         }
         invocation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sharded variant is made by rewriting one exact spelling of the publish call; a
+    /// script that published any other way would keep broadcasting on a cluster.
+    #[test]
+    fn every_script_publishes_in_the_one_spelling_the_cluster_variant_rewrites() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua");
+        let mut publishing = 0;
+        for entry in std::fs::read_dir(dir).expect("lua directory") {
+            let path = entry.expect("lua file").path();
+            let source = std::fs::read_to_string(&path).expect("lua source");
+            let code: String = source
+                .lines()
+                .map(|line| line.split("--").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mentions = code.to_ascii_uppercase().matches("PUBLISH").count();
+            let rewritable = code.matches(PUBLISH).count();
+            assert_eq!(mentions, rewritable, "{}", path.display());
+            publishing += rewritable;
+        }
+        assert!(publishing > 10, "found only {publishing} publish calls");
+        static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
+        assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
     }
 }

@@ -1,7 +1,8 @@
 //! The watchdog: one task per client that keeps watchdog leases alive.
 //!
 //! Every `watchdog_timeout / 3` it renews every registered hold, batched: one script call per
-//! renewal script carries many holds (up to [`BATCH`] each). The renewal script is the
+//! renewal script (and, on a cluster, per slot) carries many holds (up to [`BATCH`] each).
+//! The renewal script is the
 //! primitive's; core only knows its calling convention:
 //!
 //! * `ARGV[1]` is the lease in milliseconds, `ARGV[2]` the number `k` of keys per hold and
@@ -207,10 +208,14 @@ type Registered = (HoldId, u64);
 /// One renewal round. Returns false if any call failed.
 async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     let lease_ms = crate::duration::redis_millis(lease);
-    let mut groups: HashMap<&'static str, (&'static LuaScript, Vec<Registered>)> = HashMap::new();
+    // On a cluster one call may only touch one slot, so holds are grouped by slot as well.
+    let sharded = shared.sharded();
+    let mut groups: HashMap<(&'static str, Option<u16>), (&'static LuaScript, Vec<Registered>)> =
+        HashMap::new();
     for (id, entry) in lock(&shared.watchdog.entries).iter() {
+        let shard = sharded.then(|| crate::keys::slot(id.key()));
         groups
-            .entry(id.script)
+            .entry((id.script, shard))
             .or_insert_with(|| (entry.script, Vec::new()))
             .1
             .push((id.clone(), entry.serial));

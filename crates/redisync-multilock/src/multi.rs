@@ -19,7 +19,8 @@ use crate::release::{give_back, release_all};
 /// lock; a failed, timed-out or cancelled acquisition holds none of them when it returns.
 ///
 /// * **No deadlock, whatever the argument order.** Locks are taken in one canonical order (by
-///   server, then key prefix, then name), so two callers listing the same locks in opposite
+///   server, then cluster slot, then key prefix, then name), so two callers listing the same
+///   locks in opposite
 ///   orders cannot each hold what the other waits for (Redisson's `RedissonMultiLock` takes
 ///   them in argument order and can deadlock). Servers are compared as their clients name them
 ///   ([`Client::server`](redisync_core::Client::server)): name each server the same way in
@@ -27,7 +28,10 @@ use crate::release::{give_back, release_all};
 /// * **One round trip for locks on one client.** Consecutive locks (in canonical order) of
 ///   one client are first tried together in one script, all or none. Only if one of them is
 ///   busy does the multi-lock wait, taking them one by one in canonical order. Locks of two
-///   clients of one server may interleave in that order, and then take a script per run.
+///   clients of one server may interleave in that order, and then take a script per run. On a
+///   Redis Cluster one script can only touch one slot: the locks are tried one script per
+///   slot, so give related locks a common hash tag (`"order:{42}:items"`,
+///   `"order:{42}:invoice"`) to take them in one round trip.
 /// * **Leases.** While it is still acquiring, every lock it holds is renewed by the watchdog,
 ///   so none expires while it waits for the others. Once it holds all of them, a fixed lease
 ///   (`lock_with_lease`) is set on every one at once; otherwise the watchdog keeps all alive.
@@ -40,7 +44,7 @@ use crate::release::{give_back, release_all};
 ///
 /// | operation | round trips |
 /// |---|---|
-/// | uncontended acquire | 1 per client, or per run of one client's locks (one after another, in canonical order) |
+/// | uncontended acquire | 1 per client, or per run of one client's locks (one after another, in canonical order); on a cluster, 1 per slot |
 /// | with a fixed lease, locks on several clients, or after waiting | + 1 to set the leases (concurrently) |
 /// | contended acquire | as for each lock waited for |
 /// | release | 1 per lock, concurrently |
@@ -73,15 +77,22 @@ use crate::release::{give_back, release_all};
 pub struct MultiLock {
     /// Distinct locks in canonical order.
     locks: Vec<ReentrantLock>,
-    /// Runs of consecutive `locks` on one client, each tried in one script.
+    /// Runs of consecutive `locks` on one client and, on a cluster, one slot: each is tried in
+    /// one script.
     groups: Vec<std::ops::Range<usize>>,
 }
 
-/// Where a lock sorts: by server, then key prefix, then name. Equal keys are the same lock.
-fn canonical_key(lock: &ReentrantLock) -> (String, String, String) {
+/// Where a lock sorts: by server, then cluster slot (none on a single server), then key
+/// prefix, then name. Equal keys are the same lock.
+fn canonical_key(lock: &ReentrantLock) -> (String, Option<u16>, String, String) {
     let client = lock.client();
+    let shard = client
+        .key_space(lock.name())
+        .ok()
+        .and_then(|keys| client.shard_of(&keys));
     (
         client.server().to_owned(),
+        shard,
         client.key_prefix().to_owned(),
         lock.name().to_owned(),
     )
@@ -98,16 +109,19 @@ impl MultiLock {
         // Stable: of two handles to one lock, the first listed is kept.
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         keyed.dedup_by(|later, earlier| later.0 == earlier.0);
-        let locks: Vec<ReentrantLock> = keyed.into_iter().map(|(_, lock)| lock).collect();
         let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-        for (i, lock) in locks.iter().enumerate() {
+        for (i, (key, lock)) in keyed.iter().enumerate() {
             match groups.last_mut() {
-                Some(group) if locks[group.start].client().id() == lock.client().id() => {
+                Some(group)
+                    if keyed[group.start].1.client().id() == lock.client().id()
+                        && keyed[group.start].0 .1 == key.1 =>
+                {
                     group.end = i + 1;
                 }
                 _ => groups.push(i..i + 1),
             }
         }
+        let locks: Vec<ReentrantLock> = keyed.into_iter().map(|(_, lock)| lock).collect();
         MultiLock { locks, groups }
     }
 
