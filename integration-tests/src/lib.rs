@@ -26,9 +26,11 @@
 
 #![deny(missing_docs)]
 
+pub mod cluster;
 pub mod holder;
 pub mod proxy;
 
+pub use cluster::RedisCluster;
 pub use holder::Holder;
 pub use proxy::ChaosProxy;
 

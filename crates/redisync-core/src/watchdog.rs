@@ -205,13 +205,15 @@ async fn run(shared: Arc<Shared>) {
 /// A hold as registered: its identity and its registration serial.
 type Registered = (HoldId, u64);
 
+/// Holds renewed together: their script and the holds (of one slot, on a cluster).
+type Batch = (&'static LuaScript, Vec<Registered>);
+
 /// One renewal round. Returns false if any call failed.
 async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
     let lease_ms = crate::duration::redis_millis(lease);
     // On a cluster one call may only touch one slot, so holds are grouped by slot as well.
     let sharded = shared.sharded();
-    let mut groups: HashMap<(&'static str, Option<u16>), (&'static LuaScript, Vec<Registered>)> =
-        HashMap::new();
+    let mut groups: HashMap<(&'static str, Option<u16>), Batch> = HashMap::new();
     for (id, entry) in lock(&shared.watchdog.entries).iter() {
         let shard = sharded.then(|| crate::keys::slot(id.key()));
         groups
