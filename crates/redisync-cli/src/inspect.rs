@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use redis::aio::ConnectionLike;
 use redis::AsyncCommands;
 use redisync::core::KeySpace;
 
@@ -19,8 +20,8 @@ pub struct Finding {
 }
 
 /// Reads every primitive's keys under `space`.
-pub async fn inspect(
-    conn: &mut redis::aio::MultiplexedConnection,
+pub async fn inspect<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
     space: &KeySpace,
 ) -> redis::RedisResult<Vec<Finding>> {
     let mut found = Vec::new();
@@ -128,8 +129,8 @@ pub async fn inspect(
     Ok(found)
 }
 
-async fn lease_left(
-    conn: &mut redis::aio::MultiplexedConnection,
+async fn lease_left<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
     key: &str,
 ) -> redis::RedisResult<String> {
     let pttl: i64 = conn.pttl(key).await?;
@@ -140,7 +141,7 @@ async fn lease_left(
     })
 }
 
-async fn server_ms(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<i64> {
+async fn server_ms<C: ConnectionLike + Send + Sync>(conn: &mut C) -> redis::RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await?;
     Ok(secs * 1000 + micros / 1000)
 }

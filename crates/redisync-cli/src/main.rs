@@ -38,6 +38,9 @@ struct Cli {
         global = true
     )]
     url: String,
+    /// `--url` names nodes of a Redis Cluster, separated by commas.
+    #[arg(long, env = "REDISYNC_CLUSTER", global = true)]
+    cluster: bool,
     /// Prefix of every key, as the applications sharing the primitives use it.
     #[arg(
         long,
@@ -191,7 +194,12 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<Exit, Exit> {
-    let client = Client::builder(cli.url.as_str())
+    let builder = if cli.cluster {
+        Client::cluster_builder(cluster_nodes(&cli.url))
+    } else {
+        Client::builder(cli.url.as_str())
+    };
+    let client = builder
         .key_prefix(cli.prefix.as_str())
         .command_timeout(cli.command_timeout)
         .build()
@@ -213,7 +221,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             command,
         } => semaphore(&client, &name, permits, wait, lease, &stop, &command).await,
         Command::Latch { name, action } => latch(&client, &name, action).await,
-        Command::Inspect { name, json } => show(&client, &cli.url, &name, json).await,
+        Command::Inspect { name, json } => show(&client, &cli.url, cli.cluster, &name, json).await,
         Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes).await,
     };
     client.shutdown().await;
@@ -399,15 +407,36 @@ async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit,
     }
 }
 
-async fn show(client: &Client, url: &str, name: &str, json: bool) -> Result<Exit, Exit> {
+/// The nodes of a cluster `--url`: comma-separated URLs.
+fn cluster_nodes(urls: &str) -> Vec<&str> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
+async fn show(
+    client: &Client,
+    url: &str,
+    cluster: bool,
+    name: &str,
+    json: bool,
+) -> Result<Exit, Exit> {
     let space = client.key_space(name)?;
     // The library's own reading of Redis errors: foreign data, unreachable, or other.
     let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
     let read = async {
-        let mut conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        inspect::inspect(&mut conn, &space).await
+        if cluster {
+            let mut conn = redis::cluster::ClusterClient::new(cluster_nodes(url))?
+                .get_async_connection()
+                .await?;
+            inspect::inspect(&mut conn, &space).await
+        } else {
+            let mut conn = redis::Client::open(url)?
+                .get_multiplexed_async_connection()
+                .await?;
+            inspect::inspect(&mut conn, &space).await
+        }
     };
     let found = tokio::time::timeout(client.command_timeout(), read)
         .await

@@ -1508,3 +1508,75 @@ fn a_hangup_to_redisync_reaches_the_command_and_the_lock_is_released() {
     assert_eq!(lines_of(&seen), ["HUP"], "{done}");
     assert!(!world.key_exists("redisync:{hup}:lock"), "released");
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8. Redis Cluster.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_command_works_on_a_redis_cluster() {
+    let cluster = redisync_test_harness::RedisCluster::start(3, 0);
+    let url = cluster.seed_urls().join(",");
+    let dir = cluster.node(0).dir().join("work");
+    fs::create_dir_all(&dir).expect("the work directory can be created");
+    let log = dir.join("log").to_string_lossy().into_owned();
+
+    // Two callers take turns under one lock: sections never overlap, tokens grow.
+    let script = r#"echo "start $REDISYNC_FENCING_TOKEN" >> "$1"; sleep 0.1; echo "end $REDISYNC_FENCING_TOKEN" >> "$1""#;
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let url = url.clone();
+            let log = log.clone();
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    let args = sh_args("--cluster lock shared", script, &[&log]);
+                    Proc::spawn(redisync_command(&url, &args))
+                        .wait(RUN_LIMIT)
+                        .assert_code(0);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a worker failed");
+    }
+    let lines = lines_of(&log);
+    assert_eq!(lines.len(), 12, "{lines:#?}");
+    let mut last_token = 0;
+    for section in lines.chunks(2) {
+        let (start, end) = (words(&section[0]), words(&section[1]));
+        assert_eq!((start[0], end[0]), ("start", "end"), "overlap: {lines:#?}");
+        let token: u64 = start[1].parse().expect("a fencing token");
+        assert!(token > last_token, "fencing tokens must grow: {lines:#?}");
+        last_token = token;
+    }
+
+    // inspect reads the keys from the node that owns them.
+    let rt = runtime();
+    let client = rt
+        .block_on(Client::cluster_builder(cluster.seed_urls()).build())
+        .expect("the library connects to the cluster");
+    let lock = client.lock("inspected");
+    let guard = rt.block_on(lock.lock()).expect("the lock is free");
+    let done = Proc::spawn(redisync_command(
+        &url,
+        &words("--cluster inspect inspected"),
+    ))
+    .wait(RUN_LIMIT);
+    done.assert_code(0);
+    assert_eq!(
+        table_field(&done.stdout, "lock \"inspected\"", "holder").as_deref(),
+        Some(lock.owner_id()),
+        "{done}"
+    );
+    rt.block_on(guard.unlock()).expect("released");
+
+    // A latch waiter is woken over sharded pub/sub.
+    let run = |line: &str| Proc::spawn(redisync_command(&url, &words(line))).wait(RUN_LIMIT);
+    run("--cluster latch gate set 1").assert_code(0);
+    let mut waiter = Proc::spawn(redisync_command(&url, &words("--cluster latch gate wait")));
+    thread::sleep(Duration::from_millis(300));
+    assert!(waiter.is_running(), "the latch is still armed");
+    run("--cluster latch gate count-down").assert_code(0);
+    waiter.wait(Duration::from_secs(5)).assert_code(0);
+}
