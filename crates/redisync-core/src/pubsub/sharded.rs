@@ -50,9 +50,20 @@ struct Subscriptions {
     /// Channels whose subscription Redis ended while they were wanted: messages may have been
     /// missed until they are confirmed again.
     interrupted: HashSet<String>,
+    /// Channels with a command on the way: the next one waits for its outcome, so that an
+    /// unsubscribe never overtakes a later subscribe.
+    in_flight: HashSet<String>,
     /// Channels to bring in line with the wanted set once `retry_at` comes.
     retry: HashSet<String>,
     retry_at: Option<Instant>,
+}
+
+/// How one `SSUBSCRIBE` or `SUNSUBSCRIBE` ended.
+struct Outcome {
+    channel: String,
+    subscribe: bool,
+    /// Confirmed within the command timeout.
+    done: bool,
 }
 
 pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) {
@@ -92,8 +103,14 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
         }
     };
 
+    // Commands run on tasks of their own, so that a shard that does not answer holds up
+    // neither messages nor the subscriptions of other shards.
+    let (outcome_sender, mut outcomes) = mpsc::unbounded_channel::<Outcome>();
     let mut subs = Subscriptions::default();
-    apply(&hub, &connection, &mut subs, hub.wanted(), timeout).await;
+    let apply = |subs: &mut Subscriptions, touched: HashSet<String>| {
+        apply(&hub, &connection, subs, touched, timeout, &outcome_sender)
+    };
+    apply(&mut subs, hub.wanted());
     let ping_every = ping_interval(timeout);
     let mut next_ping = Instant::now() + ping_every;
     let mut ping: Option<PingRound> = None;
@@ -108,12 +125,19 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
                 while let Ok(more) = changes.try_recv() {
                     touched.insert(more);
                 }
-                apply(&hub, &connection, &mut subs, touched, timeout).await;
+                apply(&mut subs, touched);
+            }
+            Some(outcome) = outcomes.recv() => {
+                let channel = outcome.channel.clone();
+                if on_outcome(&hub, &mut subs, outcome) {
+                    // Wanted or not may have changed while the command was on its way.
+                    apply(&mut subs, HashSet::from([channel]));
+                }
             }
             _ = sleep_until_some(retry_at), if retry_at.is_some() => {
                 let touched = std::mem::take(&mut subs.retry);
                 subs.retry_at = None;
-                apply(&hub, &connection, &mut subs, touched, timeout).await;
+                apply(&mut subs, touched);
             }
             _ = tokio::time::sleep_until(next_ping), if ping.is_none() => {
                 next_ping = Instant::now() + ping_every;
@@ -192,17 +216,20 @@ fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) {
     }
 }
 
-/// Brings Redis in line with the wanted set for `touched` channels, one command per channel,
-/// all at once.
-async fn apply(
+/// Brings Redis in line with the wanted set for `touched` channels: sends one command per
+/// channel that needs one, each on a task of its own reporting to `outcomes`.
+fn apply(
     hub: &Hub,
     connection: &ClusterConnection,
     subs: &mut Subscriptions,
     touched: HashSet<String>,
     timeout: Duration,
+    outcomes: &mpsc::UnboundedSender<Outcome>,
 ) {
-    let mut requests = Vec::new();
     for channel in touched {
+        if subs.in_flight.contains(&channel) {
+            continue; // looked at again when its command ends
+        }
         let subscribe = match (hub.is_wanted(&channel), subs.on_server.contains(&channel)) {
             (true, false) => true,
             (false, true) => false,
@@ -221,37 +248,48 @@ async fn apply(
             &mut subs.own_unsubscribes
         };
         *own.entry(channel.clone()).or_default() += 1;
+        subs.in_flight.insert(channel.clone());
         let mut connection = connection.clone();
-        requests.push(async move {
-            let sent = if subscribe {
-                connection.ssubscribe(&channel).await
-            } else {
-                connection.sunsubscribe(&channel).await
+        let outcomes = outcomes.clone();
+        tokio::spawn(async move {
+            let sent = async {
+                if subscribe {
+                    connection.ssubscribe(&channel).await
+                } else {
+                    connection.sunsubscribe(&channel).await
+                }
             };
-            let done = matches!(
-                tokio::time::timeout(timeout, async { sent }).await,
-                Ok(Ok(()))
-            );
-            (channel, subscribe, done)
+            let done = matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(())));
+            // The hub may be gone (shut down): then nobody needs to know.
+            let _ = outcomes.send(Outcome {
+                channel,
+                subscribe,
+                done,
+            });
         });
     }
-    for (channel, subscribed, done) in futures_util::future::join_all(requests).await {
-        if !done {
-            let own = if subscribed {
-                &mut subs.own_subscribes
-            } else {
-                &mut subs.own_unsubscribes
-            };
-            take_one(own, &channel);
-            tracing::debug!(%channel, subscribed, "sharded (un)subscribe failed; retrying");
-            schedule_retry(subs, channel, Duration::from_millis(200));
-            continue;
-        }
-        if !subscribed {
-            subs.on_server.remove(&channel);
-            subs.interrupted.remove(&channel);
-            continue;
-        }
+}
+
+/// Records how a command ended; returns whether the channel may need another one now.
+fn on_outcome(hub: &Hub, subs: &mut Subscriptions, outcome: Outcome) -> bool {
+    let Outcome {
+        channel,
+        subscribe,
+        done,
+    } = outcome;
+    subs.in_flight.remove(&channel);
+    if !done {
+        let own = if subscribe {
+            &mut subs.own_subscribes
+        } else {
+            &mut subs.own_unsubscribes
+        };
+        take_one(own, &channel);
+        tracing::debug!(%channel, subscribe, "sharded (un)subscribe failed; retrying");
+        schedule_retry(subs, channel, Duration::from_millis(200));
+        return false;
+    }
+    if subscribe {
         subs.on_server.insert(channel.clone());
         let missed = subs.interrupted.remove(&channel);
         hub.update(&channel, |s| {
@@ -261,7 +299,11 @@ async fn apply(
                 s.generation += 1;
             }
         });
+    } else {
+        subs.on_server.remove(&channel);
+        subs.interrupted.remove(&channel);
     }
+    true
 }
 
 /// Pings the primary of each slot; each answer says whether it came within `timeout`.
