@@ -1126,7 +1126,7 @@ const CLUSTER_RULES: &str = "on >s3cret resetkeys ~redisync:* resetchannels &red
     +decr +decrby +del +exists +get +hdel +hexists +hget +hincrby +hmget +hset +incr +incrby \
     +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
     +zrangebyscore +zrem +zremrangebyscore +zscore \
-    +cluster|slots +asking +spublish +ssubscribe +sunsubscribe";
+    +eval +cluster|slots +asking +spublish +ssubscribe +sunsubscribe";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_with_the_documented_cluster_rules_can_lock_and_wait() {

@@ -507,7 +507,7 @@ impl Client {
 
     /// Whether this client talks to a Redis Cluster ([`Client::cluster_builder`]).
     pub fn is_cluster(&self) -> bool {
-        self.shared().config.cluster.is_some()
+        self.shared().sharded()
     }
 
     /// Which part of the deployment holds `keys`: their cluster slot on a cluster client, and
@@ -860,6 +860,10 @@ pub(crate) fn open_cluster_client(
     #[cfg(feature = "tls")]
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
+        // No resending by redis-rs: it would resend a script whose connection broke after it
+        // was sent, and the script may have run. Redirections are followed by
+        // crate::cluster, which knows when a resend is safe.
+        .retries(0)
         .connection_timeout(config.command_timeout)
         // As for a single server: an abandoned request gets a few command timeouts to finish.
         .response_timeout(
@@ -897,7 +901,7 @@ fn cluster_name(nodes: &[String]) -> String {
 }
 
 impl Shared {
-    fn connection(&self) -> Connection {
+    pub(crate) fn connection(&self) -> Connection {
         let connections = self
             .connections
             .read()
@@ -988,15 +992,22 @@ async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Resul
         .config
         .replica_sync
         .filter(|_| !call.script().is_read_only());
-    let sharded = shared.sharded();
     async move {
-        match sync {
-            None => call
-                .invocation(sharded)
-                .invoke_async::<T>(&mut connection)
+        match (&mut connection, sync) {
+            (connection, Some(sync)) => send_replicated(connection, &call, sync).await,
+            (Connection::Cluster(cluster), None) => {
+                let reply = crate::cluster::run_script(cluster, &call, None)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .unwrap_or(redis::Value::Nil);
+                Ok(T::from_redis_value(reply).map_err(redis::RedisError::from)?)
+            }
+            (connection @ Connection::Single(_), None) => call
+                .invocation(false)
+                .invoke_async::<T>(connection)
                 .await
                 .map_err(Error::from),
-            Some(sync) => send_replicated(&mut connection, &call, sync, sharded).await,
         }
     }
     .instrument(span)
@@ -1011,24 +1022,30 @@ async fn send_replicated<T: FromRedisValue>(
     connection: &mut Connection,
     call: &ScriptCall,
     sync: ReplicaSync,
-    sharded: bool,
 ) -> Result<T> {
-    let mut pipe = redis::pipe();
-    pipe.add_command(call.evalsha_cmd(sharded))
-        .cmd("WAIT")
-        .arg(sync.replicas)
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(sync.replicas)
         .arg(crate::duration::redis_millis(sync.timeout));
-    let reply: redis::RedisResult<(T, i64)> = match pipe.query_async(connection).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            call.script()
-                .compiled(sharded)
-                .load_async(connection)
-                .await?;
-            pipe.query_async(connection).await
+    let (reply, acknowledged): (T, i64) = match connection {
+        Connection::Cluster(cluster) => {
+            let replies = crate::cluster::run_script(cluster, call, Some(wait)).await?;
+            <(T, i64)>::from_redis_value(redis::Value::Array(replies))
+                .map_err(redis::RedisError::from)?
         }
-        other => other,
+        Connection::Single(_) => {
+            let mut pipe = redis::pipe();
+            pipe.add_command(call.evalsha_cmd(false)).add_command(wait);
+            match pipe.query_async(connection).await {
+                Err(err)
+                    if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    call.script().compiled(false).load_async(connection).await?;
+                    pipe.query_async(connection).await?
+                }
+                other => other?,
+            }
+        }
     };
-    let (reply, acknowledged) = reply?;
     if acknowledged > 0 {
         return Ok(reply);
     }

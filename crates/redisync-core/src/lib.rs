@@ -26,6 +26,7 @@
 mod abandon;
 mod cells;
 mod client;
+mod cluster;
 mod connection;
 pub mod duration;
 mod error;

@@ -46,6 +46,8 @@ pub struct ChannelState {
 
 struct ChannelSlot {
     refs: usize,
+    /// The channel's Redis Cluster slot, for the sharded hub's per-shard bookkeeping.
+    slot: u16,
     state: Arc<watch::Sender<ChannelState>>,
     /// When the first local waiter asked for the channel: an outage counts against a waiter
     /// only from then on.
@@ -78,6 +80,7 @@ impl Hub {
             .entry(channel.to_owned())
             .or_insert_with(|| ChannelSlot {
                 refs: 0,
+                slot: crate::keys::slot(channel),
                 state: Arc::new(watch::Sender::new(ChannelState::default())),
                 wanted_since: tokio::time::Instant::now(),
             });
@@ -120,31 +123,42 @@ impl Hub {
     }
 
     fn update_all(&self, change: impl Fn(&mut ChannelState)) {
-        self.update_where(|_| true, change);
+        self.update_where(|_, _| true, change);
     }
 
-    fn update_where(&self, which: impl Fn(&str) -> bool, change: impl Fn(&mut ChannelState)) {
-        for (channel, slot) in lock(&self.channels).iter() {
-            if which(channel) {
-                notify_if_changed(&slot.state, &change);
+    /// Applies `change` to every channel `which` picks by name and cluster slot.
+    fn update_where(&self, which: impl Fn(&str, u16) -> bool, change: impl Fn(&mut ChannelState)) {
+        for (channel, entry) in lock(&self.channels).iter() {
+            if which(channel, entry.slot) {
+                notify_if_changed(&entry.state, &change);
             }
         }
     }
 
-    /// Marks unreachable every channel (of those `which` picks) that has gone a whole `timeout`
-    /// without a confirmed subscription since Redis became unreachable at `down_since` (or
-    /// since it was wanted, if later): a waiter that arrived during the outage gets a full
-    /// timeout of its own.
+    /// The cluster slots of the wanted channels.
+    fn wanted_slots(&self) -> HashSet<u16> {
+        lock(&self.channels)
+            .values()
+            .map(|entry| entry.slot)
+            .collect()
+    }
+
+    /// Marks unreachable every channel that has gone a whole `timeout` without a confirmed
+    /// subscription since Redis became unreachable for it (`down_since` of its cluster slot;
+    /// `None`: reachable), or since it was wanted, if later: a waiter that arrived during the
+    /// outage gets a full timeout of its own.
     fn mark_unreachable(
         &self,
-        down_since: tokio::time::Instant,
         timeout: Duration,
-        which: impl Fn(&str) -> bool,
+        down_since: impl Fn(u16) -> Option<tokio::time::Instant>,
     ) {
         let now = tokio::time::Instant::now();
-        for (channel, slot) in lock(&self.channels).iter() {
-            if which(channel) && now.duration_since(slot.wanted_since.max(down_since)) >= timeout {
-                notify_if_changed(&slot.state, &|s: &mut ChannelState| s.unreachable = true);
+        for entry in lock(&self.channels).values() {
+            let Some(since) = down_since(entry.slot) else {
+                continue;
+            };
+            if now.duration_since(entry.wanted_since.max(since)) >= timeout {
+                notify_if_changed(&entry.state, &|s: &mut ChannelState| s.unreachable = true);
             }
         }
     }
@@ -241,7 +255,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
     let mut down_since: Option<tokio::time::Instant> = None;
     loop {
         if let Some(since) = down_since {
-            hub.mark_unreachable(since, timeout, |_| true);
+            hub.mark_unreachable(timeout, |_| Some(since));
         }
         // Asked each time: under Sentinel the primary may have moved.
         let Some(client) = shared.redis_client() else {
@@ -328,7 +342,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
                         // A whole command timeout without an answer: that is an outage.
                         tracing::warn!("redis did not answer a ping on the pub/sub connection");
                         down_since = Some(sent);
-                        hub.mark_unreachable(sent, timeout, |_| true);
+                        hub.mark_unreachable(timeout, |_| Some(sent));
                         break;
                     }
                 }

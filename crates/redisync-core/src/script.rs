@@ -76,11 +76,20 @@ impl LuaScript {
         self.compiled(false).get_hash()
     }
 
+    /// The script's source as sent: with `sharded`, publishing with `SPUBLISH`.
+    pub(crate) fn source(&self, sharded: bool) -> std::borrow::Cow<'static, str> {
+        if sharded {
+            self.source.replace(PUBLISH, SHARDED_PUBLISH).into()
+        } else {
+            self.source.into()
+        }
+    }
+
     /// The script as sent: with `sharded`, publishing with `SPUBLISH`.
     pub(crate) fn compiled(&self, sharded: bool) -> &redis::Script {
         if sharded {
             self.sharded
-                .get_or_init(|| redis::Script::new(&self.source.replace(PUBLISH, SHARDED_PUBLISH)))
+                .get_or_init(|| redis::Script::new(&self.source(true)))
         } else {
             self.compiled
                 .get_or_init(|| redis::Script::new(self.source))
@@ -135,8 +144,20 @@ impl ScriptCall {
     /// The `EVALSHA` command of this call, for sending it in a pipeline.
     pub(crate) fn evalsha_cmd(&self, sharded: bool) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.compiled(sharded).get_hash())
-            .arg(self.keys.len());
+        cmd.arg(self.script.compiled(sharded).get_hash());
+        self.keys_and_args(cmd)
+    }
+
+    /// The `EVAL` command of this call, carrying the script's source: for a node that does
+    /// not know the script yet.
+    pub(crate) fn eval_cmd(&self, sharded: bool) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.script.source(sharded).as_ref());
+        self.keys_and_args(cmd)
+    }
+
+    fn keys_and_args(&self, mut cmd: redis::Cmd) -> redis::Cmd {
+        cmd.arg(self.keys.len());
         for key in &self.keys {
             cmd.arg(key.as_str());
         }

@@ -1,21 +1,31 @@
-//! The hub's task for a Redis Cluster: sharded pub/sub over the cluster connection.
+//! The hub's task for a Redis Cluster: sharded pub/sub over a cluster connection of its own.
 //!
-//! Each channel is subscribed with `SSUBSCRIBE` on the primary owning its slot (one command
-//! per channel: channels of different slots cannot share one). The cluster connection speaks
-//! RESP3 and hands every push to this task: messages, and the confirmations of subscriptions,
-//! both those this task asked for and those the connection re-sent by itself after
-//! reconnecting to a node or learning a new slot map.
+//! Each channel is subscribed with its own `SSUBSCRIBE`, which the connection routes to the
+//! primary owning the channel's slot (channels of different slots cannot share a command).
+//! The connection speaks RESP3 and hands every push to this task: messages, confirmations,
+//! and `sunsubscribe`s Redis sends by itself.
+//!
+//! A subscription counts as live only once its confirmation push has arrived, never on the
+//! command's reply alone: redis-rs hands a push Redis sends unasked (a `sunsubscribe` when a
+//! slot moves) to whichever request is waiting on that node's connection, so a reply may
+//! belong to another request. A subscribe whose confirmation does not come within the
+//! command timeout is sent again. For the same reason the task sends nothing else on this
+//! connection: its pings go over the client's pool.
 //!
 //! What can interrupt a subscription, and what the task does:
 //!
-//! * a connection to a node drops: the connection reconnects and resubscribes that node's
-//!   channels. Messages may have been lost meanwhile, so every waiter re-checks on the drop and
-//!   again on each re-confirmation;
-//! * the slot moves (migration, or a failover that promotes a replica): Redis itself ends the
-//!   subscription with a `sunsubscribe` push. The task subscribes the channel again, which the
-//!   connection sends to the slot's new owner, following `MOVED` if its map is stale;
-//! * a node stops answering: the task pings, per slot with waiters, the slot's primary; once a
-//!   slot has gone a whole command timeout without an answer its channels are marked
+//! * the connection to a node drops: which node is not said, and redis-rs's own
+//!   resubscription sends a node's channels in one command, which Redis refuses when they span
+//!   several slots. So the task takes every subscription as lost and subscribes every wanted
+//!   channel again, one command each; waiters re-check at once and again on each
+//!   re-confirmation, since messages may have been missed;
+//! * the slot moves (a migration, or a graceful failover that demotes the primary): Redis ends
+//!   the subscription with a `sunsubscribe` push, and the task subscribes the channel again,
+//!   at its new owner;
+//! * the primary is killed: its connection drops (above), and the new subscriptions reach the
+//!   promoted replica once the connection has learnt the new slot map;
+//! * a primary stops answering: the task pings, per slot with waiters, the slot's primary;
+//!   once a slot has gone a whole command timeout without an answer its channels are marked
 //!   unreachable, so their waiters fail instead of sleeping through the outage, while waiters
 //!   on other shards carry on.
 
@@ -33,26 +43,29 @@ use tokio::time::Instant;
 
 use super::{ping_interval, sleep_or_shutdown, Hub};
 use crate::client::Shared;
-use crate::keys;
+use crate::connection::Connection;
 
-/// A round of pings: each slot asked, and whether its primary answered in time.
-type PingRound = Pin<Box<dyn Future<Output = Vec<(u16, bool)>> + Send>>;
+/// A round of pings: when it was sent, and each slot asked with whether its primary answered
+/// in time.
+type PingRound = Pin<Box<dyn Future<Output = (Instant, Vec<(u16, bool)>)> + Send>>;
+
+/// Pause before subscribing again a channel whose subscription Redis ended or refused.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(20);
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 
 /// Subscription bookkeeping of the task.
 #[derive(Default)]
 struct Subscriptions {
-    /// Channels Redis has confirmed and not dropped since.
+    /// Channels whose subscription Redis has confirmed and not ended since.
     on_server: HashSet<String>,
-    /// Confirmations still due for `SSUBSCRIBE`/`SUNSUBSCRIBE` commands this task sent; any
-    /// other confirmation is the connection's or the server's own doing.
-    own_subscribes: HashMap<String, usize>,
-    own_unsubscribes: HashMap<String, usize>,
-    /// Channels whose subscription Redis ended while they were wanted: messages may have been
-    /// missed until they are confirmed again.
+    /// Channels whose subscription ended while they were wanted: messages may have been
+    /// missed until Redis confirms them again.
     interrupted: HashSet<String>,
     /// Channels with a command on the way: the next one waits for its outcome, so that an
     /// unsubscribe never overtakes a later subscribe.
     in_flight: HashSet<String>,
+    /// Subscribes Redis answered but has not confirmed yet, with when they were answered.
+    unconfirmed: HashMap<String, Instant>,
     /// Channels to bring in line with the wanted set once `retry_at` comes.
     retry: HashSet<String>,
     retry_at: Option<Instant>,
@@ -62,8 +75,8 @@ struct Subscriptions {
 struct Outcome {
     channel: String,
     subscribe: bool,
-    /// Confirmed within the command timeout.
-    done: bool,
+    /// Answered without error within the command timeout.
+    answered: bool,
 }
 
 pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) {
@@ -73,8 +86,9 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
     let client = match crate::client::open_cluster_client(&shared.config, Some(push_sender)) {
         Ok(client) => client,
         Err(err) => {
-            // build() opened a client from the same configuration, so this cannot happen.
-            tracing::error!(error = %err, "cannot open the cluster for pub/sub; waiters will poll");
+            // build() opened a client from the same configuration, so this cannot happen;
+            // if it did, waiters would fail their subscription with a timeout.
+            tracing::error!(error = %err, "cannot open the cluster for pub/sub");
             return;
         }
     };
@@ -82,7 +96,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
     let mut down_since: Option<Instant> = None;
     let connection = loop {
         if let Some(since) = down_since {
-            hub.mark_unreachable(since, timeout, |_| true);
+            hub.mark_unreachable(timeout, |_| Some(since));
         }
         let connected = tokio::select! {
             _ = shared.shutdown.wait() => {
@@ -119,7 +133,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
         let retry_at = subs.retry_at;
         tokio::select! {
             _ = shared.shutdown.wait() => break,
-            Some(push) = pushes.recv() => on_push(&hub, &mut subs, push),
+            Some(push) = pushes.recv() => {
+                if let Some(resubscribe) = on_push(&hub, &mut subs, push) {
+                    apply(&mut subs, resubscribe);
+                }
+            }
             Some(first) = changes.recv() => {
                 let mut touched = HashSet::from([first]);
                 while let Ok(more) = changes.try_recv() {
@@ -129,7 +147,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
             }
             Some(outcome) = outcomes.recv() => {
                 let channel = outcome.channel.clone();
-                if on_outcome(&hub, &mut subs, outcome) {
+                if on_outcome(&mut subs, outcome) {
                     // Wanted or not may have changed while the command was on its way.
                     apply(&mut subs, HashSet::from([channel]));
                 }
@@ -141,29 +159,33 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
             }
             _ = tokio::time::sleep_until(next_ping), if ping.is_none() => {
                 next_ping = Instant::now() + ping_every;
-                let slots: HashSet<u16> = hub.wanted().iter().map(|c| keys::slot(c)).collect();
+                retry_unconfirmed(&mut subs, timeout);
+                let slots = hub.wanted_slots();
                 if !slots.is_empty() {
-                    ping = Some(ping_slots(&connection, slots, timeout));
+                    ping = Some(ping_slots(shared.connection(), slots, timeout));
                 }
             }
-            answers = finish(&mut ping), if ping.is_some() => {
+            (sent, answers) = finish(&mut ping), if ping.is_some() => {
                 ping = None;
-                let asked: HashSet<u16> = answers.iter().map(|(slot, _)| *slot).collect();
-                // A slot nobody waits on any more is not down as far as anyone cares.
-                slot_down_since.retain(|slot, _| asked.contains(slot));
-                for (slot, answered) in answers {
-                    if answered {
-                        slot_down_since.remove(&slot);
-                        hub.update_where(
-                            |channel| keys::slot(channel) == slot && subs.on_server.contains(channel),
-                            |s| s.unreachable = false,
-                        );
+                let mut answered = HashSet::new();
+                let mut asked = HashSet::new();
+                for (slot, ok) in answers {
+                    asked.insert(slot);
+                    if ok {
+                        answered.insert(slot);
                     } else {
-                        slot_down_since.entry(slot).or_insert_with(Instant::now);
+                        // Silent since the round was sent, not since it gave up.
+                        slot_down_since.entry(slot).or_insert(sent);
                     }
                 }
-                for (&slot, &since) in &slot_down_since {
-                    hub.mark_unreachable(since, timeout, |channel| keys::slot(channel) == slot);
+                // A slot nobody waits on any more is not down as far as anyone cares.
+                slot_down_since.retain(|slot, _| asked.contains(slot) && !answered.contains(slot));
+                hub.update_where(
+                    |channel, slot| answered.contains(&slot) && subs.on_server.contains(channel),
+                    |s| s.unreachable = false,
+                );
+                if !slot_down_since.is_empty() {
+                    hub.mark_unreachable(timeout, |slot| slot_down_since.get(&slot).copied());
                 }
             }
         }
@@ -171,8 +193,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
     hub.update_all(|s| s.generation += 1);
 }
 
-/// Handles one push from the cluster connection.
-fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) {
+/// Handles one push from the cluster connection; returns channels to subscribe again.
+fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) -> Option<HashSet<String>> {
     let channel = push.data.first().and_then(|value| match value {
         redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
         _ => None,
@@ -180,40 +202,54 @@ fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) {
     match (push.kind, channel) {
         (PushKind::SMessage, Some(channel)) => hub.update(&channel, |s| s.generation += 1),
         (PushKind::SSubscribe, Some(channel)) => {
-            if take_one(&mut subs.own_subscribes, &channel) {
-                return; // the confirmation of our own command; handled where it was sent
+            subs.unconfirmed.remove(&channel);
+            if !hub.is_wanted(&channel) {
+                // Left while on its way: unsubscribe, so that Redis keeps nothing for us.
+                subs.on_server.insert(channel.clone());
+                return Some(HashSet::from([channel]));
             }
-            // The connection resubscribed by itself (a reconnect or a new slot map): what was
-            // published before is lost, so waiters re-check.
+            // A confirmation of a channel already live (redis-rs resubscribing after it
+            // learnt a new slot map) changes nothing.
+            if subs.on_server.contains(&channel) && !subs.interrupted.contains(&channel) {
+                return None;
+            }
             subs.on_server.insert(channel.clone());
+            let missed = subs.interrupted.remove(&channel);
             hub.update(&channel, |s| {
                 s.subscribed = true;
                 s.unreachable = false;
-                s.generation += 1;
+                if missed {
+                    s.generation += 1;
+                }
             });
         }
         (PushKind::SUnsubscribe, Some(channel)) => {
-            if take_one(&mut subs.own_unsubscribes, &channel) {
-                return;
-            }
-            // Redis ended the subscription: the slot moved to another node.
             subs.on_server.remove(&channel);
             if hub.is_wanted(&channel) {
+                // Redis ended the subscription: the slot moved to another node.
                 tracing::debug!(%channel, "redis ended a sharded subscription; subscribing again");
                 subs.interrupted.insert(channel.clone());
                 hub.update(&channel, |s| {
                     s.subscribed = false;
                     s.generation += 1;
                 });
-                schedule_retry(subs, channel, Duration::from_millis(20));
+                schedule_retry(subs, channel, RESUBSCRIBE_AFTER);
             }
         }
         (PushKind::Disconnection, _) => {
-            // A node's connection dropped (which node is not said): messages may be lost.
-            hub.update_all(|s| s.generation += 1);
+            tracing::debug!("a cluster pub/sub connection dropped; subscribing everything again");
+            let lost = std::mem::take(&mut subs.on_server);
+            subs.interrupted.extend(lost);
+            subs.unconfirmed.clear();
+            hub.update_all(|s| {
+                s.subscribed = false;
+                s.generation += 1;
+            });
+            return Some(hub.wanted());
         }
         _ => {}
     }
+    None
 }
 
 /// Brings Redis in line with the wanted set for `touched` channels: sends one command per
@@ -230,24 +266,19 @@ fn apply(
         if subs.in_flight.contains(&channel) {
             continue; // looked at again when its command ends
         }
+        if subs.unconfirmed.contains_key(&channel) {
+            continue; // answered: its confirmation decides what comes next
+        }
         let subscribe = match (hub.is_wanted(&channel), subs.on_server.contains(&channel)) {
             (true, false) => true,
             (false, true) => false,
             (true, true) => {
-                hub.update(&channel, |s| {
-                    s.subscribed = true;
-                    s.unreachable = false;
-                });
+                // Liveness is the pings' business: only they clear an outage.
+                hub.update(&channel, |s| s.subscribed = true);
                 continue;
             }
             (false, false) => continue,
         };
-        let own = if subscribe {
-            &mut subs.own_subscribes
-        } else {
-            &mut subs.own_unsubscribes
-        };
-        *own.entry(channel.clone()).or_default() += 1;
         subs.in_flight.insert(channel.clone());
         let mut connection = connection.clone();
         let outcomes = outcomes.clone();
@@ -259,46 +290,35 @@ fn apply(
                     connection.sunsubscribe(&channel).await
                 }
             };
-            let done = matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(())));
+            let answered = matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(())));
             // The hub may be gone (shut down): then nobody needs to know.
             let _ = outcomes.send(Outcome {
                 channel,
                 subscribe,
-                done,
+                answered,
             });
         });
     }
 }
 
 /// Records how a command ended; returns whether the channel may need another one now.
-fn on_outcome(hub: &Hub, subs: &mut Subscriptions, outcome: Outcome) -> bool {
+fn on_outcome(subs: &mut Subscriptions, outcome: Outcome) -> bool {
     let Outcome {
         channel,
         subscribe,
-        done,
+        answered,
     } = outcome;
     subs.in_flight.remove(&channel);
-    if !done {
-        let own = if subscribe {
-            &mut subs.own_subscribes
-        } else {
-            &mut subs.own_unsubscribes
-        };
-        take_one(own, &channel);
+    if !answered {
         tracing::debug!(%channel, subscribe, "sharded (un)subscribe failed; retrying");
-        schedule_retry(subs, channel, Duration::from_millis(200));
+        schedule_retry(subs, channel, RETRY_AFTER_FAILURE);
         return false;
     }
     if subscribe {
-        subs.on_server.insert(channel.clone());
-        let missed = subs.interrupted.remove(&channel);
-        hub.update(&channel, |s| {
-            s.subscribed = true;
-            s.unreachable = false;
-            if missed {
-                s.generation += 1;
-            }
-        });
+        // Live once confirmed (see the module doc); unless it already was.
+        if !subs.on_server.contains(&channel) {
+            subs.unconfirmed.insert(channel, Instant::now());
+        }
     } else {
         subs.on_server.remove(&channel);
         subs.interrupted.remove(&channel);
@@ -306,22 +326,44 @@ fn on_outcome(hub: &Hub, subs: &mut Subscriptions, outcome: Outcome) -> bool {
     true
 }
 
-/// Pings the primary of each slot; each answer says whether it came within `timeout`.
-fn ping_slots(connection: &ClusterConnection, slots: HashSet<u16>, timeout: Duration) -> PingRound {
-    let pings = slots.into_iter().map(|slot| {
-        let mut connection = connection.clone();
+/// Subscribes again every channel whose subscription was answered but not confirmed within
+/// `timeout`.
+fn retry_unconfirmed(subs: &mut Subscriptions, timeout: Duration) {
+    let overdue: Vec<String> = subs
+        .unconfirmed
+        .iter()
+        .filter(|(_, answered_at)| answered_at.elapsed() >= timeout)
+        .map(|(channel, _)| channel.clone())
+        .collect();
+    for channel in overdue {
+        subs.unconfirmed.remove(&channel);
+        schedule_retry(subs, channel, Duration::ZERO);
+    }
+}
+
+/// Pings, over the client's pool, the primary of each slot.
+fn ping_slots(pool: Connection, slots: HashSet<u16>, timeout: Duration) -> PingRound {
+    let sent = Instant::now();
+    let pings = slots.into_iter().map(move |slot| {
+        let mut pool = pool.clone();
         async move {
             let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
                 slot,
                 SlotAddr::Master,
             )));
-            let pong =
-                tokio::time::timeout(timeout, connection.route_command(redis::cmd("PING"), route))
-                    .await;
+            let pong = match &mut pool {
+                Connection::Cluster(cluster) => {
+                    tokio::time::timeout(timeout, cluster.route_command(redis::cmd("PING"), route))
+                        .await
+                }
+                // A cluster client's pool holds cluster connections only.
+                Connection::Single(_) => return (slot, false),
+            };
             (slot, matches!(pong, Ok(Ok(_))))
         }
     });
-    Box::pin(futures_util::future::join_all(pings))
+    let round = futures_util::future::join_all(pings);
+    Box::pin(async move { (sent, round.await) })
 }
 
 fn schedule_retry(subs: &mut Subscriptions, channel: String, after: Duration) {
@@ -330,22 +372,7 @@ fn schedule_retry(subs: &mut Subscriptions, channel: String, after: Duration) {
     subs.retry_at = Some(subs.retry_at.map_or(at, |current| current.min(at)));
 }
 
-/// Decrements `channel`'s count in `counts`; false if there was none.
-fn take_one(counts: &mut HashMap<String, usize>, channel: &str) -> bool {
-    match counts.get_mut(channel) {
-        Some(count) if *count > 1 => {
-            *count -= 1;
-            true
-        }
-        Some(_) => {
-            counts.remove(channel);
-            true
-        }
-        None => false,
-    }
-}
-
-async fn finish(round: &mut Option<PingRound>) -> Vec<(u16, bool)> {
+async fn finish(round: &mut Option<PingRound>) -> (Instant, Vec<(u16, bool)>) {
     match round {
         Some(round) => round.await,
         None => std::future::pending().await,
