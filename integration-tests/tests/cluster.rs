@@ -1270,3 +1270,70 @@ async fn with_bad_seeds_building_a_cluster_client_fails_fast() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     drop(silent);
 }
+
+/// Kills the hub's connections, so it has a cluster of its own. redis-rs would resubscribe a
+/// node's channels in one `SSUBSCRIBE`, which Redis refuses when they span several slots; the
+/// hub must subscribe each again itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_cluster_of_its_own_waiters_on_two_slots_of_one_node_survive_a_dropped_pub_sub_connection(
+) {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
+        .await
+        .expect("start the cluster");
+    let (a, b) = (
+        cluster_client(&cluster).await,
+        cluster_client(&cluster).await,
+    );
+    // Two names on one master, in different slots.
+    let on_master: Vec<(usize, String)> = names_on_each_master(&cluster, "dropped", 2);
+    let master = on_master[0].0;
+    let names: Vec<String> = on_master
+        .into_iter()
+        .filter(|(m, _)| *m == master)
+        .map(|(_, name)| name)
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert_ne!(
+        cluster.slot_of(&lock_key(&names[0])),
+        cluster.slot_of(&lock_key(&names[1])),
+        "two slots"
+    );
+
+    let mut guards = Vec::new();
+    let mut waiters = Vec::new();
+    for name in &names {
+        guards.push(a.lock(name).lock().await.expect("lock"));
+        let lock = b.lock(name);
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await;
+            (Instant::now(), guard)
+        }));
+        await_shard_subscriber(&cluster, master, &wake_channel(name)).await;
+    }
+
+    // Every client with subscriptions on that master loses its connection.
+    cluster.cmd_on(master, &["CLIENT", "KILL", "TYPE", "pubsub"]);
+    for name in &names {
+        await_shard_subscriber(&cluster, master, &wake_channel(name)).await;
+    }
+    for waiter in &waiters {
+        assert!(!waiter.is_finished(), "the locks are still held");
+    }
+
+    let mut taken = Vec::new();
+    for (guard, waiter) in guards.into_iter().zip(waiters) {
+        let released = Instant::now();
+        guard.unlock().await.expect("unlock");
+        let (acquired, guard) = finish("a waiter", WAKE, waiter).await;
+        let handoff = acquired.duration_since(released);
+        assert!(
+            handoff < Duration::from_secs(1),
+            "handed over {handoff:?} after the release (the lease is 30 s)"
+        );
+        taken.push(guard.expect("the waiter's lock"));
+    }
+    for guard in taken {
+        guard.unlock().await.expect("unlock");
+    }
+    assert_eq!(b.local_state().subscribed_channels, 0);
+}
