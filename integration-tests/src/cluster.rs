@@ -631,6 +631,219 @@ impl RedisCluster {
         )
     }
 
+    /// Moves hash slot `slot`, with its keys, to master `to_master`, the way
+    /// `redis-cli --cluster reshard` does, and waits until every node agrees.
+    ///
+    /// The steps (see the `CLUSTER SETSLOT` documentation):
+    ///
+    /// 1. `CLUSTER SETSLOT <slot> IMPORTING <source-id>` on the target, then
+    ///    `CLUSTER SETSLOT <slot> MIGRATING <target-id>` on the source (the
+    ///    slot's current owner). From then on the source serves the keys it
+    ///    still has and answers `ASK` for the others (`TRYAGAIN` for a
+    ///    multi-key command whose keys are split), and the target serves
+    ///    commands preceded by `ASKING`;
+    /// 2. on the source, `CLUSTER GETKEYSINSLOT <slot> 100` and
+    ///    `MIGRATE 127.0.0.1 <target-port> "" 0 5000 [AUTH <password>] KEYS ...`
+    ///    until no key is left (keys are not replaced: a key that already
+    ///    exists on the target makes this panic);
+    /// 3. `CLUSTER SETSLOT <slot> NODE <target-id>` on the target (which ends
+    ///    its importing state and bumps its config epoch), then on the source
+    ///    (which ends its migrating state and ends the slot's sharded pub/sub
+    ///    subscriptions with a `sunsubscribe` push to each subscriber), then
+    ///    on every other master;
+    /// 4. waits until [`check_ok`](Self::check_ok) succeeds with every node
+    ///    naming `to_master` as the slot's owner, and no master reports an
+    ///    importing or migrating state for the slot.
+    ///
+    /// Clients that keep using the slot meanwhile see `ASK`, `TRYAGAIN`, and
+    /// then `MOVED`. Use
+    /// [`begin_slot_migration`](Self::begin_slot_migration) and
+    /// [`finish_slot_migration`](Self::finish_slot_migration) to stop half-way.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the cluster does not converge first, `to_master` is not a
+    /// master or already owns the slot, a command fails, or the nodes do not
+    /// agree within [`CONVERGENCE_TIMEOUT`].
+    pub fn migrate_slot(&self, slot: u16, to_master: usize) {
+        self.begin_slot_migration(slot, to_master, 0);
+        self.finish_slot_migration(slot, to_master);
+    }
+
+    /// Steps 1 and 2 of [`migrate_slot`](Self::migrate_slot), stopping
+    /// half-way: marks `slot` importing on `to_master` and migrating on its
+    /// current owner, moves at most `keys_to_move` of its keys (in
+    /// `CLUSTER GETKEYSINSLOT` order) and returns them. The slot stays
+    /// owned by the source until
+    /// [`finish_slot_migration`](Self::finish_slot_migration): commands on
+    /// the moved keys (and on new keys) are answered with `ASK`, multi-key
+    /// commands whose keys are split with `TRYAGAIN`.
+    ///
+    /// # Panics
+    ///
+    /// Same as [`migrate_slot`](Self::migrate_slot).
+    pub fn begin_slot_migration(
+        &self,
+        slot: u16,
+        to_master: usize,
+        keys_to_move: usize,
+    ) -> Vec<String> {
+        let map = self.wait_converged(&format!("before migrating slot {slot}"));
+        let source = map
+            .iter()
+            .find(|&&(first, last, _)| first <= slot && slot <= last)
+            .map(|&(_, _, owner)| owner)
+            .unwrap_or_else(|| panic!("migrate slot {slot}: the slot is not assigned"));
+        assert_ne!(
+            source, to_master,
+            "migrate slot {slot}: node {to_master} already owns it"
+        );
+        assert_eq!(
+            self.role(to_master),
+            Some(NodeRole::Master),
+            "migrate slot {slot}: node {to_master} is not a reachable master"
+        );
+        let slot_arg = slot.to_string();
+        self.cmd_on(
+            to_master,
+            &[
+                "CLUSTER",
+                "SETSLOT",
+                &slot_arg,
+                "IMPORTING",
+                &self.ids[source],
+            ],
+        );
+        self.cmd_on(
+            source,
+            &[
+                "CLUSTER",
+                "SETSLOT",
+                &slot_arg,
+                "MIGRATING",
+                &self.ids[to_master],
+            ],
+        );
+        self.move_keys(slot, source, to_master, keys_to_move)
+    }
+
+    /// Steps 2 to 4 of [`migrate_slot`](Self::migrate_slot) for a slot that
+    /// [`begin_slot_migration`](Self::begin_slot_migration) left half-way:
+    /// moves the slot's remaining keys to `to_master`, hands it the slot and
+    /// waits until every node agrees.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the slot is not being migrated to `to_master`, a command
+    /// fails, or the nodes do not agree within [`CONVERGENCE_TIMEOUT`].
+    pub fn finish_slot_migration(&self, slot: u16, to_master: usize) {
+        let source = self.master_for_slot(slot);
+        let slot_arg = slot.to_string();
+        let target_id = self.ids[to_master].clone();
+        let migrating = format!("[{slot}->-{target_id}]");
+        let importing = format!("[{slot}-<-{}]", self.ids[source]);
+        assert!(
+            self.own_nodes_line(source).contains(&migrating),
+            "finish slot {slot}: node {source} is not migrating it to node {to_master}"
+        );
+        assert!(
+            self.own_nodes_line(to_master).contains(&importing),
+            "finish slot {slot}: node {to_master} is not importing it from node {source}"
+        );
+        let set_owner = ["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id];
+        self.move_keys(slot, source, to_master, usize::MAX);
+        self.cmd_on(to_master, &set_owner);
+        // The source refuses while it still has keys of the slot (one written after the last
+        // batch was listed): move those too and ask again.
+        let deadline = Instant::now() + CONVERGENCE_TIMEOUT;
+        while let Err(e) = self.try_cmd_on(source, &set_owner) {
+            assert!(
+                Instant::now() < deadline && e.to_string().contains("still hold keys"),
+                "CLUSTER SETSLOT {slot} NODE on node {source} failed: {e}"
+            );
+            self.move_keys(slot, source, to_master, usize::MAX);
+        }
+        for master in self.masters() {
+            if master != source && master != to_master {
+                self.cmd_on(master, &set_owner);
+            }
+        }
+        let marker = format!("[{slot}-");
+        self.poll(
+            &format!("every node to agree that node {to_master} owns slot {slot}"),
+            || {
+                let map = self.converged()?;
+                let owner = map
+                    .iter()
+                    .find(|&&(first, last, _)| first <= slot && slot <= last)
+                    .map(|&(_, _, owner)| owner);
+                if owner != Some(to_master) {
+                    return Err(format!("slot {slot} is owned by node {owner:?}"));
+                }
+                for master in [source, to_master] {
+                    if self.own_nodes_line(master).contains(&marker) {
+                        return Err(format!(
+                            "node {master} still reports a migration of slot {slot}"
+                        ));
+                    }
+                }
+                Ok(())
+            },
+        );
+    }
+
+    /// Moves up to `limit` keys of `slot` from `source` to `target` with
+    /// `MIGRATE`, in batches of 100; returns them.
+    fn move_keys(&self, slot: u16, source: usize, target: usize, limit: usize) -> Vec<String> {
+        let slot_arg = slot.to_string();
+        let port = self.nodes[target].port().to_string();
+        let password = self.nodes[target].password().map(str::to_owned);
+        let deadline = Instant::now() + CONVERGENCE_TIMEOUT;
+        let mut moved = Vec::new();
+        while moved.len() < limit {
+            let batch = (limit - moved.len()).min(100).to_string();
+            let reply = self.cmd_on(source, &["CLUSTER", "GETKEYSINSLOT", &slot_arg, &batch]);
+            let keys: Vec<String> = redis::from_redis_value_ref(&reply).unwrap_or_else(|e| {
+                panic!("unexpected CLUSTER GETKEYSINSLOT reply {reply:?}: {e}")
+            });
+            if keys.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "slot {slot} of node {source} still has keys after {CONVERGENCE_TIMEOUT:?}"
+            );
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000"];
+            if let Some(password) = &password {
+                args.extend(["AUTH", password.as_str()]);
+            }
+            args.push("KEYS");
+            args.extend(keys.iter().map(String::as_str));
+            if let Err(e) = self.try_cmd_on(source, &args) {
+                panic!("MIGRATE of {keys:?} from node {source} to node {target} failed: {e}");
+            }
+            moved.extend(keys);
+        }
+        moved
+    }
+
+    /// Node `i`'s own line of `CLUSTER NODES` (the one flagged `myself`),
+    /// where its importing and migrating slots are listed.
+    fn own_nodes_line(&self, i: usize) -> String {
+        let reply = self.cmd_on(i, &["CLUSTER", "NODES"]);
+        let nodes =
+            text(&reply).unwrap_or_else(|| panic!("unexpected CLUSTER NODES reply {reply:?}"));
+        nodes
+            .lines()
+            .find(|line| {
+                line.split_whitespace()
+                    .nth(2)
+                    .is_some_and(|f| f.contains("myself"))
+            })
+            .unwrap_or_else(|| panic!("node {i}'s CLUSTER NODES has no `myself` line: {nodes}"))
+            .to_owned()
+    }
+
     /// Stops node `i` (`SIGKILL`) without waiting for the cluster to react.
     ///
     /// # Panics

@@ -17,11 +17,12 @@
 //! * the connection to a node drops: which node is not said, and redis-rs's own
 //!   resubscription sends a node's channels in one command, which Redis refuses when they span
 //!   several slots. So the task takes every subscription as lost and subscribes every wanted
-//!   channel again, one command each; waiters re-check at once and again on each
+//!   channel again, one command each, and once more a second later (redis-rs may replace the
+//!   node's connection again meanwhile); waiters re-check at once and again on each
 //!   re-confirmation, since messages may have been missed;
 //! * the slot moves (a migration, or a graceful failover that demotes the primary): Redis ends
 //!   the subscription with a `sunsubscribe` push, and the task subscribes the channel again,
-//!   at its new owner;
+//!   at its new owner (see [`probe_primary`] for how it finds it);
 //! * the primary is killed: its connection drops (above), and the new subscriptions reach the
 //!   promoted replica once the connection has learnt the new slot map;
 //! * a primary stops answering: the task pings, per slot with waiters, the slot's primary;
@@ -51,6 +52,11 @@ type PingRound = Pin<Box<dyn Future<Output = (Instant, Vec<(u16, bool)>)> + Send
 
 /// Pause before subscribing again a channel whose subscription Redis ended or refused.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(20);
+/// When, after a dropped connection, every channel is subscribed once more.
+const SECOND_PASS_AFTER: Duration = Duration::from_secs(1);
+/// Most probes for the primary before subscribing a channel again, and the pause between.
+const MAX_PROBES: u32 = 10;
+const PROBE_PAUSE: Duration = Duration::from_millis(20);
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 
 /// Subscription bookkeeping of the task.
@@ -69,6 +75,8 @@ struct Subscriptions {
     /// Channels to bring in line with the wanted set once `retry_at` comes.
     retry: HashSet<String>,
     retry_at: Option<Instant>,
+    /// When to subscribe everything once more after a dropped connection.
+    second_pass_at: Option<Instant>,
 }
 
 /// How one `SSUBSCRIBE` or `SUNSUBSCRIBE` ended.
@@ -131,6 +139,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
     let mut slot_down_since: HashMap<u16, Instant> = HashMap::new();
     loop {
         let retry_at = subs.retry_at;
+        let second_pass_at = subs.second_pass_at;
         tokio::select! {
             _ = shared.shutdown.wait() => break,
             Some(push) = pushes.recv() => {
@@ -151,6 +160,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
                     // Wanted or not may have changed while the command was on its way.
                     apply(&mut subs, HashSet::from([channel]));
                 }
+            }
+            _ = sleep_until_some(second_pass_at), if second_pass_at.is_some() => {
+                subs.second_pass_at = None;
+                let wanted = interrupt_all(&hub, &mut subs);
+                apply(&mut subs, wanted);
             }
             _ = sleep_until_some(retry_at), if retry_at.is_some() => {
                 let touched = std::mem::take(&mut subs.retry);
@@ -238,18 +252,27 @@ fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) -> Option<HashSe
         }
         (PushKind::Disconnection, _) => {
             tracing::debug!("a cluster pub/sub connection dropped; subscribing everything again");
-            let lost = std::mem::take(&mut subs.on_server);
-            subs.interrupted.extend(lost);
-            subs.unconfirmed.clear();
-            hub.update_all(|s| {
-                s.subscribed = false;
-                s.generation += 1;
-            });
-            return Some(hub.wanted());
+            // redis-rs may still replace the node's connection after this first pass, taking
+            // its subscriptions along: a second pass, once that has settled, catches it.
+            subs.second_pass_at = Some(Instant::now() + SECOND_PASS_AFTER);
+            return Some(interrupt_all(hub, subs));
         }
         _ => {}
     }
     None
+}
+
+/// Takes every subscription as lost: waiters re-check now, and again once their channel is
+/// confirmed; returns the channels to subscribe again.
+fn interrupt_all(hub: &Hub, subs: &mut Subscriptions) -> HashSet<String> {
+    let lost = std::mem::take(&mut subs.on_server);
+    subs.interrupted.extend(lost);
+    subs.unconfirmed.clear();
+    hub.update_all(|s| {
+        s.subscribed = false;
+        s.generation += 1;
+    });
+    hub.wanted()
 }
 
 /// Brings Redis in line with the wanted set for `touched` channels: sends one command per
@@ -282,8 +305,12 @@ fn apply(
         subs.in_flight.insert(channel.clone());
         let mut connection = connection.clone();
         let outcomes = outcomes.clone();
+        let find_primary = subscribe && subs.interrupted.contains(&channel);
         tokio::spawn(async move {
             let sent = async {
+                if find_primary {
+                    probe_primary(&mut connection, &channel).await;
+                }
                 if subscribe {
                     connection.ssubscribe(&channel).await
                 } else {
@@ -298,6 +325,28 @@ fn apply(
                 answered,
             });
         });
+    }
+}
+
+/// Makes sure the connection knows the primary of `channel`'s slot before subscribing again.
+///
+/// A subscription Redis ended usually means the slot moved. A demoted primary (a graceful
+/// failover) still accepts `SSUBSCRIBE` as a replica of the new one, but receives its
+/// messages only once replication has caught up, and a release published meanwhile would be
+/// missed. A keyed command, which a replica answers with `MOVED`, makes the connection learn
+/// the new slot map first: it is repeated until the slot's primary answers it.
+async fn probe_primary(connection: &mut ClusterConnection, channel: &str) {
+    for _ in 0..MAX_PROBES {
+        let answer: redis::RedisResult<redis::Value> = redis::cmd("EXISTS")
+            .arg(channel)
+            .query_async(connection)
+            .await;
+        match answer {
+            Err(err) if err.is_cluster_error() || err.is_io_error() => {
+                tokio::time::sleep(PROBE_PAUSE).await;
+            }
+            _ => return,
+        }
     }
 }
 
