@@ -17,11 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use common::{eventually, is_outage, join_all, lock_key, ms, strings, wake_channel};
+use common::{
+    classic_subscribers, eventually, is_outage, join_all, lock_key, ms, shard_subscribers, strings,
+    wake_channel, Paused,
+};
 use redis::Value;
 use redisync::core::keys;
 use redisync::prelude::*;
-use redisync_test_harness::{RedisCluster, RedisServer};
+use redisync_test_harness::RedisCluster;
 use tokio::task::JoinHandle;
 
 /// How long a wake-up may take before the test fails: far below the default 30 s watchdog
@@ -119,25 +122,6 @@ fn names_on_each_master(
 fn int(value: &Value) -> i64 {
     redis::from_redis_value_ref::<i64>(value)
         .unwrap_or_else(|e| panic!("expected an integer, got {value:?}: {e}"))
-}
-
-/// The count of a `PUBSUB NUMSUB`/`SHARDNUMSUB` reply for one channel.
-fn subscriber_count(reply: &Value) -> i64 {
-    match reply {
-        Value::Array(items) if items.len() == 2 => int(&items[1]),
-        Value::Map(pairs) if pairs.len() == 1 => int(&pairs[0].1),
-        _ => panic!("unexpected PUBSUB reply {reply:?}"),
-    }
-}
-
-/// Sharded subscribers of `channel` on node `node` (`PUBSUB SHARDNUMSUB`).
-fn shard_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
-    subscriber_count(&cluster.cmd_on(node, &["PUBSUB", "SHARDNUMSUB", channel]))
-}
-
-/// Classic subscribers of `channel` on node `node` (`PUBSUB NUMSUB`).
-fn classic_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
-    subscriber_count(&cluster.cmd_on(node, &["PUBSUB", "NUMSUB", channel]))
 }
 
 /// Waits until someone has `channel` subscribed (sharded) on `master`.
@@ -1014,24 +998,6 @@ async fn multi_lock_takes_one_script_per_slot_and_opposite_orders_do_not_deadloc
 // 6. Replica sync
 // ---------------------------------------------------------------------------------------------
 
-/// Resumes a paused node when dropped, also when the test fails.
-struct Paused<'a>(&'a RedisServer);
-
-impl<'a> Paused<'a> {
-    fn new(node: &'a RedisServer) -> Self {
-        node.pause();
-        Paused(node)
-    }
-}
-
-impl Drop for Paused<'_> {
-    fn drop(&mut self) {
-        if self.0.is_running() {
-            self.0.resume();
-        }
-    }
-}
-
 /// Pauses a replica, so it has a cluster of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_cluster_of_its_own_replica_sync_waits_for_the_replica_of_the_owning_master() {
@@ -1070,7 +1036,7 @@ async fn with_a_cluster_of_its_own_replica_sync_waits_for_the_replica_of_the_own
     let (master, x) = &names[0];
     let (other_master, y) = &names[1];
     let replica = cluster.replica_of(*master).expect("a replica");
-    let paused = Paused::new(cluster.node(replica));
+    let paused = Paused::pause(cluster.node(replica));
     let started = Instant::now();
     let outcome = synced.lock(x).try_lock().await;
     assert!(
@@ -1269,71 +1235,4 @@ async fn with_bad_seeds_building_a_cluster_client_fails_fast() {
     }
     assert!(took < Duration::from_secs(5), "took {took:?}");
     drop(silent);
-}
-
-/// Kills the hub's connections, so it has a cluster of its own. redis-rs would resubscribe a
-/// node's channels in one `SSUBSCRIBE`, which Redis refuses when they span several slots; the
-/// hub must subscribe each again itself.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_cluster_of_its_own_waiters_on_two_slots_of_one_node_survive_a_dropped_pub_sub_connection(
-) {
-    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
-        .await
-        .expect("start the cluster");
-    let (a, b) = (
-        cluster_client(&cluster).await,
-        cluster_client(&cluster).await,
-    );
-    // Two names on one master, in different slots.
-    let on_master: Vec<(usize, String)> = names_on_each_master(&cluster, "dropped", 2);
-    let master = on_master[0].0;
-    let names: Vec<String> = on_master
-        .into_iter()
-        .filter(|(m, _)| *m == master)
-        .map(|(_, name)| name)
-        .collect();
-    assert_eq!(names.len(), 2);
-    assert_ne!(
-        cluster.slot_of(&lock_key(&names[0])),
-        cluster.slot_of(&lock_key(&names[1])),
-        "two slots"
-    );
-
-    let mut guards = Vec::new();
-    let mut waiters = Vec::new();
-    for name in &names {
-        guards.push(a.lock(name).lock().await.expect("lock"));
-        let lock = b.lock(name);
-        waiters.push(tokio::spawn(async move {
-            let guard = lock.lock().await;
-            (Instant::now(), guard)
-        }));
-        await_shard_subscriber(&cluster, master, &wake_channel(name)).await;
-    }
-
-    // Every client with subscriptions on that master loses its connection.
-    cluster.cmd_on(master, &["CLIENT", "KILL", "TYPE", "pubsub"]);
-    for name in &names {
-        await_shard_subscriber(&cluster, master, &wake_channel(name)).await;
-    }
-    for waiter in &waiters {
-        assert!(!waiter.is_finished(), "the locks are still held");
-    }
-
-    let mut taken = Vec::new();
-    for (guard, waiter) in guards.into_iter().zip(waiters) {
-        let released = Instant::now();
-        guard.unlock().await.expect("unlock");
-        let (acquired, guard) = finish("a waiter", WAKE, waiter).await;
-        let handoff = acquired.duration_since(released);
-        assert!(
-            handoff < Duration::from_secs(1),
-            "handed over {handoff:?} after the release (the lease is 30 s)"
-        );
-        taken.push(guard.expect("the waiter's lock"));
-    }
-    for guard in taken {
-        guard.unlock().await.expect("unlock");
-    }
-    assert_eq!(b.local_state().subscribed_channels, 0);
 }

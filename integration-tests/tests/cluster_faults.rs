@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_idle, eventually, lock_key, ms, wake_channel};
+use common::{assert_idle, eventually, lock_key, ms, shard_subscribers, wake_channel, Paused};
 use redisync::prelude::*;
-use redisync_test_harness::{wait_until, RedisCluster, RedisServer};
+use redisync_test_harness::{wait_until, RedisCluster};
 
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
@@ -47,24 +47,6 @@ async fn start_cluster(extra_args: &'static [&'static str]) -> RedisCluster {
 /// `redisync:{<name>}:fence`, the lock's fencing counter.
 fn fence_key(name: &str) -> String {
     format!("redisync:{{{name}}}:fence")
-}
-
-/// Subscribers of sharded channel `channel` on node `node` (`PUBSUB SHARDNUMSUB`); 0 if the
-/// node does not answer.
-fn shard_numsub(cluster: &RedisCluster, node: usize, channel: &str) -> u64 {
-    let Ok(reply) = cluster.try_cmd_on(node, &["PUBSUB", "SHARDNUMSUB", channel]) else {
-        return 0;
-    };
-    match &reply {
-        redis::Value::Array(items) if items.len() == 2 => {
-            redis::from_redis_value_ref::<u64>(&items[1]).ok()
-        }
-        redis::Value::Map(pairs) if pairs.len() == 1 => {
-            redis::from_redis_value_ref::<u64>(&pairs[0].1).ok()
-        }
-        _ => None,
-    }
-    .unwrap_or_else(|| panic!("unexpected PUBSUB SHARDNUMSUB reply {reply:?}"))
 }
 
 /// `PTTL` of `key` on node `node` (negative if it has none or does not exist).
@@ -146,35 +128,6 @@ fn kind_of(err: &Error) -> &'static str {
 
 fn is_outage_kind(kind: &str) -> bool {
     matches!(kind, "timeout" | "connection" | "cluster")
-}
-
-/// Resumes a paused node when dropped, so that a failed assertion does not leave it stopped.
-struct Paused<'a> {
-    node: &'a RedisServer,
-    resumed: bool,
-}
-
-impl<'a> Paused<'a> {
-    fn pause(node: &'a RedisServer) -> Self {
-        node.pause();
-        Paused {
-            node,
-            resumed: false,
-        }
-    }
-
-    fn resume(mut self) {
-        self.node.resume();
-        self.resumed = true;
-    }
-}
-
-impl Drop for Paused<'_> {
-    fn drop(&mut self) {
-        if !self.resumed {
-            self.node.resume();
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -745,7 +698,7 @@ async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
     let guard = a.lock(name).lock().await.expect("lock");
     let waiter = spawn_lock_waiter(&b, name);
     eventually("the waiter subscribed", SETTLE, || {
-        shard_numsub(&cluster, old_master, &channel) >= 1
+        shard_subscribers(&cluster, old_master, &channel) >= 1
     })
     .await;
 
@@ -756,11 +709,14 @@ async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
     .await
     .expect("failover");
     let failed_over_at = Instant::now();
-    let moved = wait_until(ms(2000), || shard_numsub(&cluster, replica, &channel) >= 1).await;
+    let moved = wait_until(ms(2000), || {
+        shard_subscribers(&cluster, replica, &channel) >= 1
+    })
+    .await;
     eprintln!(
         "subscribers after the failover: {} on the demoted primary, {} on the new one",
-        shard_numsub(&cluster, old_master, &channel),
-        shard_numsub(&cluster, replica, &channel)
+        shard_subscribers(&cluster, old_master, &channel),
+        shard_subscribers(&cluster, replica, &channel)
     );
     assert!(
         moved,
@@ -819,7 +775,7 @@ async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() 
         })
     };
     eventually("the waiter subscribed", SETTLE, || {
-        shard_numsub(&cluster, victim, &channel) >= 1
+        shard_subscribers(&cluster, victim, &channel) >= 1
     })
     .await;
 
@@ -836,7 +792,7 @@ async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() 
         errors.lock().unwrap()
     );
     eventually("the waiter subscribed on the new primary", ms(3000), || {
-        shard_numsub(&cluster, promoted, &channel) >= 1
+        shard_subscribers(&cluster, promoted, &channel) >= 1
     })
     .await;
     assert!(!waiter.is_finished(), "the waiter got a lock that is held");
@@ -887,7 +843,7 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
     let subscribed = |cluster: &RedisCluster| {
         names
             .iter()
-            .all(|name| shard_numsub(cluster, 0, &wake_channel(name)) >= 1)
+            .all(|name| shard_subscribers(cluster, 0, &wake_channel(name)) >= 1)
     };
     eventually("both waiters subscribed", SETTLE, || subscribed(&cluster)).await;
 
@@ -900,7 +856,7 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
         "the waiters were not subscribed again within 5 s: subscribers {:?}, {:?}",
         names
             .iter()
-            .map(|name| shard_numsub(&cluster, 0, &wake_channel(name)))
+            .map(|name| shard_subscribers(&cluster, 0, &wake_channel(name)))
             .collect::<Vec<_>>(),
         b.local_state()
     );
@@ -952,7 +908,7 @@ async fn a_waiter_and_a_hold_follow_a_slot_migration() {
     let held_lost = held.lost();
     let waiter = spawn_lock_waiter(&b, name);
     eventually("the waiter subscribed on the source", SETTLE, || {
-        shard_numsub(&cluster, source, &channel) >= 1
+        shard_subscribers(&cluster, source, &channel) >= 1
     })
     .await;
     assert_eq!(b.stats().contended_waits, 1);
@@ -968,14 +924,14 @@ async fn a_waiter_and_a_hold_follow_a_slot_migration() {
     eventually(
         "the waiter's hub subscribed again on the new owner",
         ms(5000),
-        || shard_numsub(&cluster, target, &channel) >= 1,
+        || shard_subscribers(&cluster, target, &channel) >= 1,
     )
     .await;
     eprintln!(
         "resubscribed on the new owner {:?} after the migration",
         migrated_at.elapsed()
     );
-    assert_eq!(shard_numsub(&cluster, source, &channel), 0);
+    assert_eq!(shard_subscribers(&cluster, source, &channel), 0);
     assert!(!waiter.is_finished(), "the waiter got a lock that is held");
 
     let released = Instant::now();
@@ -1163,8 +1119,8 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
         })
     };
     eventually("both waiters subscribed on the source", SETTLE, || {
-        shard_numsub(&cluster, source, &sem_channel) >= 1
-            && shard_numsub(&cluster, source, &latch_channel) >= 1
+        shard_subscribers(&cluster, source, &sem_channel) >= 1
+            && shard_subscribers(&cluster, source, &latch_channel) >= 1
     })
     .await;
 
@@ -1179,8 +1135,8 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
         "both waiters' subscriptions moved to the new owner",
         ms(5000),
         || {
-            shard_numsub(&cluster, target, &sem_channel) >= 1
-                && shard_numsub(&cluster, target, &latch_channel) >= 1
+            shard_subscribers(&cluster, target, &sem_channel) >= 1
+                && shard_subscribers(&cluster, target, &latch_channel) >= 1
         },
     )
     .await;
@@ -1245,8 +1201,8 @@ async fn a_paused_primary_fails_only_its_own_waiters() {
     let x_waiter = spawn_lock_waiter(&b, &x);
     let y_waiter = spawn_lock_waiter(&b, &y);
     eventually("both waiters subscribed", SETTLE, || {
-        shard_numsub(&cluster, x_master, &wake_channel(&x)) >= 1
-            && shard_numsub(&cluster, y_master, &wake_channel(&y)) >= 1
+        shard_subscribers(&cluster, x_master, &wake_channel(&x)) >= 1
+            && shard_subscribers(&cluster, y_master, &wake_channel(&y)) >= 1
     })
     .await;
     tokio::time::sleep(ms(100)).await;
@@ -1299,7 +1255,7 @@ async fn a_paused_primary_fails_only_its_own_waiters() {
     assert_eq!(cluster.master_for_key(&lock_key(&x)), x_master);
     let x_waiter = spawn_lock_waiter(&b, &x);
     eventually("the waiter subscribed again", SETTLE, || {
-        shard_numsub(&cluster, x_master, &wake_channel(&x)) >= 1
+        shard_subscribers(&cluster, x_master, &wake_channel(&x)) >= 1
     })
     .await;
     let released = Instant::now();

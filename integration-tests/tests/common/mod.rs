@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redisync::prelude::*;
-use redisync_test_harness::{wait_until, RedisServer};
+use redisync_test_harness::{wait_until, RedisCluster, RedisServer};
 
 /// The lock's hash key for the default prefix.
 pub fn lock_key(name: &str) -> String {
@@ -149,4 +149,62 @@ pub async fn join_all<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
         results.push(task.await.expect("task panicked"));
     }
     results
+}
+
+/// Subscribers of sharded channel `channel` on cluster node `node` (`PUBSUB SHARDNUMSUB`); 0
+/// if the node does not answer.
+pub fn shard_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> u64 {
+    subscribers(cluster, node, "SHARDNUMSUB", channel)
+}
+
+/// Subscribers of classic channel `channel` on cluster node `node` (`PUBSUB NUMSUB`); 0 if
+/// the node does not answer.
+pub fn classic_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> u64 {
+    subscribers(cluster, node, "NUMSUB", channel)
+}
+
+fn subscribers(cluster: &RedisCluster, node: usize, count: &str, channel: &str) -> u64 {
+    let Ok(reply) = cluster.try_cmd_on(node, &["PUBSUB", count, channel]) else {
+        return 0;
+    };
+    match &reply {
+        redis::Value::Array(items) if items.len() == 2 => {
+            redis::from_redis_value_ref::<u64>(&items[1]).ok()
+        }
+        redis::Value::Map(pairs) if pairs.len() == 1 => {
+            redis::from_redis_value_ref::<u64>(&pairs[0].1).ok()
+        }
+        _ => None,
+    }
+    .unwrap_or_else(|| panic!("unexpected PUBSUB {count} reply {reply:?}"))
+}
+
+/// A Redis process stopped with SIGSTOP until [`resume`](Paused::resume) or drop, so that a
+/// failed assertion never leaves it stopped.
+pub struct Paused<'a> {
+    node: &'a RedisServer,
+    resumed: bool,
+}
+
+impl<'a> Paused<'a> {
+    pub fn pause(node: &'a RedisServer) -> Self {
+        node.pause();
+        Paused {
+            node,
+            resumed: false,
+        }
+    }
+
+    pub fn resume(mut self) {
+        self.node.resume();
+        self.resumed = true;
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        if !self.resumed && self.node.is_running() {
+            self.node.resume();
+        }
+    }
 }
