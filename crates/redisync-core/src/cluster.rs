@@ -7,11 +7,13 @@
 //! follows the redirections itself, which is safe because a node that answers `MOVED`, `ASK`,
 //! `TRYAGAIN` or `CLUSTERDOWN` ran nothing:
 //!
-//! * `MOVED host:port`: send again to that node (the slot changed owner);
+//! * `MOVED host:port`: send again to that node (the slot changed owner; the connection also
+//!   rebuilds its slot map);
 //! * `ASK host:port`: send `ASKING` and the script to that node, once (the slot is migrating
 //!   and the keys are already there);
-//! * `TRYAGAIN`, `CLUSTERDOWN`: wait a moment and send again (a migration or failover is under
-//!   way);
+//! * `TRYAGAIN`, `CLUSTERDOWN`, or no connection to the node a redirection named (the
+//!   connection only reaches nodes it knows): wait a moment and send again by slot (a
+//!   migration or failover is under way);
 //! * `NOSCRIPT`: send the script's source with `EVAL` to the same node, which also caches it
 //!   there. (`SCRIPT LOAD` would go to every node and fail while any one of them is down.)
 //!
@@ -75,8 +77,9 @@ pub(crate) async fn run_script(
             Ok(replies) => return Ok(replies),
             Err(err) => err,
         };
-        asking = false;
+        let by_slot = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
         match err.kind() {
+            // Same node, same ASKING, now with the source.
             ErrorKind::Server(ServerErrorKind::NoScript) if !with_source => with_source = true,
             ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
                 if redirects < MAX_REDIRECTS =>
@@ -89,11 +92,12 @@ pub(crate) async fn run_script(
                 target = node;
             }
             ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown)
+            | ErrorKind::ClusterConnectionNotFound
                 if busy < MAX_BUSY_RETRIES =>
             {
                 busy += 1;
-                // Back to routing by slot: the failover or migration may have moved it.
-                target = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                asking = false;
+                target = by_slot;
                 tokio::time::sleep(BUSY_PAUSE).await;
             }
             _ => return Err(err.into()),

@@ -78,12 +78,21 @@ impl Error {
     pub(crate) fn is_retryable(&self) -> bool {
         match self {
             // A cluster that is failing over or moving the slot refused the request before
-            // running it (CLUSTERDOWN, TRYAGAIN, or redirections beyond the retry budget).
+            // running it (CLUSTERDOWN, TRYAGAIN, redirections beyond the budget, or no
+            // connection to the node yet), or a server still loading or without its primary.
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_cluster_error()
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::ClusterConnectionNotFound
+                            | redis::ErrorKind::Server(
+                                redis::ServerErrorKind::MasterDown
+                                    | redis::ServerErrorKind::BusyLoading
+                            )
+                    )
             }
             _ => false,
         }

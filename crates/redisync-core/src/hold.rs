@@ -131,8 +131,13 @@ impl Hold {
         let reply = Abandonable::new(request, |_| async {})
             .instrument(span)
             .await;
-        if unleased && reply.as_ref().is_err_and(Error::is_outcome_unknown) {
-            // Nothing else would ever give these back: keep trying.
+        if unleased
+            && reply
+                .as_ref()
+                .is_err_and(|err| err.is_outcome_unknown() || err.is_retryable())
+        {
+            // Nothing else would ever give these back: keep trying (an outage, or a cluster
+            // refusing requests while it reconfigures, outlasted this call).
             self.client.spawn_until_done(call);
         }
         reply

@@ -25,6 +25,11 @@
 //!   at its new owner (see [`probe_primary`] for how it finds it);
 //! * the primary is killed: its connection drops (above), and the new subscriptions reach the
 //!   promoted replica once the connection has learnt the new slot map;
+//! * redis-rs replaces a node's connection without reporting a drop (it does when it rebuilds
+//!   its connections from the seed nodes, or when a check of a connection fails): the
+//!   subscriptions go with it unnoticed. Every ten ping rounds the task therefore sends every
+//!   live subscription again; until then waiters rely on their own timed re-checks (at most
+//!   10 s apart);
 //! * a primary stops answering: the task pings, per slot with waiters, the slot's primary;
 //!   once a slot has gone a whole command timeout without an answer its channels are marked
 //!   unreachable, so their waiters fail instead of sleeping through the outage, while waiters
@@ -52,6 +57,8 @@ type PingRound = Pin<Box<dyn Future<Output = (Instant, Vec<(u16, bool)>)> + Send
 
 /// Pause before subscribing again a channel whose subscription Redis ended or refused.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(20);
+/// Every this many ping rounds, live subscriptions are sent again (see the module doc).
+const REFRESH_EVERY: u64 = 10;
 /// When, after a dropped connection, every channel is subscribed once more.
 const SECOND_PASS_AFTER: Duration = Duration::from_secs(1);
 /// Most probes for the primary before subscribing a channel again, and the pause between.
@@ -129,9 +136,19 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
     // neither messages nor the subscriptions of other shards.
     let (outcome_sender, mut outcomes) = mpsc::unbounded_channel::<Outcome>();
     let mut subs = Subscriptions::default();
-    let apply = |subs: &mut Subscriptions, touched: HashSet<String>| {
-        apply(&hub, &connection, subs, touched, timeout, &outcome_sender)
+    let send = |subs: &mut Subscriptions, touched: HashSet<String>, resend_live: bool| {
+        apply(
+            &hub,
+            &connection,
+            subs,
+            touched,
+            resend_live,
+            timeout,
+            &outcome_sender,
+        )
     };
+    let apply = |subs: &mut Subscriptions, touched: HashSet<String>| send(subs, touched, false);
+    let mut rounds: u64 = 0;
     apply(&mut subs, hub.wanted());
     let ping_every = ping_interval(timeout);
     let mut next_ping = Instant::now() + ping_every;
@@ -174,6 +191,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
             _ = tokio::time::sleep_until(next_ping), if ping.is_none() => {
                 next_ping = Instant::now() + ping_every;
                 retry_unconfirmed(&mut subs, timeout);
+                rounds += 1;
+                if rounds.is_multiple_of(REFRESH_EVERY) {
+                    let live = subs.on_server.clone();
+                    send(&mut subs, live, true);
+                }
                 let slots = hub.wanted_slots();
                 if !slots.is_empty() {
                     ping = Some(ping_slots(shared.connection(), slots, timeout));
@@ -276,12 +298,14 @@ fn interrupt_all(hub: &Hub, subs: &mut Subscriptions) -> HashSet<String> {
 }
 
 /// Brings Redis in line with the wanted set for `touched` channels: sends one command per
-/// channel that needs one, each on a task of its own reporting to `outcomes`.
+/// channel that needs one, each on a task of its own reporting to `outcomes`. With
+/// `resend_live`, live channels are subscribed again too (Redis ignores a repeat).
 fn apply(
     hub: &Hub,
     connection: &ClusterConnection,
     subs: &mut Subscriptions,
     touched: HashSet<String>,
+    resend_live: bool,
     timeout: Duration,
     outcomes: &mpsc::UnboundedSender<Outcome>,
 ) {
@@ -295,12 +319,17 @@ fn apply(
         let subscribe = match (hub.is_wanted(&channel), subs.on_server.contains(&channel)) {
             (true, false) => true,
             (false, true) => false,
+            (true, true) if resend_live => true,
             (true, true) => {
                 // Liveness is the pings' business: only they clear an outage.
                 hub.update(&channel, |s| s.subscribed = true);
                 continue;
             }
-            (false, false) => continue,
+            (false, false) => {
+                // Nobody waits on it any more: there is nothing left to catch up on.
+                subs.interrupted.remove(&channel);
+                continue;
+            }
         };
         subs.in_flight.insert(channel.clone());
         let mut connection = connection.clone();
@@ -308,8 +337,12 @@ fn apply(
         let find_primary = subscribe && subs.interrupted.contains(&channel);
         tokio::spawn(async move {
             let sent = async {
-                if find_primary {
-                    probe_primary(&mut connection, &channel).await;
+                if find_primary && !probe_primary(&mut connection, &channel).await {
+                    // Not yet: the channel is tried again, and probed again, a bit later.
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+                        "the slot's primary is not known yet",
+                    )));
                 }
                 if subscribe {
                     connection.ssubscribe(&channel).await
@@ -334,20 +367,20 @@ fn apply(
 /// failover) still accepts `SSUBSCRIBE` as a replica of the new one, but receives its
 /// messages only once replication has caught up, and a release published meanwhile would be
 /// missed. A keyed command, which a replica answers with `MOVED`, makes the connection learn
-/// the new slot map first: it is repeated until the slot's primary answers it.
-async fn probe_primary(connection: &mut ClusterConnection, channel: &str) {
+/// the new slot map first: it is repeated until the slot's primary answers it. Returns whether
+/// one did.
+async fn probe_primary(connection: &mut ClusterConnection, channel: &str) -> bool {
     for _ in 0..MAX_PROBES {
         let answer: redis::RedisResult<redis::Value> = redis::cmd("EXISTS")
             .arg(channel)
             .query_async(connection)
             .await;
         match answer {
-            Err(err) if err.is_cluster_error() || err.is_io_error() => {
-                tokio::time::sleep(PROBE_PAUSE).await;
-            }
-            _ => return,
+            Ok(_) => return true,
+            Err(_) => tokio::time::sleep(PROBE_PAUSE).await,
         }
     }
+    false
 }
 
 /// Records how a command ended; returns whether the channel may need another one now.
