@@ -407,6 +407,26 @@ fn spawn_lock_waiter(
 }
 
 /// Awaits a waiter for at most `within` after `since`.
+/// Releases `guard`, a hold taken before a failover (`survived` is what a failed release
+/// would mean), and checks that `waiter`, waiting for the same lock, gets it within a second;
+/// then releases that too.
+async fn hand_over_on_the_new_primary(
+    guard: LockGuard,
+    waiter: tokio::task::JoinHandle<(Result<LockGuard>, Instant)>,
+    survived: &str,
+) {
+    let released = Instant::now();
+    guard.unlock().await.expect(survived);
+    let guard = woken_within(
+        "the waiter, after a release on the new primary",
+        waiter,
+        released,
+        ms(1000),
+    )
+    .await;
+    guard.unlock().await.expect("unlock");
+}
+
 async fn woken_within<T>(
     what: &str,
     waiter: tokio::task::JoinHandle<(Result<T>, Instant)>,
@@ -727,19 +747,7 @@ async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
         failed_over_at.elapsed()
     );
     assert!(!waiter.is_finished(), "the waiter got a lock that is held");
-    let released = Instant::now();
-    guard
-        .unlock()
-        .await
-        .expect("the hold survived the failover");
-    let guard = woken_within(
-        "the waiter, after a release on the new primary",
-        waiter,
-        released,
-        ms(1000),
-    )
-    .await;
-    guard.unlock().await.expect("unlock");
+    hand_over_on_the_new_primary(guard, waiter, "the hold survived the failover").await;
     quiesce(&[&a, &b]).await;
 }
 
@@ -799,19 +807,7 @@ async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() 
     for kind in errors.lock().unwrap().keys() {
         assert!(is_outage_kind(kind), "the waiter failed with {kind}");
     }
-    let released = Instant::now();
-    guard
-        .unlock()
-        .await
-        .expect("the replicated hold survived the kill");
-    let guard = woken_within(
-        "the waiter, after a release on the new primary",
-        waiter,
-        released,
-        ms(1000),
-    )
-    .await;
-    guard.unlock().await.expect("unlock");
+    hand_over_on_the_new_primary(guard, waiter, "the replicated hold survived the kill").await;
     quiesce(&[&a, &b]).await;
 }
 
