@@ -101,11 +101,19 @@ impl QueueSlot {
 /// The client's local wait queues, one per primitive with waiters.
 #[derive(Default)]
 pub(crate) struct WaitQueues {
-    slots: Mutex<HashMap<String, Arc<QueueSlot>>>,
+    slots: Mutex<HashMap<String, Queue>>,
 }
 
-/// A place in a local queue; dropping it leaves the queue (and removes an empty queue). It
-/// holds the only reference to the slot a waiter has, so "last one out" is exact.
+/// One primitive's queue and how many tickets it has out. The count is kept under the map's
+/// lock, where tickets are made and given back, so "last one out" is exact even when tickets
+/// are dropped at once on different threads (a count of `Arc` references is not: a ticket's
+/// reference goes only after its drop has released the lock).
+struct Queue {
+    slot: Arc<QueueSlot>,
+    tickets: usize,
+}
+
+/// A place in a local queue; dropping it leaves the queue (and removes an empty queue).
 struct Ticket {
     queues: Arc<WaitQueues>,
     key: String,
@@ -120,7 +128,14 @@ impl Ticket {
 
 impl WaitQueues {
     fn join(self: &Arc<Self>, key: &str) -> Ticket {
-        let slot = lock(&self.slots).entry(key.to_owned()).or_default().clone();
+        let mut slots = lock(&self.slots);
+        let queue = slots.entry(key.to_owned()).or_insert_with(|| Queue {
+            slot: Arc::default(),
+            tickets: 0,
+        });
+        queue.tickets += 1;
+        let slot = queue.slot.clone();
+        drop(slots);
         Ticket {
             queues: self.clone(),
             key: key.to_owned(),
@@ -140,14 +155,13 @@ impl WaitQueues {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut slots = lock(&self.queues.slots);
-        // Under the map lock, where tickets are made: if the map and this ticket hold the only
-        // references, this is the last waiter and the queue goes.
-        if Arc::strong_count(&self.slot) == 2
-            && slots
-                .get(&self.key)
-                .is_some_and(|s| Arc::ptr_eq(s, &self.slot))
-        {
-            slots.remove(&self.key);
+        if let Some(queue) = slots.get_mut(&self.key) {
+            if Arc::ptr_eq(&queue.slot, &self.slot) {
+                queue.tickets -= 1;
+                if queue.tickets == 0 {
+                    slots.remove(&self.key);
+                }
+            }
         }
     }
 }
