@@ -791,12 +791,17 @@ fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
     redis::Client::open(config.url.as_str())
 }
 
+/// redis' rustls picks the process-wide crypto provider, and panics if another crate's
+/// features left two of them compiled in without choosing. Chooses ring, unless the
+/// application already chose one (then this does nothing).
+#[cfg(feature = "tls")]
+fn choose_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 #[cfg(feature = "tls")]
 fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
-    // redis' rustls picks the process-wide crypto provider, and panics if another crate's
-    // features left two of them compiled in without choosing. Choose ring, unless the
-    // application already chose one (then this does nothing).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    choose_crypto_provider();
     match &config.tls_root_certificate {
         Some(pem) => redis::Client::build_with_tls(
             config.url.as_str(),
@@ -858,7 +863,7 @@ pub(crate) fn open_cluster_client(
         )));
     }
     #[cfg(feature = "tls")]
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    choose_crypto_provider();
     let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
         // No resending by redis-rs: it would resend a script whose connection broke after it
         // was sent, and the script may have run. Redirections are followed by
@@ -1004,7 +1009,7 @@ async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Resul
                 Ok(T::from_redis_value(reply).map_err(redis::RedisError::from)?)
             }
             (connection @ Connection::Single(_), None) => call
-                .invocation(false)
+                .invocation()
                 .invoke_async::<T>(connection)
                 .await
                 .map_err(Error::from),

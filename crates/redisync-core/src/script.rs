@@ -167,8 +167,10 @@ impl ScriptCall {
         cmd
     }
 
-    pub(crate) fn invocation(&self, sharded: bool) -> redis::ScriptInvocation<'static> {
-        let mut invocation = self.script.compiled(sharded).prepare_invoke();
+    /// This call as redis-rs runs a script on a single server (`EVALSHA`, loading it on
+    /// `NOSCRIPT`); a cluster client runs scripts through `crate::cluster` instead.
+    pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {
+        let mut invocation = self.script.compiled(false).prepare_invoke();
         for key in &self.keys {
             invocation.key(key.as_str());
         }
