@@ -5,13 +5,16 @@
 -- KEYS[2]  request record: the result of this count-down's first run, so that a retry after a
 --          lost reply returns it instead of counting down twice
 -- ARGV[1]  channel to publish on when the latch opens
--- ARGV[2]  how long to keep the request record, in ms
+-- ARGV[2]  how long to keep the request record, in ms, from the latest run of this request
 --
 -- Returns 1 when this count-down opened the latch, 0 when the latch is still closed, -1 when
 -- it was open already (nothing changed: the count never goes below zero).
 
 local recorded = redis.call('GET', KEYS[2])
 if recorded then
+    -- A retry: the client has not seen a reply yet and may send more, so the record must
+    -- outlive those too.
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
     return tonumber(recorded)
 end
 local result = -1

@@ -3,7 +3,8 @@
 -- its own.
 --
 -- Layout of the lock hash: owner = <owner id>, count = <holds>, token = <fencing token>,
--- a:<attempt id> = 1 for every live hold. The fence is a counter that never expires.
+-- a:<attempt id> = 1 for every live hold ('fixed' once lock_set_lease fixed its lease). The
+-- fence is a counter that never expires.
 --
 -- Layout of the queue (fair lock only):
 --   queue      sorted set: waiter id -> arrival order (server microseconds, kept strictly

@@ -360,6 +360,7 @@ async fn five_waiters_on_three_clients_return_after_the_last_count_down_only() {
                 waiting_queues: 1,
                 subscribed_channels: 1,
                 renewed_holds: 0,
+                pending_releases: 0,
             },
             "client {i}"
         );

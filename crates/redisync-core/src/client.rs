@@ -17,6 +17,7 @@ use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::keys::{self, KeySpace};
 use crate::pubsub::Hub;
+use crate::retry::Retry;
 use crate::script::ScriptCall;
 use crate::signal::Flag;
 use crate::stats::{Counters, Stats};
@@ -114,6 +115,8 @@ pub(crate) struct Shared {
     pub(crate) hub: Arc<Hub>,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) queues: Arc<WaitQueues>,
+    /// Give-backs still being retried in the background.
+    pub(crate) pending: crate::retry::Pending,
     cells: crate::cells::Cells,
 }
 
@@ -377,6 +380,7 @@ impl ClientBuilder {
             hub: Arc::new(Hub::default()),
             watchdog: Arc::new(Watchdog::default()),
             queues: Arc::new(WaitQueues::default()),
+            pending: crate::retry::Pending::default(),
             cells: crate::cells::Cells::default(),
             config,
         });
@@ -547,12 +551,23 @@ impl Client {
     ///
     /// Holds are not released by shutdown: with the watchdog stopped they expire within their
     /// lease. Shutdown releases nothing it does not own and is idempotent.
+    ///
+    /// Give-backs still being retried in the background (releases and count-downs Redis has
+    /// not confirmed yet, see [`spawn_release`](Self::spawn_release)) get one last attempt,
+    /// and this call waits for them, at most about one command timeout. Those that still
+    /// fail are counted in [`Stats::unconfirmed_releases`] and logged.
     pub async fn shutdown(&self) {
         if self.shared().shutdown.set() {
             tracing::debug!(client = %self.id(), "redisync client shut down");
         }
         // Let the background tasks observe the signal before returning.
         tokio::task::yield_now().await;
+        let bound = self
+            .shared()
+            .config
+            .command_timeout
+            .saturating_add(Duration::from_millis(100));
+        self.shared().pending.drained(bound).await;
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.
@@ -680,36 +695,36 @@ impl Client {
     }
 
     /// Runs an idempotent script on a background task until Redis confirms it, retrying with
-    /// backoff (up to every 5 s) through outages, until the client shuts down. For releases
-    /// that nothing else would ever make up for (permits without a lease): the script must be
-    /// safe to run any number of times, at any later point.
+    /// backoff through outages and refusals until the client shuts down (then once more); see
+    /// [`crate::retry`]. For give-backs that nothing else would ever make up for (permits
+    /// without a lease): the script must be safe to run any number of times, at any later
+    /// point. The same as [`spawn_release`](Self::spawn_release) with
+    /// [`Retry::UntilConfirmed`].
     pub fn spawn_until_done(&self, call: ScriptCall) {
-        let shared = self.shared().clone();
-        let script = call.script().name();
-        shared.runtime.clone().spawn(async move {
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match eval_in::<redis::Value>(shared.clone(), call.clone(), Mode::Background).await
-                {
-                    Ok(_) => return,
-                    Err(err) if err.is_outcome_unknown() || err.is_retryable() => {
-                        tracing::warn!(script, error = %err, ?pause, "release not confirmed; retrying");
-                    }
-                    Err(err) => {
-                        tracing::error!(script, error = %err, "release refused by redis; giving up");
-                        return;
-                    }
-                }
-                tokio::select! {
-                    _ = shared.shutdown.wait() => {
-                        tracing::warn!(script, "client shut down before a release was confirmed");
-                        return;
-                    }
-                    _ = tokio::time::sleep(pause) => {}
-                }
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-        });
+        self.spawn_release(call, Retry::UntilConfirmed);
+    }
+
+    /// Runs an idempotent give-back on a background task, retrying as `retry` says (see
+    /// [`crate::retry`]). Never blocks. It runs even if the client shuts down meanwhile, since
+    /// it only gives back what this client holds.
+    pub fn spawn_release(&self, call: ScriptCall, retry: Retry) {
+        crate::retry::spawn(self.shared().clone(), call, retry);
+    }
+
+    /// Runs an idempotent give-back for a caller who waits for it: the caller gets Redis's
+    /// reply, or the error that kept Redis from confirming it within the command timeout. In
+    /// that case, and if the caller drops the future first, the give-back goes on in the
+    /// background as [`spawn_release`](Self::spawn_release) does. Errors that retrying cannot
+    /// cure are returned and counted in [`Stats::unconfirmed_releases`].
+    pub fn eval_until_done<T>(
+        &self,
+        call: ScriptCall,
+        retry: Retry,
+    ) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::retry::until_done(self.shared().clone(), call, retry)
     }
 
     /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
@@ -727,7 +742,25 @@ impl Client {
     where
         T: FromRedisValue + Send + 'static,
     {
+        self.eval_acquire_leased(call, give_back, granted, None)
+    }
+
+    /// [`eval_acquire`](Self::eval_acquire) for an acquire whose hold has a `lease` (`None`:
+    /// no lease, like a classic permit). The give-back is retried until Redis confirms it,
+    /// or, with a lease, until that lease (counted from when the acquire was sent) and the
+    /// time a late request may take have passed: the hold is gone by itself then.
+    pub fn eval_acquire_leased<T>(
+        &self,
+        call: ScriptCall,
+        give_back: ScriptCall,
+        granted: fn(&T) -> bool,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
         let client = self.clone();
+        let retry = self.retry_for_lease(Instant::now(), lease);
         self.eval_undoable(call, move |reply: Option<T>| async move {
             // Unknown: give back whatever it got, or forbid the grant.
             if reply.as_ref().is_none_or(granted) {
@@ -735,13 +768,27 @@ impl Client {
                     script = give_back.script().name(),
                     "giving back an abandoned acquire"
                 );
-                client.spawn_idempotent(give_back);
+                client.spawn_release(give_back, retry);
             }
         })
     }
 
+    /// How long a give-back of a hold set at `sent_at` with `lease` (`None`: no lease) is
+    /// worth retrying: until the lease and the time a late request may still take have
+    /// passed.
+    pub fn retry_for_lease(&self, sent_at: Instant, lease: Option<Duration>) -> Retry {
+        match lease {
+            None => Retry::UntilConfirmed,
+            Some(lease) => Retry::UntilLeaseEnds(
+                crate::lease::deadline(sent_at, lease)
+                    .checked_add(self.abandoned_request_grace())
+                    .unwrap_or_else(|| crate::lease::deadline(sent_at, lease)),
+            ),
+        }
+    }
+
     /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken
-    /// connection until the command timeout is spent. Releases use this.
+    /// connection or a refusal until the command timeout is spent.
     pub fn eval_idempotent<T>(
         &self,
         call: ScriptCall,
@@ -752,18 +799,13 @@ impl Client {
         eval_idempotent(self.shared().clone(), call, Mode::Caller)
     }
 
-    /// Runs an idempotent script on a background task and forgets it: the release path of a
-    /// dropped guard or of a cancelled acquire that got its hold. Never blocks. It runs even if
-    /// the client shuts down meanwhile, since it only gives back what this client holds.
-    /// Failures are logged; the lease bounds what they leave.
+    /// Runs an idempotent give-back on a background task and forgets it: the release path of
+    /// a dropped guard or of a cancelled acquire that got its hold. Never blocks. Retried until
+    /// Redis confirms it (see [`spawn_release`](Self::spawn_release) with
+    /// [`Retry::UntilConfirmed`]); use `spawn_release` when the hold's lease bounds how long
+    /// retrying is worth it.
     pub fn spawn_idempotent(&self, call: ScriptCall) {
-        let shared = self.shared().clone();
-        let script = call.script().name();
-        shared.runtime.clone().spawn(async move {
-            if let Err(err) = eval_idempotent::<redis::Value>(shared, call, Mode::Background).await {
-                tracing::warn!(script, error = %err, "background release failed; the lease will free it");
-            }
-        });
+        self.spawn_release(call, Retry::UntilConfirmed);
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -1064,6 +1106,23 @@ async fn send_replicated<T: FromRedisValue>(
     Ok(reply)
 }
 
+/// One attempt of a background give-back, bounded by the command timeout; carried out even
+/// after shutdown.
+pub(crate) async fn eval_background<T: FromRedisValue>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+) -> Result<T> {
+    eval_in(shared, call, Mode::Background).await
+}
+
+/// [`eval_idempotent`] for a give-back: carried out even after shutdown.
+pub(crate) async fn eval_idempotent_background<T: FromRedisValue>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+) -> Result<T> {
+    eval_idempotent(shared, call, Mode::Background).await
+}
+
 async fn eval_idempotent<T: FromRedisValue>(
     shared: Arc<Shared>,
     call: ScriptCall,
@@ -1134,8 +1193,11 @@ pub struct LocalState {
     pub waiting_queues: usize,
     /// Channels with at least one local subscriber.
     pub subscribed_channels: usize,
-    /// Holds the watchdog is renewing.
+    /// Holds the watchdog is renewing (each guard of a re-entered lock counts once).
     pub renewed_holds: usize,
+    /// Give-backs (releases, count-downs, given-back acquires) Redis has not confirmed yet,
+    /// still being retried in the background.
+    pub pending_releases: usize,
 }
 
 impl Client {
@@ -1147,6 +1209,7 @@ impl Client {
             waiting_queues: shared.queues.len(),
             subscribed_channels: shared.hub.channel_count(),
             renewed_holds: shared.watchdog.len(),
+            pending_releases: shared.pending.len(),
         }
     }
 

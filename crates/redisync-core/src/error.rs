@@ -74,23 +74,28 @@ impl Error {
         }
     }
 
-    /// Whether retrying the same request on a fresh connection may succeed.
+    /// Whether retrying the same request on a fresh connection, or a little later, may
+    /// succeed: the request did not run, or its outcome is unknown and it is safe to repeat.
     pub(crate) fn is_retryable(&self) -> bool {
         match self {
             // A cluster that is failing over or moving the slot refused the request before
             // running it (CLUSTERDOWN, TRYAGAIN, redirections beyond the budget, or no
-            // connection to the node yet), or a server still loading or without its primary.
+            // connection to the node yet), a server still loading or without its primary, a
+            // demoted primary (READONLY), or a server busy with another client's slow script
+            // (BUSY). None of these ran the request.
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_cluster_error()
+                    || matches!(e.code(), Some("BUSY" | "READONLY"))
                     || matches!(
                         e.kind(),
                         redis::ErrorKind::ClusterConnectionNotFound
                             | redis::ErrorKind::Server(
                                 redis::ServerErrorKind::MasterDown
                                     | redis::ServerErrorKind::BusyLoading
+                                    | redis::ServerErrorKind::ReadOnly
                             )
                     )
             }

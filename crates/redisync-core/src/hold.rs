@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::abandon::Abandonable;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::retry::Retry;
 use crate::script::ScriptCall;
 
 /// One hold on a primitive, as a guard owns it: its [`Lease`] and the idempotent script call
@@ -44,8 +44,8 @@ impl Hold {
 
     /// A hold without a lease (a classic semaphore's permits are not leased): it is never
     /// lost, and since no lease would ever make up for a release that did not happen, its
-    /// release is retried in the background until Redis confirms it (see
-    /// [`Client::spawn_until_done`]); the release script must allow that.
+    /// release is retried in the background until Redis confirms it (see [`crate::retry`]);
+    /// the release script must allow that.
     pub fn unleased(client: Client, release: ScriptCall) -> Self {
         Hold {
             client,
@@ -113,51 +113,54 @@ impl Hold {
     /// Renewal stops before the request is sent. After the client was shut down the hold is
     /// still given back, in the background, and the call returns [`Error::Shutdown`].
     ///
+    /// A release Redis does not confirm within the command timeout (an outage, a `BUSY` or
+    /// `READONLY` server) returns that error and goes on in the background until Redis
+    /// confirms it: for a hold without a lease, for as long as it takes; for a leased hold,
+    /// until its lease has ended (see [`crate::retry`]).
+    ///
     /// # Cancel safety
     ///
-    /// If the future is dropped before it completes, the release still runs in the background.
+    /// If the future is dropped before it completes, the release still runs in the background
+    /// with the same retries.
     pub async fn release(mut self, span: tracing::Span) -> Result<i64> {
+        let retry = self.retry();
         drop(self.lease.take());
         self.leave_local_count();
         let Some(call) = self.release.take() else {
             return Err(Error::Shutdown);
         };
-        let unleased = self.release_unleased;
         if self.client.is_shut_down() {
-            self.finish_in_background(call, unleased);
+            self.client.spawn_release(call, retry);
             return Err(Error::Shutdown);
         }
-        let request = self.client.eval_idempotent::<i64>(call.clone());
-        let reply = Abandonable::new(request, |_| async {})
+        self.client
+            .eval_until_done::<i64>(call, retry)
             .instrument(span)
-            .await;
-        if unleased
-            && reply
-                .as_ref()
-                .is_err_and(|err| err.is_outcome_unknown() || err.is_retryable())
-        {
-            // Nothing else would ever give these back: keep trying (an outage, or a cluster
-            // refusing requests while it reconfigures, outlasted this call).
-            self.client.spawn_until_done(call);
-        }
-        reply
+            .await
     }
 
-    fn finish_in_background(&self, call: ScriptCall, unleased: bool) {
-        if unleased {
-            self.client.spawn_until_done(call);
-        } else {
-            self.client.spawn_idempotent(call);
+    /// How long giving this hold back is worth retrying: until its lease has ended in Redis
+    /// too (for as long as it takes, without a lease).
+    fn retry(&self) -> Retry {
+        match (&self.lease, self.release_unleased) {
+            (Some(lease), false) => Retry::UntilLeaseEnds(
+                lease
+                    .ends_at()
+                    .checked_add(self.client.abandoned_request_grace())
+                    .unwrap_or_else(|| lease.ends_at()),
+            ),
+            _ => Retry::UntilConfirmed,
         }
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        let retry = self.retry();
         drop(self.lease.take());
         self.leave_local_count();
         if let Some(call) = self.release.take() {
-            self.finish_in_background(call, self.release_unleased);
+            self.client.spawn_release(call, retry);
         }
     }
 }

@@ -170,6 +170,12 @@ impl Lease {
         self.state.fix(deadline(sent_at, lease));
     }
 
+    /// When the hold ends at the latest as far as the client knows (monotonic clock): its
+    /// fixed lease, or for a watchdog lease the last confirmed renewal's.
+    pub fn ends_at(&self) -> Instant {
+        self.state.expires_at()
+    }
+
     /// Marks the lease lost (for example after a release found the hold gone).
     pub fn mark_lost(&self) {
         self.state.mark_lost();

@@ -16,7 +16,9 @@
 //!
 //! * One round trip per operation: each state change is one EVALSHA, reloaded transparently on
 //!   `NOSCRIPT`.
-//! * Every Redis call is bounded by the command timeout; nothing retries for ever.
+//! * Every Redis call is bounded by the command timeout; nothing a caller waits for retries
+//!   for ever. Give-backs that nothing else would make up for are retried in the background
+//!   until Redis confirms them ([`retry`]).
 //! * One subscriber connection per client, shared and reference-counted per channel.
 //! * Waits are bounded by the holder's remaining lease, so a lost message never parks a task.
 //! * Cancelling any call at any await point leaves no hold, queue place or subscription behind.
@@ -36,6 +38,7 @@ mod lease;
 mod locking;
 mod primitive;
 pub mod pubsub;
+pub mod retry;
 mod script;
 mod sentinel;
 mod signal;
@@ -53,6 +56,7 @@ pub use hold::Hold;
 pub use keys::KeySpace;
 pub use lease::{Lease, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::DistributedPrimitive;
+pub use retry::Retry;
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;

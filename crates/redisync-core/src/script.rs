@@ -137,6 +137,11 @@ impl ScriptCall {
         self.script
     }
 
+    /// The first key of the call (the primitive's main key, which names it), or `""`.
+    pub fn first_key(&self) -> &str {
+        self.keys.first().map_or("", String::as_str)
+    }
+
     pub(crate) fn rolls_back_unreplicated(&self) -> bool {
         self.rollback_unreplicated
     }

@@ -17,6 +17,11 @@ pub struct Stats {
     pub lost_leases: u64,
     /// Script calls sent to Redis (EVALSHA), including background releases and renewals.
     pub scripts_sent: u64,
+    /// Give-backs (releases, returned permits, count-downs, given-back acquires) that Redis
+    /// never confirmed although they mattered: refused with an error retrying cannot cure, or
+    /// still unconfirmed when the client shut down before the hold's lease ended. Each is also
+    /// logged at error level with the primitive's key. Zero in a healthy run.
+    pub unconfirmed_releases: u64,
 }
 
 #[derive(Debug, Default)]
@@ -26,6 +31,7 @@ pub(crate) struct Counters {
     pub(crate) renewals: AtomicU64,
     pub(crate) lost_leases: AtomicU64,
     pub(crate) scripts_sent: AtomicU64,
+    pub(crate) unconfirmed_releases: AtomicU64,
 }
 
 impl Counters {
@@ -40,6 +46,7 @@ impl Counters {
             renewals: self.renewals.load(Ordering::Relaxed),
             lost_leases: self.lost_leases.load(Ordering::Relaxed),
             scripts_sent: self.scripts_sent.load(Ordering::Relaxed),
+            unconfirmed_releases: self.unconfirmed_releases.load(Ordering::Relaxed),
         }
     }
 }

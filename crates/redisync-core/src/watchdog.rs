@@ -9,14 +9,26 @@
 //!   `ARGV[3]` the number `n` of arguments per hold;
 //! * `KEYS[(i-1)*k + 1 ..= i*k]` are the keys of hold `i`, and `ARGV[4 + (i-1)*n ..]` its `n`
 //!   arguments (its identity: owner, token, attempt, ...);
-//! * the reply is an array with one integer per hold: `1` renewed, `0` gone or not ours.
+//! * the reply is an array with one integer per hold: `1` renewed, `0` gone or not ours, `2`
+//!   still ours but not renewed because its lease was fixed meanwhile (a renewal that raced
+//!   the fixing request must not undo it).
 //!
-//! A hold that comes back `0` is marked lost and dropped from the registry. A failed call keeps
-//! the holds and retries sooner; a hold with no successful renewal sent within one lease is
-//! marked lost (monotonic clock), and so is every hold when the client shuts down. Dropping
-//! the [`Renewal`] removes the hold at once, and
+//! A hold that comes back `0` is marked lost and dropped from the registry; one that comes back
+//! `2` keeps its deadline. A failed call keeps the holds and retries sooner; a hold with no
+//! successful renewal sent within one lease is marked lost (monotonic clock), and so is every
+//! hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
 //! hold that is not ours.
+//!
+//! Every registration is its own: two guards of one owner on one lock (a re-entry) each have
+//! their own deadline and their own place in the registry, so fixing one's lease or dropping
+//! it never changes the other, and a registration is removed only by its own [`Renewal`].
+//!
+//! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
+//! has not answered within half a renewal period (or the command timeout, if shorter), the
+//! same batch is sent again, on the next connection of the pool, up to [`HEDGES`] times in
+//! all; the first answer counts. So one slow connection cannot lose every hold even when the
+//! command timeout is longer than the lease.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +50,10 @@ pub const BATCH: usize = 512;
 /// Retry period after a failed renewal call.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 
+/// How many times one batch may be on the wire at once: the first call and its re-sends on
+/// other connections while it does not answer.
+pub const HEDGES: usize = 3;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct HoldId {
     script: &'static str,
@@ -52,17 +68,16 @@ impl HoldId {
 }
 
 struct Entry {
+    id: HoldId,
     script: &'static LuaScript,
-    refs: usize,
-    /// Shared with the guards: the deadline moves with each confirmed renewal.
+    /// Shared with the guard: the deadline moves with each confirmed renewal.
     state: Arc<LeaseState>,
-    serial: u64,
 }
 
-/// The registry of holds the watchdog renews.
+/// The registry of holds the watchdog renews, by registration serial.
 #[derive(Default)]
 pub(crate) struct Watchdog {
-    entries: Mutex<HashMap<HoldId, Entry>>,
+    entries: Mutex<HashMap<u64, Entry>>,
     serial: AtomicU64,
     /// Leases found lost when their guard let go, before a watchdog round noticed.
     pub(crate) lost_on_release: AtomicU64,
@@ -71,29 +86,26 @@ pub(crate) struct Watchdog {
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
 pub struct Renewal {
     watchdog: Arc<Watchdog>,
-    id: HoldId,
+    serial: u64,
 }
 
 impl std::fmt::Debug for Renewal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Renewal")
-            .field("keys", &self.id.keys)
+            .field("serial", &self.serial)
             .finish()
     }
 }
 
 impl Drop for Renewal {
     fn drop(&mut self) {
-        let mut entries = lock(&self.watchdog.entries);
-        if let Some(entry) = entries.get_mut(&self.id) {
-            entry.refs -= 1;
-            if entry.refs == 0 {
-                if entry.state.first_count_of_loss() {
-                    self.watchdog
-                        .lost_on_release
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                entries.remove(&self.id);
+        // Only this registration's own entry: serials are never reused.
+        let removed = lock(&self.watchdog.entries).remove(&self.serial);
+        if let Some(entry) = removed {
+            if entry.state.first_count_of_loss() {
+                self.watchdog
+                    .lost_on_release
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -101,7 +113,8 @@ impl Drop for Renewal {
 
 impl Watchdog {
     /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`.
-    /// Registering the same hold again (a re-entry) shares its renewal and its state.
+    /// Every registration has its own state and renewal, even for a hold registered before
+    /// (a re-entry): see the module docs.
     pub(crate) fn register(
         self: &Arc<Self>,
         script: &'static LuaScript,
@@ -115,20 +128,20 @@ impl Watchdog {
             keys,
             args,
         };
-        let mut entries = lock(&self.entries);
-        let entry = entries.entry(id.clone()).or_insert_with(|| Entry {
-            script,
-            refs: 0,
-            state: LeaseState::new(crate::lease::deadline(sent_at, lease)),
-            serial: self.serial.fetch_add(1, Ordering::Relaxed),
-        });
-        entry.refs += 1;
-        let state = entry.state.clone();
-        drop(entries);
+        let state = LeaseState::new(crate::lease::deadline(sent_at, lease));
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        lock(&self.entries).insert(
+            serial,
+            Entry {
+                id,
+                script,
+                state: state.clone(),
+            },
+        );
         Lease::renewed(
             Renewal {
                 watchdog: self.clone(),
-                id,
+                serial,
             },
             state,
         )
@@ -150,9 +163,9 @@ impl Watchdog {
     fn expire(&self) -> (u64, Option<Instant>) {
         let mut entries = lock(&self.entries);
         let mut expired = 0;
-        entries.retain(|id, entry| {
+        entries.retain(|_, entry| {
             if entry.state.is_lost() {
-                tracing::warn!(key = %id.key(), "lease lost: no renewal succeeded within the lease");
+                tracing::warn!(key = %entry.id.key(), "lease lost: no renewal succeeded within the lease");
                 if entry.state.first_count_of_loss() {
                     expired += 1;
                 }
@@ -173,6 +186,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>) {
 async fn run(shared: Arc<Shared>) {
     let lease = shared.config.watchdog_timeout;
     let period = lease / 3;
+    let hedge_after = (period / 2).min(shared.config.command_timeout);
     let mut next_tick = Instant::now() + period;
     loop {
         let (expired, next_expiry) = shared.watchdog.expire();
@@ -190,7 +204,7 @@ async fn run(shared: Arc<Shared>) {
             continue;
         }
         let started = Instant::now();
-        let all_renewed = renew_all(&shared, lease).await;
+        let all_renewed = renew_all(&shared, lease, hedge_after).await;
         // Counted from the round's start, so that rounds keep their rhythm however long the
         // renewal calls take.
         next_tick = started
@@ -209,18 +223,18 @@ type Registered = (HoldId, u64);
 type Batch = (&'static LuaScript, Vec<Registered>);
 
 /// One renewal round. Returns false if any call failed.
-async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
+async fn renew_all(shared: &Arc<Shared>, lease: Duration, hedge_after: Duration) -> bool {
     let lease_ms = crate::duration::redis_millis(lease);
     // On a cluster one call may only touch one slot, so holds are grouped by slot as well.
     let sharded = shared.sharded();
     let mut groups: HashMap<(&'static str, Option<u16>), Batch> = HashMap::new();
-    for (id, entry) in lock(&shared.watchdog.entries).iter() {
-        let shard = sharded.then(|| crate::keys::slot(id.key()));
+    for (serial, entry) in lock(&shared.watchdog.entries).iter() {
+        let shard = sharded.then(|| crate::keys::slot(entry.id.key()));
         groups
-            .entry((id.script, shard))
+            .entry((entry.id.script, shard))
             .or_insert_with(|| (entry.script, Vec::new()))
             .1
-            .push((id.clone(), entry.serial));
+            .push((entry.id.clone(), *serial));
     }
     // Every batch at once: a round costs about one round trip however many holds there are.
     let mut renewals = Vec::new();
@@ -245,12 +259,8 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
                 holds = batch.len()
             );
             renewals.push(async move {
-                let sent_at = Instant::now();
-                match eval::<Vec<i64>>(shared.clone(), call)
-                    .instrument(span)
-                    .await
-                {
-                    Ok(results) => {
+                match hedged(shared, call, hedge_after).instrument(span).await {
+                    Ok((results, sent_at)) => {
                         settle(shared, batch, &results, sent_at, lease);
                         true
                     }
@@ -268,6 +278,42 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration) -> bool {
         .all(|renewed| renewed)
 }
 
+/// Sends one renewal batch, and sends it again (on the next connection of the pool) each
+/// time `hedge_after` passes without an answer, up to [`HEDGES`] calls. Returns the first
+/// answer with the moment its call was sent, or the last error once every call failed.
+async fn hedged(
+    shared: &Arc<Shared>,
+    call: ScriptCall,
+    hedge_after: Duration,
+) -> crate::Result<(Vec<i64>, Instant)> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let send = |call: ScriptCall| {
+        let sent_at = Instant::now();
+        let request = eval::<Vec<i64>>(shared.clone(), call);
+        async move { request.await.map(|results| (results, sent_at)) }
+    };
+    let mut in_flight = FuturesUnordered::new();
+    in_flight.push(send(call.clone()));
+    let mut sent = 1;
+    loop {
+        let hedge = tokio::time::sleep(hedge_after);
+        tokio::select! {
+            Some(answer) = in_flight.next() => match answer {
+                Ok(answer) => return Ok(answer),
+                Err(err) if in_flight.is_empty() => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, "one renewal call failed; waiting for the others");
+                }
+            },
+            _ = hedge, if sent < HEDGES => {
+                tracing::debug!(?hedge_after, "renewal call not answered; sending it again");
+                in_flight.push(send(call.clone()));
+                sent += 1;
+            }
+        }
+    }
+}
+
 fn settle(
     shared: &Shared,
     batch: &[Registered],
@@ -280,11 +326,11 @@ fn settle(
         .iter()
         .zip(results.iter().copied().chain(std::iter::repeat(0)))
     {
-        let Some(entry) = entries.get_mut(id) else {
+        let Some(entry) = entries.get_mut(serial) else {
             continue; // released while the renewal was in flight
         };
-        if entry.serial != *serial {
-            continue; // released and registered again meanwhile: not this renewal's hold
+        if result == 2 {
+            continue; // its lease was fixed meanwhile: the fixed deadline stands
         }
         if result == 1 && entry.state.extend(crate::lease::deadline(sent_at, lease)) {
             Counters::bump(&shared.counters.renewals, 1);
@@ -294,7 +340,7 @@ fn settle(
             if entry.state.first_count_of_loss() {
                 Counters::bump(&shared.counters.lost_leases, 1);
             }
-            entries.remove(id);
+            entries.remove(serial);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, ScriptCall, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, Retry, ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -218,10 +218,16 @@ impl CountDownLatch {
     /// Counts the latch down by one; the count-down that reaches zero opens it and wakes
     /// every waiter. On an open latch this does nothing: the count never goes below zero.
     ///
-    /// A count-down is applied at most once: when a reply is lost it is retried (within the
-    /// command timeout) under the same request id, and Redis applies only the first. If the
-    /// call still fails with [`Error::Redis`] or [`Error::Timeout`], it may or may not have
-    /// counted.
+    /// A count-down is never lost and is applied once: when a reply is lost, or Redis refuses
+    /// it for a while (`BUSY`, `READONLY`, `LOADING`), it is sent again under the same request
+    /// id, and Redis applies only the first that arrives. If Redis has not confirmed it within
+    /// the command timeout the call returns [`Error::Redis`] or [`Error::Timeout`], and the
+    /// count-down goes on in the background until Redis confirms it or the client shuts down
+    /// (then it gets one last attempt; see [`Client::shutdown`]): do not count down again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not cancel the count-down: it completes in the background.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -252,7 +258,7 @@ impl CountDownLatch {
             .arg(redis_millis(keep));
         let outcome = core
             .client
-            .eval_idempotent::<i64>(call)
+            .eval_until_done::<i64>(call, Retry::UntilConfirmed)
             .instrument(tracing::debug_span!("redisync.latch.count_down", name = %core.name))
             .await?;
         tracing::trace!(name = %core.name, opened = outcome == 1, "counted down");

@@ -240,13 +240,18 @@ impl LockCore {
             None => self.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone()],
-                vec![self.owner.clone(), token.to_string()],
+                vec![self.owner.clone(), token.to_string(), attempt.to_owned()],
                 sent_at,
             ),
         };
         let release = self.release_call(attempt, self.retry_window())?;
         let hold = Hold::new(self.client.clone(), release, lease);
-        Ok(LockGuard::new(self.clone(), token, hold))
+        Ok(LockGuard::new(
+            self.clone(),
+            token,
+            attempt.to_owned(),
+            hold,
+        ))
     }
 
     /// Acquires every lock of `cores` or none, without waiting, in one request: they must be
@@ -300,6 +305,7 @@ impl LockCore {
         let undo_client = client.clone();
         let count = cores.len();
         let sent_at = Instant::now();
+        let retry = client.retry_for_lease(sent_at, Some(lease_for));
         let reply: Vec<i64> = client
             .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
                 let granted = match &reply {
@@ -308,7 +314,7 @@ impl LockCore {
                 };
                 if granted {
                     for release in give_back {
-                        undo_client.spawn_idempotent(release);
+                        undo_client.spawn_release(release, retry);
                     }
                 }
             })
@@ -420,14 +426,17 @@ impl LockCore {
             // Remembered past the lease, so a grant that could still run is refused.
             let give_back =
                 self.release_call(&attempt, lease.saturating_add(self.retry_window()))?;
-            Ok(self
-                .client
-                .eval_acquire(call, give_back, |reply: &Vec<i64>| {
+            Ok(self.client.eval_acquire_leased(
+                call,
+                give_back,
+                |reply: &Vec<i64>| {
                     matches!(
                         AcquireReply::decode(reply),
                         Ok(AcquireReply::Acquired { .. })
                     )
-                }))
+                },
+                Some(lease),
+            ))
         });
         async move {
             let reply = request?.await?;

@@ -48,14 +48,21 @@ use crate::scripts::{self, decode_release};
 pub struct LockGuard {
     core: Arc<LockCore>,
     token: u64,
+    /// The acquire attempt this hold belongs to: each guard of a re-entered lock has its own.
+    attempt: String,
     // Releases on drop; counted in the owner's live guards until then.
     hold: Hold,
 }
 
 impl LockGuard {
-    pub(crate) fn new(core: Arc<LockCore>, token: u64, hold: Hold) -> Self {
+    pub(crate) fn new(core: Arc<LockCore>, token: u64, attempt: String, hold: Hold) -> Self {
         let hold = hold.counted_in(core.live_guards.clone());
-        LockGuard { core, token, hold }
+        LockGuard {
+            core,
+            token,
+            attempt,
+            hold,
+        }
     }
 
     /// The fencing token of this hold: strictly greater than the token of every earlier
@@ -106,7 +113,8 @@ impl LockGuard {
             .key(keys.hash.as_str())
             .arg(self.core.owner.as_str())
             .arg(self.token)
-            .arg(redis_millis(lease));
+            .arg(redis_millis(lease))
+            .arg(self.attempt.as_str());
         let sent_at = Instant::now();
         match self.core.client.eval::<i64>(call).await? {
             1 => {

@@ -29,7 +29,7 @@ use crate::guard::LockGuard;
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold); expires with the lease |
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it); expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:attempt:<attempt>` | string | outcome of giving back one acquire attempt's hold, kept briefly: a retried release gets the same answer, and an acquire whose caller gave up can no longer grant |
 /// | `<prefix>:{<name>}:wake` | channel | a release that frees the lock publishes here |

@@ -581,7 +581,9 @@ impl ReadWriteLock {
                     )
                 },
             };
-            Ok(core.client.eval_acquire(call, give_back, granted))
+            Ok(core
+                .client
+                .eval_acquire_leased(call, give_back, granted, Some(lease)))
         });
         async move {
             let reply = request?.await?;

@@ -315,11 +315,12 @@ impl ExpirableSemaphore {
                 .abandoned_request_grace()
                 .saturating_add(core.client.command_timeout());
             let give_back = core.release_call(&id, keys.record(&id), keep)?;
-            Ok(core
-                .client
-                .eval_acquire(call, give_back, |reply: &Vec<i64>| {
-                    matches!(PermitReply::decode(reply), Ok(PermitReply::Acquired))
-                }))
+            Ok(core.client.eval_acquire_leased(
+                call,
+                give_back,
+                |reply: &Vec<i64>| matches!(PermitReply::decode(reply), Ok(PermitReply::Acquired)),
+                Some(lease),
+            ))
         });
         async move {
             let reply = request?.await?;

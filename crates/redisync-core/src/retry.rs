@@ -1,0 +1,235 @@
+//! Give-backs that must land: releases, returned permits and count-downs retried in the
+//! background until Redis confirms them.
+//!
+//! A release whose reply never came, or that Redis refused for a while (`BUSY` behind another
+//! client's slow script, `READONLY` from a demoted primary, `LOADING`, a dropped connection),
+//! is not given up: a task of its own sends it again with a growing pause (up to
+//! [`MAX_PAUSE`]) until one of three things happens:
+//!
+//! * Redis confirms it (any reply of the script counts: the scripts are idempotent, so a
+//!   retry of a release that already ran answers like a repeat);
+//! * the resource is known to be gone by itself: the hold's lease has ended, as far as Redis
+//!   could still be counting it ([`Retry::UntilLeaseEnds`]);
+//! * the client shuts down: then one last attempt, bounded by the command timeout, is made,
+//!   and [`Client::shutdown`](crate::Client::shutdown) waits for it.
+//!
+//! Whatever could not be done is counted in
+//! [`Stats::unconfirmed_releases`](crate::Stats::unconfirmed_releases) and logged at error
+//! level with the script and the primitive's key.
+//!
+//! Cancelling the caller's future never cancels the retry: the first attempt itself runs
+//! under [`Abandonable`](crate::Abandonable), so a dropped caller hands it to the background
+//! rather than cutting it off.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::FromRedisValue;
+
+use crate::client::{eval_background, eval_idempotent_background, Shared};
+use crate::error::{Error, Result};
+use crate::script::ScriptCall;
+use crate::stats::Counters;
+
+/// The first pause between background attempts.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause between background attempts: once Redis is reachable again, a pending
+/// give-back lands within about this long (plus the time to reconnect).
+pub const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long a give-back is worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Nothing would ever make up for it (a permit without a lease, a count-down, a queue
+    /// record that never expires): retried until Redis confirms it or the client shuts down.
+    UntilConfirmed,
+    /// The hold frees itself in Redis by this instant at the latest (its lease, plus the time
+    /// a late request may still take): retrying after it gains nothing.
+    UntilLeaseEnds(Instant),
+}
+
+impl Retry {
+    fn ended(self) -> bool {
+        match self {
+            Retry::UntilConfirmed => false,
+            Retry::UntilLeaseEnds(at) => Instant::now() >= at,
+        }
+    }
+}
+
+/// Whether a failed give-back may still succeed if sent again.
+pub(crate) fn worth_retrying(err: &Error) -> bool {
+    err.is_outcome_unknown() || err.is_retryable()
+}
+
+/// The give-backs still being retried, so that shutdown can wait for their last attempts.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    count: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// Counts one give-back as pending for as long as it lives.
+struct PendingGuard(Arc<Shared>);
+
+impl PendingGuard {
+    fn new(shared: Arc<Shared>) -> Self {
+        shared.pending.count.fetch_add(1, Ordering::AcqRel);
+        PendingGuard(shared)
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        if self.0.pending.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.pending.idle.notify_waiters();
+        }
+    }
+}
+
+impl Pending {
+    /// Completes once no give-back is pending, or after `bound`.
+    pub(crate) async fn drained(&self, bound: Duration) {
+        let wait = async {
+            loop {
+                let idle = self.idle.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if self.count.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, wait).await;
+    }
+
+    /// How many give-backs are pending.
+    pub(crate) fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+}
+
+/// Runs `call` once on behalf of a caller (retrying within the command timeout), and, if
+/// Redis did not confirm it by then or the caller stopped waiting, goes on in the background
+/// as [`spawn`] does. The caller gets the first attempt's outcome.
+pub(crate) async fn until_done<T>(shared: Arc<Shared>, call: ScriptCall, retry: Retry) -> Result<T>
+where
+    T: FromRedisValue + Send + 'static,
+{
+    let request = eval_idempotent_background::<T>(shared.clone(), call.clone());
+    let (abandoned_shared, abandoned_call) = (shared.clone(), call.clone());
+    let reply = crate::Abandonable::new(request, move |reply: Result<T>| async move {
+        if let Err(err) = reply {
+            retry_in_background(abandoned_shared, abandoned_call, retry, err).await;
+        }
+    })
+    .await;
+    if let Err(err) = &reply {
+        if worth_retrying(err) {
+            let first = err.clone();
+            shared
+                .runtime
+                .clone()
+                .spawn(retry_in_background(shared, call, retry, first));
+        } else {
+            refused(&shared, &call, err);
+        }
+    }
+    reply
+}
+
+/// Sends `call` on a background task until Redis confirms it; see the module docs.
+pub(crate) fn spawn(shared: Arc<Shared>, call: ScriptCall, retry: Retry) {
+    shared.runtime.clone().spawn(async move {
+        let pending = PendingGuard::new(shared.clone());
+        if !shared.shutdown.is_set() {
+            match eval_idempotent_background::<redis::Value>(shared.clone(), call.clone()).await {
+                Ok(_) => return,
+                Err(err) if worth_retrying(&err) => {
+                    retry_loop(shared, call, retry, err, pending).await;
+                    return;
+                }
+                Err(err) => {
+                    refused(&shared, &call, &err);
+                    return;
+                }
+            }
+        }
+        retry_loop(shared, call, retry, Error::Shutdown, pending).await;
+    });
+}
+
+async fn retry_in_background(shared: Arc<Shared>, call: ScriptCall, retry: Retry, first: Error) {
+    if !worth_retrying(&first) {
+        refused(&shared, &call, &first);
+        return;
+    }
+    let pending = PendingGuard::new(shared.clone());
+    retry_loop(shared, call, retry, first, pending).await;
+}
+
+/// The attempts after a first one failed with `last`.
+async fn retry_loop(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+    retry: Retry,
+    mut last: Error,
+    _pending: PendingGuard,
+) {
+    let script = call.script().name();
+    let key = call.first_key().to_owned();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        if retry.ended() {
+            tracing::debug!(script, %key, "the hold's lease has ended; no need to give it back");
+            return;
+        }
+        if shared.shutdown.is_set() {
+            break;
+        }
+        tracing::warn!(script, %key, error = %last, ?pause, "give-back not confirmed; retrying");
+        tokio::select! {
+            _ = shared.shutdown.wait() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(MAX_PAUSE);
+        match eval_background::<redis::Value>(shared.clone(), call.clone()).await {
+            Ok(_) => return,
+            Err(err) if worth_retrying(&err) => last = err,
+            Err(err) => {
+                refused(&shared, &call, &err);
+                return;
+            }
+        }
+    }
+    // Shutting down: one last attempt, bounded by the command timeout.
+    if retry.ended() {
+        return;
+    }
+    match eval_background::<redis::Value>(shared.clone(), call.clone()).await {
+        Ok(_) => {}
+        Err(err) => {
+            Counters::bump(&shared.counters.unconfirmed_releases, 1);
+            tracing::error!(
+                script,
+                %key,
+                error = %err,
+                "client shut down before Redis confirmed a give-back; it is lost"
+            );
+        }
+    }
+}
+
+/// Redis answered a give-back with an error that retrying cannot cure.
+fn refused(shared: &Shared, call: &ScriptCall, err: &Error) {
+    Counters::bump(&shared.counters.unconfirmed_releases, 1);
+    tracing::error!(
+        script = call.script().name(),
+        key = %call.first_key(),
+        error = %err,
+        "Redis refused a give-back; it is lost"
+    );
+}
