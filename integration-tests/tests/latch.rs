@@ -69,9 +69,13 @@ fn raw_count_down(name: &str, record: &str) -> redis::Cmd {
         .arg(latch_key(name))
         .arg(record)
         .arg(latch_channel(name))
-        .arg(60_000);
+        // A retry keeps the record this long again; short, so the test sees records expire.
+        .arg(RAW_RECORD_KEEP_MS);
     cmd
 }
+
+/// How long [`raw_count_down`] keeps its record, in ms.
+const RAW_RECORD_KEEP_MS: u64 = 2_000;
 
 /// An `EVAL` of `latch_try_set_count.lua` with the arming id `arming`.
 fn raw_try_set_count(name: &str, count: u64, arming: &str) -> redis::Cmd {
@@ -1241,6 +1245,14 @@ async fn each_count_down_applies_once_and_its_record_expires() {
         1,
         "a retry counted down again"
     );
+    // ...and keeps the record alive for retries still to come.
+    for record in &records {
+        let ttl = int(&server, &["PTTL", record]);
+        assert!(
+            ttl > keep.as_millis() as i64 && ttl <= RAW_RECORD_KEEP_MS as i64,
+            "{record}: PTTL {ttl} after a retry that asked for {RAW_RECORD_KEEP_MS} ms"
+        );
+    }
 
     // The opening count-down's record says so, for its retries.
     latch.count_down().await.expect("the last count_down");

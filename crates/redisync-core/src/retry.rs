@@ -64,7 +64,8 @@ pub(crate) fn worth_retrying(err: &Error) -> bool {
     err.is_outcome_unknown() || err.is_retryable()
 }
 
-/// The give-backs still being retried, so that shutdown can wait for their last attempts.
+/// The give-backs being retried after a failed first attempt, so that shutdown can wait for
+/// their last attempts.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
     count: AtomicUsize,
@@ -144,21 +145,17 @@ where
 /// Sends `call` on a background task until Redis confirms it; see the module docs.
 pub(crate) fn spawn(shared: Arc<Shared>, call: ScriptCall, retry: Retry) {
     shared.runtime.clone().spawn(async move {
-        let pending = PendingGuard::new(shared.clone());
-        if !shared.shutdown.is_set() {
-            match eval_idempotent_background::<redis::Value>(shared.clone(), call.clone()).await {
-                Ok(_) => return,
-                Err(err) if worth_retrying(&err) => {
-                    retry_loop(shared, call, retry, err, pending).await;
-                    return;
-                }
-                Err(err) => {
-                    refused(&shared, &call, &err);
-                    return;
-                }
-            }
+        if shared.shutdown.is_set() {
+            let pending = PendingGuard::new(shared.clone());
+            retry_loop(shared, call, retry, Error::Shutdown, pending).await;
+            return;
         }
-        retry_loop(shared, call, retry, Error::Shutdown, pending).await;
+        // Counted as pending only once it failed: the first attempt is ordinary work.
+        if let Err(err) =
+            eval_idempotent_background::<redis::Value>(shared.clone(), call.clone()).await
+        {
+            retry_in_background(shared, call, retry, err).await;
+        }
     });
 }
 

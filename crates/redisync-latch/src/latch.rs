@@ -244,6 +244,7 @@ impl CountDownLatch {
     /// ```
     pub async fn count_down(&self) -> Result<()> {
         let core = &self.core;
+        core.client.check_running()?;
         let keys = core.keys()?;
         let request = core.client.unique_id();
         // The record must outlive the latest moment a retry of this request could still run.
