@@ -271,3 +271,96 @@ async fn fix_lease_sets_a_fixed_lease_that_lost_follows() {
     ));
     other.unlock().await.expect("unlock");
 }
+
+/// Two guards of one owner on one lock (a re-entry) keep their leases apart: fixing one's
+/// lease leaves the other watchdog-held, renewed, and not lost (issue 16: they shared one
+/// lease state, so the watchdog guard reported lost after the other's fixed lease ended).
+#[tokio::test]
+async fn a_fixed_reentry_leaves_the_watchdog_guard_renewed() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(600);
+    let c = common::client_with_watchdog(&server, watchdog).await;
+    let lock = c.lock("reentered");
+    let kept = lock.lock().await.expect("lock");
+    let mut fixed = lock.lock().await.expect("re-enter");
+    assert_eq!(lock.hold_count().await.expect("hold count"), 2);
+    assert_eq!(c.local_state().renewed_holds, 2, "each guard is registered");
+    fixed
+        .fix_lease(Duration::from_millis(200))
+        .await
+        .expect("fix lease");
+    assert_eq!(c.local_state().renewed_holds, 1, "only the fixed one left");
+    tokio::time::timeout(Duration::from_secs(3), fixed.lost())
+        .await
+        .expect("the fixed guard is lost when its lease ends");
+    let renewals = c.stats().renewals;
+    // Several watchdog periods later the watchdog guard is still alive and renewed.
+    tokio::time::sleep(watchdog * 3).await;
+    assert!(!kept.is_lost(), "the watchdog guard was lost with the fixed one");
+    assert!(
+        c.stats().renewals >= renewals + 4,
+        "renewals went on: {} -> {}",
+        renewals,
+        c.stats().renewals
+    );
+    assert!(common::int(&server, &["PTTL", &lock_key("reentered")]) > 0);
+    // Dropping the lost guard does not take the other's registration with it.
+    drop(fixed);
+    assert_eq!(c.local_state().renewed_holds, 1);
+    kept.unlock().await.expect("unlock");
+    assert!(!exists(&server, &lock_key("reentered")));
+    assert_eq!(c.local_state(), LocalState::default());
+}
+
+/// A watchdog renewal sent before `fix_lease` but run by Redis after it (it was on the wire)
+/// must not stretch the lock back to the watchdog lease (issue 16). The late renewal is
+/// replayed here exactly as the watchdog sends it.
+#[tokio::test]
+async fn a_renewal_that_lands_after_fix_lease_does_not_extend_the_lock() {
+    const RENEW_LUA: &str = include_str!("../../lua/lock_renew.lua");
+    let server = RedisServer::start();
+    let c = common::client_with_watchdog(&server, Duration::from_secs(30)).await;
+    let lock = c.lock("raced");
+    let mut guard = lock.lock().await.expect("lock");
+    let key = lock_key("raced");
+    let attempt = hash_attempt(&server, &key);
+    guard
+        .fix_lease(Duration::from_millis(2_000))
+        .await
+        .expect("fix lease");
+    let mut con = server.connection();
+    let results: Vec<i64> = redis::cmd("EVAL")
+        .arg(RENEW_LUA)
+        .arg(1)
+        .arg(&key)
+        .arg(30_000)
+        .arg(1)
+        .arg(3)
+        .arg(lock.owner_id())
+        .arg(guard.fencing_token())
+        .arg(&attempt)
+        .query(&mut con)
+        .expect("late renewal");
+    assert_eq!(results, vec![2], "ours, but fixed: not renewed");
+    let pttl = common::int(&server, &["PTTL", &key]);
+    assert!(
+        pttl > 0 && pttl <= 2_000,
+        "the late renewal undid the fixed lease: PTTL {pttl}"
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().await.expect("unlock");
+}
+
+/// The attempt id of the lock's only hold, from its `a:<attempt>` field.
+fn hash_attempt(server: &RedisServer, key: &str) -> String {
+    let redis::Value::Array(fields) = server.cmd(&["HKEYS", key]) else {
+        panic!("HKEYS {key}: not an array");
+    };
+    let attempts: Vec<String> = fields
+        .iter()
+        .map(common::text)
+        .filter_map(|field| field.strip_prefix("a:").map(str::to_owned))
+        .collect();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    attempts[0].clone()
+}
