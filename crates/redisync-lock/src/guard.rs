@@ -136,9 +136,18 @@ impl LockGuard {
     /// [`Error::NotOwner`](redisync_core::Error::NotOwner) if the lease expired, the lock was
     /// force-unlocked or someone else holds it now (nothing is changed);
     /// [`Error::Redis`](redisync_core::Error::Redis) /
-    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not answer (the lease
-    /// then frees the lock); [`Error::Shutdown`](redisync_core::Error::Shutdown) if the client
-    /// was shut down (the hold is still given back in the background).
+    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not confirm the release
+    /// within the command timeout (it goes on in the background: see below);
+    /// [`Error::Shutdown`](redisync_core::Error::Shutdown) if the client was shut down (the
+    /// hold is still given back in the background).
+    ///
+    /// # Release guarantee
+    ///
+    /// A release Redis cannot confirm within the command timeout (an outage, a `BUSY` or
+    /// `READONLY` server, a dropped connection) returns that error, and is sent again in the
+    /// background, with backoff, until Redis confirms it or the hold's lease has ended; a
+    /// dropped future or guard does the same. At shutdown a pending release gets one last
+    /// attempt (see [`Client::shutdown`](redisync_core::Client::shutdown)).
     ///
     /// # Cancel safety
     ///

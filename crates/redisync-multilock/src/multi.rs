@@ -331,6 +331,11 @@ impl MultiLockGuard {
     /// # Cancel safety
     ///
     /// If the future is dropped, every release still runs in the background.
+    ///
+    /// # Release guarantee
+    ///
+    /// Each lock's release follows [`LockGuard::unlock`]'s: one Redis cannot confirm is sent
+    /// again in the background until Redis confirms it or that lock's lease has ended.
     pub async fn unlock(self) -> Result<()> {
         release_all(self.guards, |guard| guard.name().to_owned()).await
     }

@@ -53,9 +53,18 @@ impl ReadGuard {
     ///
     /// [`Error::NotOwner`](redisync_core::Error::NotOwner) if the hold's lease ended or it was
     /// force-unlocked (nothing is changed); [`Error::Redis`](redisync_core::Error::Redis) /
-    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not answer (the lease
-    /// then ends the hold); [`Error::Shutdown`](redisync_core::Error::Shutdown) after shutdown
-    /// (released in the background anyway).
+    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not confirm the release
+    /// within the command timeout (it goes on in the background: see below);
+    /// [`Error::Shutdown`](redisync_core::Error::Shutdown) after shutdown (released in the
+    /// background anyway).
+    ///
+    /// # Release guarantee
+    ///
+    /// A release Redis cannot confirm within the command timeout (an outage, a `BUSY` or
+    /// `READONLY` server, a dropped connection) returns that error, and is sent again in the
+    /// background, with backoff, until Redis confirms it or the hold's lease has ended; a
+    /// dropped future or guard does the same. At shutdown a pending release gets one last
+    /// attempt (see [`Client::shutdown`](redisync_core::Client::shutdown)).
     ///
     /// # Cancel safety
     ///

@@ -394,6 +394,16 @@ impl ExpirablePermit {
     ///
     /// [`Error::NotOwner`] if the permit was no longer held (its lease ended, or it was
     /// released by id): nothing is changed. A retry after a lost reply gets the first answer.
+    /// [`Error::Redis`] / [`Error::Timeout`] if Redis did not confirm the release within the
+    /// command timeout (it goes on in the background: see below).
+    ///
+    /// # Release guarantee
+    ///
+    /// A release Redis cannot confirm within the command timeout (an outage, a `BUSY` or
+    /// `READONLY` server, a dropped connection) returns that error, and is sent again in the
+    /// background, with backoff, until Redis confirms it or the hold's lease has ended; a
+    /// dropped future or guard does the same. At shutdown a pending release gets one last
+    /// attempt (see [`Client::shutdown`](redisync_core::Client::shutdown)).
     ///
     /// # Cancel safety
     ///

@@ -181,7 +181,8 @@ impl Semaphore {
     ///
     /// Dropping the future never leaks or duplicates a permit: an acquire on the wire gives
     /// its permits back when it completes, or is forbidden from taking any if Redis has not
-    /// run it yet; the queue place and subscription are released at once.
+    /// run it yet (that give-back is retried until Redis confirms it, as a release is); the
+    /// queue place and subscription are released at once.
     pub async fn acquire(&self) -> Result<SemaphorePermit> {
         self.acquire_many(1).await
     }
@@ -364,14 +365,26 @@ impl SemaphorePermit {
         &self.name
     }
 
-    /// Gives the permits back. A release is never applied twice, so when Redis cannot confirm
-    /// it (the call returns [`Error::Redis`] or [`Error::Timeout`]) it keeps being retried in
-    /// the background until Redis does, or the client shuts down: permits without a lease
-    /// are only ever lost if the process dies before giving them back.
+    /// Gives the permits back.
+    ///
+    /// # Release guarantee
+    ///
+    /// Permits have no lease, so nothing else would ever return them; their release is
+    /// never given up. When Redis cannot confirm it within the command timeout (an outage
+    /// of any length, a `BUSY` server behind another client's slow script, a `READONLY`
+    /// primary during a failover, a dropped connection), the call returns that error
+    /// ([`Error::Redis`] or [`Error::Timeout`]) and the release is sent again in the
+    /// background, with backoff up to one second, until Redis confirms it; it is applied once
+    /// however often it is sent. Dropping the permit, or this future, does the same. At
+    /// [`Client::shutdown`] a pending release gets one last attempt; one that fails then is
+    /// counted in [`Stats::unconfirmed_releases`](redisync_core::Stats::unconfirmed_releases)
+    /// and logged. So permits are lost only if the process dies (or shuts down) before Redis
+    /// is reachable again.
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped before it completes, the release still runs in the background.
+    /// If the future is dropped before it completes, the release still runs in the background
+    /// with the same guarantee.
     pub async fn release(self) -> Result<()> {
         let span = tracing::debug_span!("redisync.semaphore.release", name = %self.name, permits = self.count);
         self.hold.release(span).await.map(|_| ())
