@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what redisync's demo and tests need on a fresh machine: a Rust toolchain is assumed
-# (cargo); redis-server is installed from the distribution's packages when missing.
+# (cargo); redis-server, openssl and libfaketime are installed from the distribution's packages
+# when missing.
 set -euo pipefail
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -11,6 +12,15 @@ fi
 missing=""
 command -v redis-server >/dev/null 2>&1 || missing="redis-server redis-sentinel redis-tools"
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"   # the TLS test makes certificates
+# The clock-jump tests (F8) preload libfaketime into redis-server; where the harness looks for it.
+have_libfaketime() {
+    for library in /usr/lib/faketime/libfaketime.so.1 /usr/lib/*/faketime/libfaketime.so.1 \
+        /usr/lib64/faketime/libfaketime.so.1 /usr/local/lib/faketime/libfaketime.so.1; do
+        [ -f "$library" ] && return 0
+    done
+    return 1
+}
+have_libfaketime || missing="$missing faketime libfaketime"
 if [ -n "$missing" ]; then
     echo "installing with apt-get: $missing" >&2
     if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -1216,7 +1216,7 @@ fn start_node(args: &[String]) -> RedisServer {
     let mut last_error = String::new();
     for _ in 0..START_ATTEMPTS {
         let port = port_with_free_bus_port();
-        match launch(&bin, port, dir.path(), args, password.as_deref()) {
+        match launch(&bin, port, dir.path(), args, password.as_deref(), None) {
             Ok(child) => {
                 let pid = child.id();
                 return RedisServer {
@@ -1227,6 +1227,7 @@ fn start_node(args: &[String]) -> RedisServer {
                     child: std::sync::Mutex::new(Some(child)),
                     pid: std::sync::atomic::AtomicU32::new(pid),
                     paused: std::sync::atomic::AtomicBool::new(false),
+                    fake_clock: None,
                     dir,
                 };
             }

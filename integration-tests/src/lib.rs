@@ -21,15 +21,21 @@
 //! leaked with `std::mem::forget` outlives the test process.
 //!
 //! For fault injection the crate also has a TCP chaos proxy ([`ChaosProxy`]: latency,
-//! blackholes, resets, cut pub/sub connections) and [`Holder`], a lock or permit holder in a
-//! process of its own that tests can pause or kill (the crate's `holder` binary).
+//! blackholes, dropped replies, a stalled connection, resets, cut pub/sub connections),
+//! [`Holder`], a lock or permit holder in a process of its own that tests can pause or kill
+//! (the crate's `holder` binary), servers kept busy by a long script
+//! ([`RedisServer::busy_for`], see [`busy`]) and servers whose clock jumps
+//! ([`RedisServer::start_with_fake_clock`], see [`clock`]).
 
 #![deny(missing_docs)]
 
+pub mod busy;
+pub mod clock;
 pub mod cluster;
 pub mod holder;
 pub mod proxy;
 
+pub use busy::BusyScript;
 pub use cluster::RedisCluster;
 pub use holder::Holder;
 pub use proxy::ChaosProxy;
@@ -95,6 +101,8 @@ pub struct RedisServer {
     pid: AtomicU32,
     /// Whether the process was sent `SIGSTOP` and not yet `SIGCONT`.
     paused: AtomicBool,
+    /// The fake clock of [`RedisServer::start_with_fake_clock`], kept across restarts.
+    fake_clock: Option<clock::FakeClock>,
     /// Working directory and log files; declared last so it is removed after
     /// the process has been killed in [`Drop`].
     dir: TempDir,
@@ -134,6 +142,11 @@ impl RedisServer {
     /// Panics if `redis-server` cannot be found, rejects the arguments or does
     /// not come up; the message includes the tail of the server log.
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        Self::start_inner(extra_args, false)
+    }
+
+    /// [`start_with`](Self::start_with), with a fake clock if `fake_clock`.
+    fn start_inner(extra_args: &[&str], fake_clock: bool) -> RedisServer {
         let bin = match resolve_binary(
             std::env::var_os(REDIS_SERVER_BIN_ENV),
             std::env::var_os("PATH"),
@@ -149,11 +162,21 @@ impl RedisServer {
             });
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let password = password_from_args(&extra_args);
+        let fake_clock = fake_clock.then(|| {
+            clock::FakeClock::new(dir.path()).unwrap_or_else(|message| panic!("{message}"))
+        });
 
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
-            match launch(&bin, port, dir.path(), &extra_args, password.as_deref()) {
+            match launch(
+                &bin,
+                port,
+                dir.path(),
+                &extra_args,
+                password.as_deref(),
+                fake_clock.as_ref(),
+            ) {
                 Ok(child) => {
                     let pid = child.id();
                     return RedisServer {
@@ -164,6 +187,7 @@ impl RedisServer {
                         child: Mutex::new(Some(child)),
                         pid: AtomicU32::new(pid),
                         paused: AtomicBool::new(false),
+                        fake_clock,
                         dir,
                     };
                 }
@@ -247,6 +271,7 @@ impl RedisServer {
                 self.dir.path(),
                 &self.extra_args,
                 self.password.as_deref(),
+                self.fake_clock.as_ref(),
             ) {
                 Ok(child) => {
                     self.pid.store(child.id(), Ordering::SeqCst);
@@ -462,6 +487,7 @@ impl fmt::Debug for RedisServer {
             .field("dir", &self.dir.path())
             .field("extra_args", &self.extra_args.len())
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("clock_offset", &self.clock_offset())
             .finish()
     }
 }
@@ -542,14 +568,15 @@ fn connection_info(port: u16, password: Option<&str>) -> ConnectionInfo {
         .set_redis_settings(settings)
 }
 
-/// Spawns `redis-server` on `port` and waits until it answers `PING`.
-/// On failure the process is killed and the error describes what happened.
+/// Spawns `redis-server` on `port` (with the fake clock if one is given) and waits until it
+/// answers `PING`. On failure the process is killed and the error describes what happened.
 fn launch(
     bin: &Path,
     port: u16,
     dir: &Path,
     extra_args: &[String],
     password: Option<&str>,
+    fake_clock: Option<&clock::FakeClock>,
 ) -> Result<Child, LaunchError> {
     let log_path = dir.join("redis.log");
     let stderr_path = dir.join("stderr.log");
@@ -578,6 +605,9 @@ fn launch(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
+    if let Some(fake_clock) = fake_clock {
+        fake_clock.apply(&mut command);
+    }
     let mut child = command.spawn().map_err(|e| {
         LaunchError::Fatal(format!(
             "failed to spawn {}: {e}. {NOT_FOUND_MESSAGE}",
@@ -615,6 +645,12 @@ fn launch(
             }
         }
         if probe(port, password, child.id()) {
+            if fake_clock.is_some_and(|clock| !clock.is_loaded_in(child.id())) {
+                kill_child(&mut child, false);
+                return Err(LaunchError::Fatal(describe(
+                    "runs without libfaketime although it was preloaded (LD_PRELOAD ignored?)",
+                )));
+            }
             return Ok(child);
         }
         if started.elapsed() >= READY_TIMEOUT {
@@ -901,7 +937,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // Another server already answers PING on this port: the launch must
         // not mistake it for its own process.
-        match launch(&server.bin, server.port(), dir.path(), &[], None) {
+        match launch(&server.bin, server.port(), dir.path(), &[], None, None) {
             Err(LaunchError::PortInUse(message)) => {
                 assert!(message.contains("Address already in use"), "{message}")
             }

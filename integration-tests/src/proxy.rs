@@ -15,6 +15,16 @@
 //!   requests); such a connection is marked and, when the blackhole is lifted, closed abruptly,
 //!   as TCP would eventually do after its retransmissions failed. Connections that were idle
 //!   during the blackhole survive it.
+//! * [`drop_replies`](ChaosProxy::drop_replies): half a blackhole. Requests still reach the
+//!   server and **run**, but everything the server sends back (replies, pub/sub messages, the
+//!   end of the stream) is dropped: the client cannot tell whether a request it sent ran. As
+//!   with a blackhole, connections that lost replies are closed abruptly when the mode ends,
+//!   idle ones survive, and new connections are accepted meanwhile.
+//! * [`stall_oldest`](ChaosProxy::stall_oldest): one connection hangs while the others work:
+//!   the oldest open connection that has not subscribed to anything (for a client that opens
+//!   its connections in order, its first one) forwards nothing in either direction, data
+//!   dropped and the connection kept open, until [`unstall`](ChaosProxy::unstall) closes it
+//!   abruptly.
 //! * [`reset_all`](ChaosProxy::reset_all): closes every current connection abruptly (`RST`,
 //!   both towards the client and towards the server).
 //! * [`cut_pubsub`](ChaosProxy::cut_pubsub): the same, only for connections on which the
@@ -37,6 +47,11 @@
 //! proxy.set_latency(Duration::from_millis(50));
 //! proxy.blackhole(true);
 //! proxy.blackhole(false);
+//! proxy.drop_replies(true); // requests run, their replies are lost
+//! proxy.drop_replies(false);
+//! if proxy.stall_oldest() {
+//!     proxy.unstall();
+//! }
 //! let closed = proxy.reset_all();
 //! println!("{closed} connections reset, {} accepted so far", proxy.accepted());
 //! ```
@@ -75,16 +90,17 @@ pub struct ChaosProxy {
 struct Shared {
     /// Added to the delivery time of every chunk read from now on, in microseconds.
     latency_us: AtomicU64,
-    /// Whether data is being dropped. Decisions to drop are taken under this lock, and mark
-    /// their connection before it is released, so the end of a blackhole sees every
-    /// connection that lost data.
-    blackhole: Mutex<bool>,
-    /// The same state, for waiting until a blackhole ends.
-    blackhole_changes: watch::Sender<bool>,
+    /// Which data is being dropped. Decisions to drop are taken under this lock, and mark
+    /// their connection before it is released, so the end of a mode sees every connection
+    /// that lost data.
+    modes: Mutex<Modes>,
+    /// Bumped on every change of the modes or of a connection's stall, for waiting until a
+    /// held-back end of stream may be forwarded.
+    changes: watch::Sender<u64>,
     /// Connections accepted since the start.
     accepted: AtomicU64,
-    /// Connections closed by [`ChaosProxy::reset_all`], [`ChaosProxy::cut_pubsub`] or the end
-    /// of a blackhole.
+    /// Connections closed by [`ChaosProxy::reset_all`], [`ChaosProxy::cut_pubsub`],
+    /// [`ChaosProxy::unstall`] or the end of a blackhole or of dropped replies.
     closed_by_faults: AtomicU64,
     /// Live connections by id.
     connections: Mutex<HashMap<u64, Connection>>,
@@ -97,13 +113,25 @@ struct Connection {
     kill: Option<oneshot::Sender<()>>,
 }
 
-/// What the connection's tasks report about it.
+/// The proxy-wide modes that drop data.
+#[derive(Clone, Copy, Debug, Default)]
+struct Modes {
+    /// Nothing is forwarded, in either direction.
+    blackhole: bool,
+    /// Nothing is forwarded from the server to the client.
+    drop_replies: bool,
+}
+
+/// What the connection's tasks report about it, and its own fault.
 #[derive(Default)]
 struct Flags {
     /// The client sent a SUBSCRIBE-family command on it.
     subscriber: AtomicBool,
-    /// Data was dropped on it by a blackhole.
+    /// Data was dropped on it by a blackhole, dropped replies or a stall.
     tainted: AtomicBool,
+    /// Stalled by [`ChaosProxy::stall_oldest`]: nothing is forwarded either way until
+    /// [`ChaosProxy::unstall`] closes it. Only changed under [`Shared::modes`].
+    stalled: AtomicBool,
 }
 
 impl ChaosProxy {
@@ -125,11 +153,11 @@ impl ChaosProxy {
             .expect("a bound socket has an address")
             .port();
         let upstream_port = server.port();
-        let (blackhole_changes, _) = watch::channel(false);
+        let (changes, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             latency_us: AtomicU64::new(0),
-            blackhole: Mutex::new(false),
-            blackhole_changes,
+            modes: Mutex::new(Modes::default()),
+            changes,
             accepted: AtomicU64::new(0),
             closed_by_faults: AtomicU64::new(0),
             connections: Mutex::new(HashMap::new()),
@@ -202,21 +230,86 @@ impl ChaosProxy {
     }
 
     /// Starts (`true`) or ends (`false`) a blackhole: while it lasts nothing is forwarded and
-    /// the data is dropped. Ending it closes abruptly every connection that lost data, and
-    /// returns how many (0 when starting one).
+    /// the data is dropped. Ending it closes abruptly every connection that lost data (except
+    /// stalled ones, which wait for [`unstall`](Self::unstall)), and returns how many (0 when
+    /// starting one).
     pub fn blackhole(&self, on: bool) -> usize {
-        *self.shared.lock_blackhole() = on;
-        self.shared.blackhole_changes.send_replace(on);
+        self.set_mode(|modes| modes.blackhole = on);
         if on {
             0
         } else {
-            self.close_where(|flags| flags.tainted.load(Ordering::SeqCst))
+            self.close_tainted()
         }
     }
 
     /// Whether a blackhole is on.
     pub fn is_blackholed(&self) -> bool {
-        *self.shared.lock_blackhole()
+        self.shared.lock_modes().blackhole
+    }
+
+    /// Starts (`true`) or ends (`false`) dropping replies: while it lasts, what clients send
+    /// is forwarded (their commands run in Redis) but nothing the server sends back is: the
+    /// data is dropped, and so is the end of the stream if the server closes a connection.
+    /// Ending it closes abruptly every connection that lost data (except stalled ones), since
+    /// its replies would no longer match its requests, and returns how many (0 when
+    /// starting). A connection that received nothing meanwhile survives.
+    pub fn drop_replies(&self, on: bool) -> usize {
+        self.set_mode(|modes| modes.drop_replies = on);
+        if on {
+            0
+        } else {
+            self.close_tainted()
+        }
+    }
+
+    /// Whether replies are being dropped.
+    pub fn is_dropping_replies(&self) -> bool {
+        self.shared.lock_modes().drop_replies
+    }
+
+    /// Stalls the oldest open connection (the first accepted) that is not stalled yet and on
+    /// which the client has not subscribed to anything: from now on it forwards nothing in
+    /// either direction (what arrives is read and dropped) but stays open, like a connection
+    /// whose route died without an error, until [`unstall`](Self::unstall) closes it. The
+    /// other connections keep working. Returns `false` if there was no such connection.
+    ///
+    /// A client that opens its connections one after the other, before any other connection
+    /// through this proxy, gets its first one stalled; calling this again stalls the next.
+    pub fn stall_oldest(&self) -> bool {
+        let connections = self.shared.lock_connections();
+        let oldest = connections
+            .iter()
+            .filter(|(_, c)| {
+                c.kill.is_some()
+                    && !c.flags.subscriber.load(Ordering::SeqCst)
+                    && !c.flags.stalled.load(Ordering::SeqCst)
+            })
+            .min_by_key(|(id, _)| **id);
+        match oldest {
+            Some((_, connection)) => {
+                let flags = connection.flags.clone();
+                drop(connections);
+                // Under the modes lock, like every decision to drop (see `Shared::modes`).
+                self.set_mode(|_| flags.stalled.store(true, Ordering::SeqCst));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes abruptly (`RST` to both ends) every connection stalled by
+    /// [`stall_oldest`](Self::stall_oldest), and returns how many.
+    pub fn unstall(&self) -> usize {
+        self.close_where(|flags| flags.stalled.load(Ordering::SeqCst))
+    }
+
+    /// Open connections stalled by [`stall_oldest`](Self::stall_oldest).
+    pub fn stalled(&self) -> usize {
+        self.shared
+            .lock_connections()
+            .values()
+            .filter(|c| c.flags.stalled.load(Ordering::SeqCst))
+            .count()
     }
 
     /// Closes every current connection abruptly (`RST` to both ends) and returns how many.
@@ -249,10 +342,26 @@ impl ChaosProxy {
             .count()
     }
 
-    /// Connections closed by [`reset_all`](Self::reset_all), [`cut_pubsub`](Self::cut_pubsub)
-    /// and the end of blackholes, since the start.
+    /// Connections closed by [`reset_all`](Self::reset_all), [`cut_pubsub`](Self::cut_pubsub),
+    /// [`unstall`](Self::unstall) and the end of blackholes and of dropped replies, since the
+    /// start.
     pub fn closed_by_faults(&self) -> u64 {
         self.shared.closed_by_faults.load(Ordering::SeqCst)
+    }
+
+    /// Changes the modes under their lock and tells the connections waiting for a change.
+    fn set_mode(&self, change: impl FnOnce(&mut Modes)) {
+        change(&mut self.shared.lock_modes());
+        self.shared
+            .changes
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// Closes the connections that lost data, except stalled ones.
+    fn close_tainted(&self) -> usize {
+        self.close_where(|flags| {
+            flags.tainted.load(Ordering::SeqCst) && !flags.stalled.load(Ordering::SeqCst)
+        })
     }
 
     /// Closes the connections whose flags match and waits (briefly) until they are gone.
@@ -301,6 +410,8 @@ impl fmt::Debug for ChaosProxy {
             .field("upstream_port", &self.upstream_port)
             .field("latency", &self.latency())
             .field("blackhole", &self.is_blackholed())
+            .field("drop_replies", &self.is_dropping_replies())
+            .field("stalled", &self.stalled())
             .field("accepted", &self.accepted())
             .field("active", &self.active())
             .finish()
@@ -316,18 +427,30 @@ impl Shared {
         Duration::from_micros(self.latency_us.load(Ordering::SeqCst))
     }
 
-    fn lock_blackhole(&self) -> MutexGuard<'_, bool> {
-        self.blackhole.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_modes(&self) -> MutexGuard<'_, Modes> {
+        self.modes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a blackhole is on; if so, marks the connection as having lost data (under the
-    /// same lock, see [`Shared::blackhole`]).
-    fn swallowed(&self, flags: &Flags) -> bool {
-        let on = self.lock_blackhole();
-        if *on {
+    /// Whether data of this direction (`up`: client to server) of this connection is dropped
+    /// under `modes` (read under their lock by the caller).
+    fn drops(modes: &Modes, flags: &Flags, up: bool) -> bool {
+        modes.blackhole || (modes.drop_replies && !up) || flags.stalled.load(Ordering::SeqCst)
+    }
+
+    /// Whether data of this direction of the connection is dropped right now; if so, marks
+    /// the connection as having lost data (under the same lock, see [`Shared::modes`]).
+    fn swallowed(&self, flags: &Flags, up: bool) -> bool {
+        let modes = self.lock_modes();
+        let dropped = Self::drops(&modes, flags, up);
+        if dropped {
             flags.tainted.store(true, Ordering::SeqCst);
         }
-        *on
+        dropped
+    }
+
+    /// Whether this direction of the connection is dropping data (without marking it).
+    fn holds_back(&self, flags: &Flags, up: bool) -> bool {
+        Self::drops(&self.lock_modes(), flags, up)
     }
 }
 
@@ -423,8 +546,8 @@ async fn serve(
     drop(registration);
 }
 
-/// Copies one direction of a connection, applying latency and blackholes. `up` is the client
-/// to server direction, whose commands are inspected for subscriptions.
+/// Copies one direction of a connection, applying latency and the modes that drop data. `up`
+/// is the client to server direction, whose commands are inspected for subscriptions.
 async fn pump<R, W>(
     mut reader: R,
     mut writer: W,
@@ -444,8 +567,8 @@ where
         loop {
             let n = reader.read(&mut buffer).await?;
             if n == 0 {
-                // A blackhole holds back the end of the stream too (see the writer).
-                shared.swallowed(flags);
+                // Dropping holds back the end of the stream too (see the writer).
+                shared.swallowed(flags, up);
                 let _ = queue.send(None);
                 return Ok::<(), std::io::Error>(());
             }
@@ -453,7 +576,7 @@ where
             if up && !flags.subscriber.load(Ordering::SeqCst) && scanner.feed(data) {
                 flags.subscriber.store(true, Ordering::SeqCst);
             }
-            if shared.swallowed(flags) {
+            if shared.swallowed(flags, up) {
                 continue;
             }
             let due = Instant::now() + shared.latency();
@@ -467,15 +590,16 @@ where
             match item {
                 Some((due, data)) => {
                     tokio::time::sleep_until(due.into()).await;
-                    if shared.swallowed(flags) {
+                    if shared.swallowed(flags, up) {
                         continue;
                     }
                     writer.write_all(&data).await?;
                 }
                 None => {
-                    // A blackhole forwards nothing, not even the end of the stream.
-                    let mut blackhole = shared.blackhole_changes.subscribe();
-                    let _ = blackhole.wait_for(|on| !*on).await;
+                    // Dropping forwards nothing, not even the end of the stream. (A stalled
+                    // connection is only ever closed, by `unstall`.)
+                    let mut changes = shared.changes.subscribe();
+                    let _ = changes.wait_for(|_| !shared.holds_back(flags, up)).await;
                     writer.shutdown().await?;
                     return Ok(());
                 }
@@ -723,6 +847,133 @@ mod tests {
         assert_eq!(ping(&mut idle).unwrap(), "+PONG\r\n", "idle survives");
         assert_eq!(proxy.active(), 1);
         assert_eq!(proxy.closed_by_faults(), 2);
+    }
+
+    /// Sends `SET key value` as RESP and returns the reply line.
+    fn set(stream: &mut std::net::TcpStream, key: &str, value: &str) -> std::io::Result<String> {
+        let command = format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+            key.len(),
+            value.len()
+        );
+        stream.write_all(command.as_bytes())?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut reply = String::new();
+        reader.read_line(&mut reply)?;
+        Ok(reply)
+    }
+
+    fn assert_closed(stream: &mut std::net::TcpStream, what: &str) {
+        let mut rest = Vec::new();
+        let outcome = stream.read_to_end(&mut rest);
+        assert!(
+            outcome.is_err() || rest.is_empty(),
+            "{what}: a connection that lost data is closed, not resumed: {outcome:?} {rest:?}"
+        );
+    }
+
+    #[test]
+    fn dropped_replies_run_their_commands_and_close_the_connections_that_lost_some() {
+        let server = RedisServer::start();
+        let proxy = ChaosProxy::start(&server);
+        let mut busy = connect(&proxy);
+        let mut idle = connect(&proxy);
+        assert_eq!(ping(&mut busy).unwrap(), "+PONG\r\n");
+        assert_eq!(ping(&mut idle).unwrap(), "+PONG\r\n");
+
+        assert_eq!(proxy.drop_replies(true), 0);
+        assert!(proxy.is_dropping_replies());
+        assert!(!proxy.is_blackholed());
+        busy.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        assert!(
+            set(&mut busy, "ran", "1").is_err(),
+            "a reply must be dropped"
+        );
+        // The request itself reached the server and ran.
+        wait_for("the SET ran", || {
+            server.cmd(&["GET", "ran"]) == redis::Value::BulkString(b"1".to_vec())
+        });
+        // New connections are accepted, their commands run, their replies are dropped too.
+        let mut fresh = connect(&proxy);
+        fresh
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        assert!(set(&mut fresh, "fresh", "2").is_err());
+        wait_for("the fresh SET ran", || {
+            server.cmd(&["GET", "fresh"]) == redis::Value::BulkString(b"2".to_vec())
+        });
+
+        assert_eq!(proxy.drop_replies(false), 2, "busy and fresh lost replies");
+        assert!(!proxy.is_dropping_replies());
+        assert_closed(&mut busy, "busy");
+        assert_closed(&mut fresh, "fresh");
+        assert_eq!(ping(&mut idle).unwrap(), "+PONG\r\n", "idle survives");
+        assert_eq!(proxy.active(), 1);
+        assert_eq!(proxy.closed_by_faults(), 2);
+        // Afterwards the proxy forwards both ways again.
+        let mut after = connect(&proxy);
+        assert_eq!(set(&mut after, "after", "3").unwrap(), "+OK\r\n");
+    }
+
+    #[test]
+    fn a_stalled_connection_forwards_nothing_while_the_others_work() {
+        let server = RedisServer::start();
+        let proxy = ChaosProxy::start(&server);
+        assert!(!proxy.stall_oldest(), "no connection to stall yet");
+        // The oldest connection subscribes: it is skipped.
+        let mut subscriber = redis::Client::open(proxy.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("SUBSCRIBE")
+            .arg("chan")
+            .exec(&mut subscriber)
+            .unwrap();
+        let mut first = connect(&proxy);
+        let mut second = connect(&proxy);
+        assert_eq!(ping(&mut first).unwrap(), "+PONG\r\n");
+        assert_eq!(ping(&mut second).unwrap(), "+PONG\r\n");
+        wait_for("the subscription is seen", || {
+            proxy.active_subscribers() == 1
+        });
+
+        assert!(proxy.stall_oldest());
+        assert_eq!(proxy.stalled(), 1);
+        first
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        assert!(set(&mut first, "stalled", "1").is_err(), "no reply");
+        // Nothing was forwarded: the command did not run.
+        assert_eq!(server.cmd(&["GET", "stalled"]), redis::Value::Nil);
+        // The others work, the subscriber still gets messages.
+        assert_eq!(set(&mut second, "other", "2").unwrap(), "+OK\r\n");
+        server.cmd(&["PUBLISH", "chan", "hello"]);
+        subscriber
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let message = subscriber.recv_response().unwrap();
+        assert!(format!("{message:?}").contains("hello"), "{message:?}");
+        // Ending another fault leaves the stalled connection stalled.
+        proxy.blackhole(true);
+        assert_eq!(proxy.blackhole(false), 0);
+        assert_eq!(proxy.stalled(), 1);
+
+        // The next call stalls the next connection.
+        assert!(proxy.stall_oldest());
+        assert_eq!(proxy.stalled(), 2);
+        assert!(!proxy.stall_oldest(), "only the subscriber is left");
+
+        assert_eq!(proxy.unstall(), 2);
+        assert_eq!(proxy.stalled(), 0);
+        let mut rest = Vec::new();
+        match first.read_to_end(&mut rest) {
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+            Ok(_) => panic!("expected a reset, got an orderly close after {rest:?}"),
+        }
+        assert_eq!(proxy.active(), 1, "the subscriber is left");
+        assert_eq!(proxy.closed_by_faults(), 2);
+        assert_eq!(server.cmd(&["GET", "stalled"]), redis::Value::Nil);
     }
 
     #[test]
