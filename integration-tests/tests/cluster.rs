@@ -549,7 +549,7 @@ const KINDS: &[(&str, &[&str], &str)] = &[
     ("rw", &["rw", "rw:readers", "rw:writers"], "rw:wake"),
     (
         "sem",
-        &["semaphore", "semaphore:attempt:*"],
+        &["semaphore", "semaphore:generation", "semaphore:attempt:*"],
         "semaphore:wake",
     ),
     (
