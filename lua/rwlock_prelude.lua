@@ -30,7 +30,8 @@ local function now_ms()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Forgets read holds whose lease ended, and the write hold if its lease ended.
+-- Forgets read holds whose lease ended, and the write hold (with its attempts' fields) if its
+-- lease ended.
 local function prune(hash, readers, now)
     local expired = redis.call('ZRANGEBYSCORE', readers, '-inf', now)
     for _, attempt in ipairs(expired) do
@@ -49,6 +50,15 @@ local function prune(hash, readers, now)
     local wexp = redis.call('HGET', hash, 'wexp')
     if wexp and tonumber(wexp) <= now then
         redis.call('HDEL', hash, 'writer', 'wcount', 'wtoken', 'wexp')
+        -- A crashed writer never releases its attempts, and the hash may outlive the hold
+        -- (the owner's read holds keep it), so their fields go with the hold. There is one
+        -- write hold at a time: every write attempt field is this expired hold's.
+        local all = redis.call('HGETALL', hash)
+        for i = 1, #all, 2 do
+            if string.sub(all[i], 1, 2) == 'a:' and string.sub(all[i + 1], 1, 1) == 'w' then
+                redis.call('HDEL', hash, all[i])
+            end
+        end
     end
 end
 

@@ -1,13 +1,21 @@
 -- semaphore_add_permits: add (or, with a negative count, remove) permits; also the raw release
--- of permits taken without a permit object. Creates the semaphore if it does not exist.
+-- of permits taken without a permit object. Creates the semaphore, with a new generation, if
+-- it does not exist.
 --
 -- KEYS[1]  permits: the number of available permits (may go negative)
+-- KEYS[2]  generation: a unique id of this incarnation of the semaphore (see
+--          semaphore_prelude.lua)
 -- ARGV[1]  permits to add (any integer)
 -- ARGV[2]  channel to publish on
+-- ARGV[3]  a new unique id, the generation if this creates the semaphore
 --
 -- Returns the number of available permits afterwards. Waiters are woken when permits were
--- added.
+-- added. WRONGTYPE if the permits key holds anything but a count, or a generation exists
+-- without permits (scripts create them together: it is foreign data, and is left alone).
 
+if redis.call('EXISTS', KEYS[1]) == 0 and not redis.call('SET', KEYS[2], ARGV[3], 'NX') then
+    return redis.error_reply('WRONGTYPE the generation key exists without permits')
+end
 local available = redis.call('INCRBY', KEYS[1], ARGV[1])
 if tonumber(ARGV[1]) > 0 then
     redis.call('PUBLISH', ARGV[2], ARGV[1])

@@ -1,22 +1,17 @@
--- semaphore_delete: remove a semaphore (classic or expirable) and wake its waiters, who then
--- find no permits.
+-- semaphore_delete: remove a classic semaphore, ending its generation, and wake its waiters,
+-- who then find no permits. Permits still out go nowhere when they come back, even once the
+-- semaphore is created again. (Prefixed with semaphore_prelude.lua.)
 --
--- KEYS     every key of the semaphore: the permits, and for an expirable semaphore also its
---          permit deadlines
+-- KEYS[1]  permits
+-- KEYS[2]  generation
 -- ARGV[1]  channel to publish on
 --
--- Returns 1 if there was anything to remove, 0 otherwise; WRONGTYPE (nothing removed) if a
--- key holds foreign data.
+-- Returns 1 if there was a semaphore to remove, 0 otherwise; WRONGTYPE (nothing removed) if
+-- a key holds foreign data.
 
-local count = redis.call('GET', KEYS[1])
-if count and not tonumber(count) then
-    return redis.error_reply('WRONGTYPE the permits key holds no count')
+if not read_semaphore(KEYS[1], KEYS[2]) then
+    return 0
 end
-if KEYS[2] then
-    redis.call('ZCARD', KEYS[2])
-end
-if redis.call('DEL', unpack(KEYS)) > 0 then
-    redis.call('PUBLISH', ARGV[1], 'deleted')
-    return 1
-end
-return 0
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[1], 'deleted')
+return 1

@@ -12,8 +12,8 @@ use redisync_test_harness::RedisServer;
 /// The rule set from DEPLOYMENT.md ("ACL"), for the default prefix.
 const RULES: &str = "on >s3cret resetkeys ~redisync:* resetchannels &redisync:* -@all \
     +evalsha +script|load +ping +subscribe +unsubscribe +hello +select \
-    +decr +decrby +del +exists +get +hdel +hexists +hget +hincrby +hmget +hset +incr +incrby \
-    +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
+    +decr +decrby +del +exists +get +hdel +hexists +hget +hgetall +hincrby +hmget +hset +incr \
+    +incrby +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
     +zrangebyscore +zrem +zremrangebyscore +zscore";
 
 fn restricted_url(server: &RedisServer) -> String {
@@ -65,6 +65,19 @@ async fn a_user_with_the_documented_rules_can_use_every_primitive() {
         .unlock()
         .await
         .expect("write unlock");
+    // A write lease that ends while its owner still reads (a downgrade): the next call
+    // prunes the write hold.
+    let write = rw.write_with_lease(ms(200)).await.expect("short write");
+    let read = rw.read().await.expect("read under the write hold");
+    let other_read = other
+        .read_write_lock("acl-rw")
+        .try_read_for(Duration::from_secs(5))
+        .await
+        .expect("read once the write lease ends")
+        .expect("the write lease ended");
+    other_read.unlock().await.expect("other read unlock");
+    read.unlock().await.expect("read unlock");
+    drop(write);
     let sem = c.semaphore("acl-sem");
     sem.try_set_permits(1).await.expect("set permits");
     sem.acquire()

@@ -1375,7 +1375,7 @@ const FOREIGN: &[Foreign] = &[
     },
     Foreign {
         primitive: "semaphore",
-        keys: &[("semaphore", true)],
+        keys: &[("semaphore", true), ("semaphore:generation", false)],
         calls: |prefix, c, name| semaphore_calls(prefix, &c.semaphore(name)),
     },
     Foreign {

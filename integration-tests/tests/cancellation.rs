@@ -191,7 +191,7 @@ impl Inspector {
                 panic!("MGET: not an array")
             };
             for (key, state) in records.iter().zip(states) {
-                if state != Value::Nil && text(&state) == "granted" {
+                if state != Value::Nil && text(&state).starts_with("granted") {
                     holds.insert(key.to_string(), "granted".to_owned());
                 }
             }

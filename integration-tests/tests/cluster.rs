@@ -549,7 +549,7 @@ const KINDS: &[(&str, &[&str], &str)] = &[
     ("rw", &["rw", "rw:readers", "rw:writers"], "rw:wake"),
     (
         "sem",
-        &["semaphore", "semaphore:attempt:*"],
+        &["semaphore", "semaphore:generation", "semaphore:attempt:*"],
         "semaphore:wake",
     ),
     (
@@ -1089,8 +1089,8 @@ async fn with_a_cluster_of_its_own_replica_sync_waits_for_the_replica_of_the_own
 /// "Redis Cluster" section lists.
 const CLUSTER_RULES: &str = "on >s3cret resetkeys ~redisync:* resetchannels &redisync:* -@all \
     +evalsha +script|load +ping +subscribe +unsubscribe +hello +select \
-    +decr +decrby +del +exists +get +hdel +hexists +hget +hincrby +hmget +hset +incr +incrby \
-    +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
+    +decr +decrby +del +exists +get +hdel +hexists +hget +hgetall +hincrby +hmget +hset +incr \
+    +incrby +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
     +zrangebyscore +zrem +zremrangebyscore +zscore \
     +eval +cluster|slots +asking +spublish +ssubscribe +sunsubscribe";
 

@@ -403,7 +403,9 @@ fn raw_count(server: &RedisServer, key: &str) -> Option<i64> {
 fn granted_records(server: &RedisServer, name: &str) -> usize {
     keys(server, &format!("redisync:{{{name}}}:semaphore:attempt:*"))
         .iter()
-        .filter(|key| text(&server.cmd(&["GET", key])).as_deref() == Some("granted"))
+        .filter(|key| {
+            text(&server.cmd(&["GET", key])).is_some_and(|state| state.starts_with("granted"))
+        })
         .count()
 }
 

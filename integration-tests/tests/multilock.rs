@@ -1424,6 +1424,80 @@ async fn redlock_bad_arguments_are_invalid() {
     assert!(!held(&servers[0], "bad"));
 }
 
+/// Fails unless both acquires of `redlock` are `InvalidArgument` naming `server`.
+async fn assert_refused_as_duplicate(redlock: &Redlock, server: &str) {
+    let lease = Duration::from_secs(10);
+    let outcomes = [
+        redlock
+            .lock_with_lease(lease)
+            .await
+            .map(|g| g.servers_held()),
+        redlock
+            .try_lock_with_lease(Duration::ZERO, lease)
+            .await
+            .map(|g| g.map_or(0, |g| g.servers_held())),
+    ];
+    for outcome in outcomes {
+        match outcome {
+            Err(Error::InvalidArgument(message)) => {
+                assert!(message.contains(server), "{message:?} names not {server}")
+            }
+            other => panic!("expected InvalidArgument naming {server}, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_counts_a_server_listed_twice_once_and_refuses_it() {
+    let (s0, mut s1) = (RedisServer::start(), RedisServer::start());
+    let (c0, c1) = (impatient_client(&s0).await, impatient_client(&s1).await);
+    let twice = c0.lock("dup");
+    let redlock = Redlock::new([twice.clone(), twice, c1.lock("dup")]);
+    assert_eq!(redlock.quorum(), 2, "two servers");
+    assert_refused_as_duplicate(&redlock, c0.server()).await;
+    // With the other server down, server 0 alone is no majority, however often it is listed.
+    s1.stop();
+    assert_refused_as_duplicate(&redlock, c0.server()).await;
+    assert!(!held(&s0, "dup"), "server 0 was asked");
+    assert_no_local_state(&[&c0, &c1], "a refused redlock");
+}
+
+#[tokio::test]
+async fn redlock_takes_clones_and_clients_of_one_server_for_one_server() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.lock("one");
+    let cases = [
+        (
+            "clones of one handle",
+            Redlock::new([lock.clone(), lock.clone()]),
+        ),
+        (
+            "two clients of one url",
+            Redlock::new([lock, b.lock("one")]),
+        ),
+        (
+            "two names on one server",
+            Redlock::new([a.lock("x"), a.lock("y")]),
+        ),
+    ];
+    for (what, redlock) in &cases {
+        assert_eq!(redlock.quorum(), 1, "{what}: one server");
+        assert_refused_as_duplicate(redlock, a.server()).await;
+    }
+    assert!(!held(&server, "one") && !held(&server, "x") && !held(&server, "y"));
+    // Each server once is fine.
+    let single = Redlock::new([b.lock("one")]);
+    single
+        .try_lock_with_lease(Duration::ZERO, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free")
+        .unlock()
+        .await
+        .unwrap();
+}
+
 /// A try-lock that finds one lock busy gives up after its one script: it does not take the
 /// free locks one by one only to give them back (which would refuse other callers meanwhile).
 #[tokio::test]

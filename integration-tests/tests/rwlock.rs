@@ -1646,3 +1646,44 @@ async fn foreign_data_in_one_locks_readers_set_does_not_cost_other_holds_their_r
     bystander.unlock().await.unwrap();
     drop(victim);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_write_hold_takes_its_attempt_fields_with_it() {
+    // The owner's read hold keeps the hash alive after its write hold (entered twice) ends,
+    // as it does when a writer that downgraded crashes; the next operation prunes the write
+    // hold, and must leave none of its attempts' fields behind.
+    let server = RedisServer::start();
+    let name = "expired-writer";
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock = a.read_write_lock(name);
+    let write_attempts = || -> Vec<String> {
+        fields(&server, name)
+            .into_iter()
+            .filter(|(field, kind)| field.starts_with("a:") && kind.starts_with('w'))
+            .map(|(field, _)| field)
+            .collect()
+    };
+    let write = lock.write_with_lease(ms(300)).await.unwrap();
+    let again = lock.write_with_lease(ms(300)).await.unwrap();
+    let read = lock.read_with_lease(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(write_attempts().len(), 2);
+
+    // Another owner's read waits for the write lease to end, then prunes the write hold.
+    let other = b
+        .read_write_lock(name)
+        .try_read_for(SETTLE)
+        .await
+        .unwrap()
+        .expect("a reader gets in once the write lease ends");
+    let held = fields(&server, name);
+    assert!(!held.contains_key("writer"), "{held:?}");
+    assert_eq!(write_attempts(), Vec::<String>::new(), "{held:?}");
+
+    for expired in [write, again] {
+        assert!(matches!(expired.unlock().await, Err(Error::NotOwner)));
+    }
+    other.unlock().await.unwrap();
+    read.unlock().await.unwrap();
+    eventually("the lock is gone", SETTLE, || lock_is_gone(&server, name)).await;
+    assert_idle(&[&a, &b]);
+}

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_idle, assert_invalid, assert_wrong_type, client, client_with_watchdog, cut_after,
-    cut_at_await, eventually, exists, int, join_all, ms, zcard,
+    cut_at_await, eventually, exists, int, join_all, ms, text, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -37,6 +37,37 @@ fn sem_key(name: &str) -> String {
 
 fn sem_channel(name: &str) -> String {
     format!("redisync:{{{name}}}:semaphore:wake")
+}
+
+fn generation_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:semaphore:generation")
+}
+
+fn attempt_key(name: &str, attempt: &str) -> String {
+    format!("redisync:{{{name}}}:semaphore:attempt:{attempt}")
+}
+
+/// The classic semaphore's attempt records of `name` that say their permits are out.
+fn granted_records(server: &RedisServer, name: &str) -> Vec<String> {
+    let keys = server.cmd(&["KEYS", &attempt_key(name, "*")]);
+    redis::from_redis_value_ref::<Vec<String>>(&keys)
+        .unwrap()
+        .into_iter()
+        .filter(|key| match server.cmd(&["GET", key]) {
+            Value::Nil => false,
+            state => redis::from_redis_value_ref::<String>(&state)
+                .unwrap()
+                .starts_with("granted"),
+        })
+        .collect()
+}
+
+/// A classic semaphore script, with the prelude the crate puts before it.
+fn classic_script(source: &str) -> redis::Script {
+    redis::Script::new(&format!(
+        "{}{source}",
+        include_str!("../../lua/semaphore_prelude.lua")
+    ))
 }
 
 fn xsem_key(name: &str) -> String {
@@ -1667,7 +1698,8 @@ async fn bad_input_is_an_invalid_argument_and_touches_nothing() {
         );
         assert_invalid(&format!("{short:?} x delete"), xsem.delete().await);
     }
-    assert_eq!(int(&server, &["DBSIZE"]), 2, "a bad call wrote to Redis");
+    // "bad": its count and generation; "x-bad": its pool.
+    assert_eq!(int(&server, &["DBSIZE"]), 3, "a bad call wrote to Redis");
     assert_idle(&[&c]);
 }
 
@@ -1815,12 +1847,13 @@ async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() 
     };
     permit.release().await.unwrap();
     assert_eq!(sem.available_permits().await.unwrap(), 3);
-    let release = redis::Script::new(include_str!("../../lua/semaphore_release.lua"));
+    let release = classic_script(include_str!("../../lua/semaphore_release.lua"));
     let mut conn = server.connection();
     let retry = |conn: &mut redis::Connection| -> i64 {
         release
             .key(sem_key("once"))
             .key(&record)
+            .key(generation_key("once"))
             .arg(2)
             .arg("redisync:{once}:semaphore:wake")
             .arg(10_000)
@@ -1878,4 +1911,173 @@ async fn counts_beyond_two_to_the_53_are_invalid() {
     assert_eq!(sem.available_permits().await.unwrap(), 0);
     all.release().await.unwrap();
     assert_eq!(sem.available_permits().await.unwrap(), 1 << 53);
+}
+
+#[tokio::test]
+async fn permits_taken_before_a_delete_do_not_inflate_the_semaphore_created_again() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let name = "reborn";
+    let sem = a.semaphore(name);
+    assert!(sem.try_set_permits(2).await.unwrap());
+    // An ordinary release returns its permits.
+    sem.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+
+    // Released, and dropped (released in the background), after the semaphore was deleted
+    // and set anew.
+    let released = sem.acquire().await.unwrap();
+    let dropped = sem.acquire().await.unwrap();
+    assert!(sem.delete().await.unwrap());
+    assert!(sem.try_set_permits(5).await.unwrap());
+    released.release().await.unwrap();
+    drop(dropped);
+    eventually("the dropped permit's release ran", SETTLE, || {
+        granted_records(&server, name).is_empty()
+    })
+    .await;
+    assert_eq!(sem.available_permits().await.unwrap(), 5);
+    // The new generation's permits come back as usual.
+    let fresh = sem.acquire_many(2).await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+    fresh.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 5);
+
+    // Created again by add_permits, or by a raw release, instead.
+    for by_add in [true, false] {
+        let old = sem.acquire().await.unwrap();
+        assert!(sem.delete().await.unwrap());
+        if by_add {
+            sem.add_permits(3).await.unwrap();
+        } else {
+            sem.release(3).await.unwrap();
+        }
+        old.release().await.unwrap();
+        assert_eq!(
+            sem.available_permits().await.unwrap(),
+            3,
+            "by_add: {by_add}"
+        );
+        let fresh = sem.acquire().await.unwrap();
+        fresh.release().await.unwrap();
+        assert_eq!(
+            sem.available_permits().await.unwrap(),
+            3,
+            "by_add: {by_add}"
+        );
+    }
+
+    // forget() drops a record of the current form.
+    let kept = sem.acquire().await.unwrap();
+    assert_eq!(granted_records(&server, name).len(), 1);
+    kept.forget();
+    eventually("the forgotten permit's record is gone", SETTLE, || {
+        granted_records(&server, name).is_empty()
+    })
+    .await;
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+
+    // Each creation writes a new generation; delete removes it with the count.
+    let generation = || text(&server.cmd(&["GET", &generation_key(name)]));
+    let before = generation();
+    assert!(sem.delete().await.unwrap());
+    assert!(
+        !exists(&server, &generation_key(name)),
+        "delete ends the generation"
+    );
+    assert!(sem.try_set_permits(1).await.unwrap());
+    assert_ne!(generation(), before, "a new generation");
+    assert_idle(&[&a]);
+}
+
+#[tokio::test]
+async fn a_give_back_returns_permits_only_to_the_generation_they_were_taken_from() {
+    // The give-back of an acquire whose caller went away, run by hand so that the semaphore
+    // can be deleted and set anew between the acquire and its give-back.
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let name = "give-back";
+    let sem = a.semaphore(name);
+    let acquire = classic_script(include_str!("../../lua/semaphore_acquire.lua"));
+    let give_back = classic_script(include_str!("../../lua/semaphore_give_back.lua"));
+    let mut conn = server.connection();
+    let mut take = |attempt: &str| -> i64 {
+        acquire
+            .key(sem_key(name))
+            .key(attempt_key(name, attempt))
+            .key(generation_key(name))
+            .arg(1)
+            .invoke(&mut conn)
+            .unwrap()
+    };
+    let mut conn = server.connection();
+    let mut undo = |attempt: &str| -> i64 {
+        give_back
+            .key(sem_key(name))
+            .key(attempt_key(name, attempt))
+            .key(generation_key(name))
+            .arg(1)
+            .arg(sem_channel(name))
+            .arg(10_000)
+            .invoke(&mut conn)
+            .unwrap()
+    };
+
+    assert!(sem.try_set_permits(2).await.unwrap());
+    assert_eq!(take("same"), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    assert_eq!(undo("same"), 1, "given back to its own generation");
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+    assert_eq!(undo("same"), 0, "once");
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+
+    assert_eq!(take("old"), 1);
+    assert!(sem.delete().await.unwrap());
+    assert!(sem.try_set_permits(5).await.unwrap());
+    assert_eq!(undo("old"), 1, "the permit was out");
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        5,
+        "the new semaphore inflated"
+    );
+    assert!(granted_records(&server, name).is_empty());
+    assert_eq!(undo("old"), 0);
+    assert_eq!(sem.available_permits().await.unwrap(), 5);
+}
+
+#[tokio::test]
+async fn a_semaphore_created_before_generations_keeps_working() {
+    // A count and a record as an older redisync left them: no generation, record 'granted'.
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let name = "older";
+    server.cmd(&["SET", &sem_key(name), "3"]);
+    server.cmd(&["SET", &attempt_key(name, "before"), "granted"]);
+    let sem = a.semaphore(name);
+    let permit = sem.acquire().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+    permit.release().await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 3);
+    assert!(!exists(&server, &generation_key(name)));
+
+    let release = classic_script(include_str!("../../lua/semaphore_release.lua"));
+    let mut conn = server.connection();
+    let mut retry = || -> i64 {
+        release
+            .key(sem_key(name))
+            .key(attempt_key(name, "before"))
+            .key(generation_key(name))
+            .arg(1)
+            .arg(sem_channel(name))
+            .arg(10_000)
+            .invoke(&mut conn)
+            .unwrap()
+    };
+    assert_eq!(retry(), 1, "the older record's permit comes back");
+    assert_eq!(sem.available_permits().await.unwrap(), 4);
+    assert_eq!(retry(), 0, "once");
+    assert_eq!(sem.available_permits().await.unwrap(), 4);
+    assert!(sem.delete().await.unwrap());
+    assert!(!exists(&server, &sem_key(name)));
+    assert!(granted_records(&server, name).is_empty());
 }

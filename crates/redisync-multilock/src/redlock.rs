@@ -1,6 +1,7 @@
 //! [`Redlock`]: one lock on a majority of independent Redis servers.
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
@@ -27,6 +28,14 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// out, another round follows after a random pause. The lock therefore survives a minority of
 /// the servers being down. Leases are fixed (no watchdog): the guard is valid until
 /// [`RedlockGuard::validity`] runs out.
+///
+/// Each server counts once. A server is known by its client's
+/// [`Client::server`](redisync_core::Client::server) (`host:port/db`, as the URL spelled it),
+/// and a Redlock whose locks name one server more than once (one handle or its clones listed
+/// twice, two clients of one URL, two lock names on one server) would count that server's
+/// grant twice, taking a minority for a majority. Every acquire of such a Redlock fails with
+/// [`Error::InvalidArgument`] naming the server. Two spellings of one server (`localhost` and
+/// `127.0.0.1`) cannot be told apart, so spell each server one way.
 ///
 /// # Redlock is not a correctness mechanism
 ///
@@ -80,20 +89,36 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone)]
 pub struct Redlock {
     locks: Vec<ReentrantLock>,
+    /// How many different servers the locks name.
+    servers: usize,
+    /// The first server named by more than one lock, if any.
+    duplicate: Option<String>,
 }
 
 impl Redlock {
-    /// A Redlock over `locks`, one per independent server. Never fails: an empty set is
-    /// reported by every acquire.
+    /// A Redlock over `locks`, one per independent server. Never fails: an empty set, or a
+    /// server named by more than one lock, is reported by every acquire.
     pub fn new(locks: impl IntoIterator<Item = ReentrantLock>) -> Self {
+        let locks: Vec<ReentrantLock> = locks.into_iter().collect();
+        let mut seen = HashSet::new();
+        let mut duplicate = None;
+        for lock in &locks {
+            let server = lock.client().server();
+            if !seen.insert(server) && duplicate.is_none() {
+                duplicate = Some(server.to_owned());
+            }
+        }
+        let servers = seen.len();
         Redlock {
-            locks: locks.into_iter().collect(),
+            locks,
+            servers,
+            duplicate,
         }
     }
 
-    /// How many servers must grant the lock: a strict majority.
+    /// How many servers must grant the lock: a strict majority of the distinct servers.
     pub fn quorum(&self) -> usize {
-        self.locks.len() / 2 + 1
+        self.servers / 2 + 1
     }
 
     /// Acquires the lock on a majority with a fixed `lease`, trying round after round as long
@@ -103,7 +128,8 @@ impl Redlock {
     ///
     /// When so many servers fail (rather than being held by someone else) that no majority is
     /// possible, the servers' errors: [`Error::Several`], or the error itself if only one
-    /// server was asked. [`Error::InvalidArgument`] for an empty Redlock or a bad lease.
+    /// server was asked. [`Error::InvalidArgument`] for an empty Redlock, one that names a
+    /// server more than once, or a bad lease.
     ///
     /// # Cancel safety
     ///
@@ -139,6 +165,11 @@ impl Redlock {
     ) -> Result<Option<RedlockGuard>> {
         if self.locks.is_empty() {
             return Err(Error::invalid("a redlock needs at least one server"));
+        }
+        if let Some(server) = &self.duplicate {
+            return Err(Error::invalid(format!(
+                "a redlock needs one lock per server, found {server} more than once"
+            )));
         }
         lease_millis(lease)?;
         let deadline = wait.map(wait_deadline).transpose()?;

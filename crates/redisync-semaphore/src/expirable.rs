@@ -346,7 +346,7 @@ impl DistributedPrimitive for ExpirableSemaphore {
     /// and the permits' guards find theirs gone.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::DELETE)
+        let call = ScriptCall::new(&scripts::X_DELETE)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
             .arg(keys.channel.as_str());

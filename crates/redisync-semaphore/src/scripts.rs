@@ -8,11 +8,11 @@ macro_rules! script {
     ($name:literal) => {
         LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
     };
-    ($name:literal, with_prelude) => {
+    ($name:literal, after $prelude:literal) => {
         LuaScript::new(
             $name,
             concat!(
-                include_str!("../../../lua/expirable_semaphore_prelude.lua"),
+                include_str!(concat!("../../../lua/", $prelude, ".lua")),
                 include_str!(concat!("../../../lua/", $name, ".lua"))
             ),
         )
@@ -26,20 +26,40 @@ pub(crate) static AVAILABLE: LuaScript = LuaScript::read_only(
     "semaphore_available_permits",
     include_str!("../../../lua/semaphore_available_permits.lua"),
 );
-pub(crate) static ACQUIRE: LuaScript = script!("semaphore_acquire");
-pub(crate) static RELEASE: LuaScript = script!("semaphore_release");
-pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back");
-pub(crate) static FORGET: LuaScript = script!("semaphore_forget");
-pub(crate) static DELETE: LuaScript = script!("semaphore_delete");
+pub(crate) static ACQUIRE: LuaScript = script!("semaphore_acquire", after "semaphore_prelude");
+pub(crate) static RELEASE: LuaScript = script!("semaphore_release", after "semaphore_prelude");
+pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back", after "semaphore_prelude");
+pub(crate) static FORGET: LuaScript = script!("semaphore_forget", after "semaphore_prelude");
+pub(crate) static DELETE: LuaScript = script!("semaphore_delete", after "semaphore_prelude");
 
-pub(crate) static X_TRY_SET: LuaScript =
-    script!("expirable_semaphore_try_set_permits", with_prelude);
-pub(crate) static X_ADD: LuaScript = script!("expirable_semaphore_add_permits", with_prelude);
-pub(crate) static X_AVAILABLE: LuaScript =
-    script!("expirable_semaphore_available_permits", with_prelude);
-pub(crate) static X_ACQUIRE: LuaScript = script!("expirable_semaphore_acquire", with_prelude);
-pub(crate) static X_RELEASE: LuaScript = script!("expirable_semaphore_release", with_prelude);
-pub(crate) static X_RENEW: LuaScript = script!("expirable_semaphore_renew", with_prelude);
+pub(crate) static X_TRY_SET: LuaScript = script!(
+    "expirable_semaphore_try_set_permits",
+    after "expirable_semaphore_prelude"
+);
+pub(crate) static X_ADD: LuaScript = script!(
+    "expirable_semaphore_add_permits",
+    after "expirable_semaphore_prelude"
+);
+pub(crate) static X_AVAILABLE: LuaScript = script!(
+    "expirable_semaphore_available_permits",
+    after "expirable_semaphore_prelude"
+);
+pub(crate) static X_ACQUIRE: LuaScript = script!(
+    "expirable_semaphore_acquire",
+    after "expirable_semaphore_prelude"
+);
+pub(crate) static X_RELEASE: LuaScript = script!(
+    "expirable_semaphore_release",
+    after "expirable_semaphore_prelude"
+);
+pub(crate) static X_RENEW: LuaScript = script!(
+    "expirable_semaphore_renew",
+    after "expirable_semaphore_prelude"
+);
+pub(crate) static X_DELETE: LuaScript = script!(
+    "expirable_semaphore_delete",
+    after "expirable_semaphore_prelude"
+);
 
 /// Reply of `expirable_semaphore_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,7 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 struct SemKeys {
     permits: String,
+    generation: String,
     channel: String,
     queue: String,
     attempt_prefix: String,
@@ -40,8 +41,10 @@ impl SemCore {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::ADD)
             .key(keys.permits.as_str())
+            .key(keys.generation.as_str())
             .arg(n)
-            .arg(keys.channel.as_str()))
+            .arg(keys.channel.as_str())
+            .arg(self.client.unique_id()))
     }
 }
 
@@ -57,6 +60,14 @@ impl SemCore {
 /// A permit taken by a process that then crashes is never given back: use
 /// [`ExpirableSemaphore`](crate::ExpirableSemaphore) when holders may die.
 ///
+/// A permit belongs to the semaphore it was taken from. [`delete`](DistributedPrimitive::delete)
+/// ends the semaphore's *generation*, and whatever creates it again
+/// ([`try_set_permits`](Self::try_set_permits), [`add_permits`](Self::add_permits) or
+/// [`release`](Self::release) on a missing semaphore) starts a new one. Each acquire records
+/// the generation it took its permits from, and releasing or giving them back returns them
+/// only to that generation: permits taken before a delete go nowhere, rather than inflating
+/// the new semaphore.
+///
 /// Waiting: an acquire for `n` permits re-checks whenever permits are added or released, so it
 /// gets in once enough have been returned, in one step or in several; and at least every
 /// second regardless, so a lost message never parks it. Within one client, waiters for the
@@ -71,7 +82,8 @@ impl SemCore {
 /// | key / channel | type | content |
 /// |---|---|---|
 /// | `<prefix>:{<name>}:semaphore` | string | available permits (may be negative) |
-/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits: `granted` while they are out (no expiry), then `released` or `given back` briefly; a release is applied once however often it is retried, and an acquire given back before it ran cannot take any |
+/// | `<prefix>:{<name>}:semaphore:generation` | string | a unique id of this incarnation of the semaphore, written by whichever call creates the permits count and deleted with it (absent on semaphores created before generations existed); one without a count is foreign data, so remove both when removing a semaphore by hand |
+/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits: `granted:<generation>` while they are out (no expiry), then `released` or `given back` briefly; a release is applied once however often it is retried, and an acquire given back before it ran cannot take any |
 /// | `<prefix>:{<name>}:semaphore:wake` | channel | permits were added or released |
 ///
 /// # Round trips
@@ -116,6 +128,7 @@ impl Semaphore {
         let name = name.into();
         let keys = client.key_space(&name).map(|space| SemKeys {
             permits: space.key("semaphore"),
+            generation: space.key("semaphore:generation"),
             channel: space.key("semaphore:wake"),
             queue: space.key("semaphore:queue"),
             attempt_prefix: space.key("semaphore:attempt:"),
@@ -130,14 +143,16 @@ impl Semaphore {
     }
 
     /// Sets the number of permits to `n`, only if the semaphore has never been initialised (or
-    /// was deleted). Returns whether it did. `n` may be 0.
+    /// was deleted), starting a new generation. Returns whether it did. `n` may be 0.
     pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
         let n = initial_count(n, "a semaphore")?;
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::TRY_SET)
             .key(keys.permits.as_str())
+            .key(keys.generation.as_str())
             .arg(n)
-            .arg(keys.channel.as_str());
+            .arg(keys.channel.as_str())
+            .arg(self.core.client.unique_id());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 
@@ -265,6 +280,7 @@ impl Semaphore {
         let release = ScriptCall::new(&scripts::RELEASE)
             .key(keys.permits.as_str())
             .key(format!("{}{attempt}", keys.attempt_prefix))
+            .key(keys.generation.as_str())
             .arg(count)
             .arg(keys.channel.as_str())
             .arg(redis_millis(
@@ -300,10 +316,12 @@ impl Semaphore {
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.permits.as_str())
                 .key(record.as_str())
+                .key(keys.generation.as_str())
                 .arg(n);
             let give_back = ScriptCall::new(&scripts::GIVE_BACK)
                 .key(keys.permits.as_str())
                 .key(record)
+                .key(keys.generation.as_str())
                 .arg(n)
                 .arg(keys.channel.as_str())
                 .arg(keep);
@@ -328,12 +346,14 @@ impl DistributedPrimitive for Semaphore {
         &self.core.name
     }
 
-    /// Removes the semaphore's permits count; waiters then find none until it is set again,
-    /// and permits still out are not given back to it.
+    /// Removes the semaphore's permits count and ends its generation; waiters then find none
+    /// until it is set again, and permits still out are given back neither to it nor to a
+    /// semaphore later created under the same name.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::DELETE)
             .key(keys.permits.as_str())
+            .key(keys.generation.as_str())
             .arg(keys.channel.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
