@@ -130,11 +130,13 @@ where
     .await;
     if let Err(err) = &reply {
         if worth_retrying(err) {
+            // Counted before the caller returns, so that it already sees the give-back pending.
+            let pending = PendingGuard::new(shared.clone());
             let first = err.clone();
             shared
                 .runtime
                 .clone()
-                .spawn(retry_in_background(shared, call, retry, first));
+                .spawn(retry_loop(shared, call, retry, first, pending));
         } else {
             refused(&shared, &call, err);
         }
