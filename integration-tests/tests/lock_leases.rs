@@ -364,3 +364,39 @@ fn hash_attempt(server: &RedisServer, key: &str) -> String {
     assert_eq!(attempts.len(), 1, "{attempts:?}");
     attempts[0].clone()
 }
+
+/// One stalled connection of the pool must not lose every watchdog lease, even with a command
+/// timeout far longer than the lease (issue 16): a renewal call that does not answer is sent
+/// again on the next connection.
+#[tokio::test]
+async fn one_stalled_connection_does_not_lose_the_watchdog_leases() {
+    let server = RedisServer::start();
+    let proxy = redisync_test_harness::ChaosProxy::start(&server);
+    let watchdog = Duration::from_millis(600);
+    let c = Client::builder(proxy.url())
+        .watchdog_timeout(watchdog)
+        .command_timeout(Duration::from_secs(3))
+        .pool_size(2)
+        .build()
+        .await
+        .unwrap();
+    let guard = c.lock("stalled-pool").lock().await.unwrap();
+    // The pool's connections were opened first, at build: this is one of them.
+    assert!(proxy.stall_oldest(), "a connection to stall");
+    let renewals = c.stats().renewals;
+    let lost = tokio::time::timeout(watchdog * 6, guard.lost()).await;
+    assert!(
+        lost.is_err(),
+        "a renewal stuck on the stalled connection lost the lease"
+    );
+    assert!(!guard.is_lost());
+    assert!(
+        c.stats().renewals >= renewals + 8,
+        "renewals went on over the other connection: {} -> {}",
+        renewals,
+        c.stats().renewals
+    );
+    assert!(exists(&server, &lock_key("stalled-pool")));
+    proxy.unstall();
+    guard.unlock().await.expect("unlock");
+}
