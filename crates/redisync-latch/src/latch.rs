@@ -116,7 +116,7 @@ impl LatchCore {
 /// | key / channel | type | content |
 /// |---|---|---|
 /// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it) |
-/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for a few command timeouts so that its retries are not applied twice |
+/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for a few command timeouts after its latest run (each retry that finds it keeps it that long again) so that its retries are not applied twice |
 /// | `<prefix>:{<name>}:latch:wake` | channel | the latch opened |
 ///
 /// # Round trips
