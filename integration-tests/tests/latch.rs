@@ -23,6 +23,7 @@ use common::{
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
+use redisync::COUNT_DOWN_MEMORY;
 use redisync_test_harness::RedisServer;
 use tokio::task::JoinHandle;
 
@@ -1222,12 +1223,13 @@ async fn each_count_down_applies_once_and_its_record_expires() {
     // Each left a record, kept a little longer than a retry could arrive.
     let records = keys(&server, &record_pattern(name));
     assert_eq!(records.len(), 2, "{records:?}");
-    let keep = c.abandoned_request_grace() + c.command_timeout();
+    let keep = COUNT_DOWN_MEMORY;
     for record in &records {
         let ttl = int(&server, &["PTTL", record]);
         assert!(
-            ttl > 0 && ttl <= keep.as_millis() as i64,
-            "{record}: PTTL {ttl}, want within 1..={}",
+            ttl > (keep - Duration::from_secs(60)).as_millis() as i64
+                && ttl <= keep.as_millis() as i64,
+            "{record}: PTTL {ttl}, want about {}",
             keep.as_millis()
         );
         assert_eq!(text(&server.cmd(&["GET", record])), "0", "{record}");
@@ -1249,7 +1251,7 @@ async fn each_count_down_applies_once_and_its_record_expires() {
     for record in &records {
         let ttl = int(&server, &["PTTL", record]);
         assert!(
-            ttl > keep.as_millis() as i64 && ttl <= RAW_RECORD_KEEP_MS as i64,
+            ttl > 0 && ttl <= RAW_RECORD_KEEP_MS as i64,
             "{record}: PTTL {ttl} after a retry that asked for {RAW_RECORD_KEEP_MS} ms"
         );
     }
@@ -1275,6 +1277,9 @@ async fn each_count_down_applies_once_and_its_record_expires() {
         "a retry counted the new arming down"
     );
 
+    // Retried above with a 2 s memory.
+    let records_retried: Vec<String> = records.iter().chain(&opening).cloned().collect();
+
     // A count-down on an open latch records "nothing changed".
     let open = c.count_down_latch("open");
     open.count_down().await.expect("count_down");
@@ -1282,9 +1287,20 @@ async fn each_count_down_applies_once_and_its_record_expires() {
     assert_eq!(records.len(), 1);
     assert_eq!(text(&server.cmd(&["GET", &records[0]])), "-1");
 
-    // The records expire.
-    eventually("the count-down records expire", SETTLE, || {
-        keys(&server, "redisync:*:latch:count_down:*").is_empty()
+    // The records expire: every one has a TTL of at most the memory, and those the retries
+    // above kept for 2 s are gone after that.
+    for record in keys(&server, "redisync:*:latch:count_down:*") {
+        let ttl = int(&server, &["PTTL", &record]);
+        assert!(
+            ttl > 0 && ttl <= COUNT_DOWN_MEMORY.as_millis() as i64,
+            "{record}: PTTL {ttl}"
+        );
+    }
+    let retried = records_retried.clone();
+    eventually("the retried count-down records expire", SETTLE, || {
+        retried
+            .iter()
+            .all(|record| !common::exists(&server, record))
     })
     .await;
     assert_eq!(latch.count().await.expect("count"), 2);

@@ -296,7 +296,10 @@ async fn a_fixed_reentry_leaves_the_watchdog_guard_renewed() {
     let renewals = c.stats().renewals;
     // Several watchdog periods later the watchdog guard is still alive and renewed.
     tokio::time::sleep(watchdog * 3).await;
-    assert!(!kept.is_lost(), "the watchdog guard was lost with the fixed one");
+    assert!(
+        !kept.is_lost(),
+        "the watchdog guard was lost with the fixed one"
+    );
     assert!(
         c.stats().renewals >= renewals + 4,
         "renewals went on: {} -> {}",

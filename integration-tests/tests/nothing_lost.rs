@@ -352,3 +352,35 @@ async fn shutdown_counts_a_give_back_it_could_not_make() {
     assert_eq!(rig.client.local_state().pending_releases, 0);
     rig.proxy.blackhole(false);
 }
+
+/// A permit dropped right before shutdown is waited for too: its release is in flight from
+/// the drop on, not only once its first attempt failed.
+#[tokio::test]
+async fn a_permit_dropped_right_before_shutdown_is_given_back() {
+    let rig = Rig::start().await;
+    let semaphore = rig.client.semaphore("dropped-before-shutdown");
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let permit = semaphore.acquire().await.unwrap();
+    drop(permit);
+    rig.client.shutdown().await;
+    assert_eq!(rig.client.stats().unconfirmed_releases, 0);
+    let check = Client::connect(rig.server.url()).await.unwrap();
+    assert_eq!(
+        check
+            .semaphore("dropped-before-shutdown")
+            .available_permits()
+            .await
+            .unwrap(),
+        1
+    );
+    // The same with Redis unreachable: counted, not silently dropped.
+    let rig = Rig::start().await;
+    let semaphore = rig.client.semaphore("dropped-in-an-outage");
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let permit = semaphore.acquire().await.unwrap();
+    rig.proxy.blackhole(true);
+    drop(permit);
+    rig.client.shutdown().await;
+    assert_eq!(rig.client.stats().unconfirmed_releases, 1);
+    rig.proxy.blackhole(false);
+}

@@ -554,7 +554,7 @@ impl Client {
     ///
     /// Give-backs still being retried in the background (releases and count-downs Redis has
     /// not confirmed yet, see [`spawn_release`](Self::spawn_release)) get one last attempt,
-    /// and this call waits for them, at most about one command timeout. Those that still
+    /// and this call waits for them, at most about two command timeouts. Those that still
     /// fail are counted in [`Stats::unconfirmed_releases`] and logged.
     pub async fn shutdown(&self) {
         if self.shared().shutdown.set() {
@@ -562,10 +562,12 @@ impl Client {
         }
         // Let the background tasks observe the signal before returning.
         tokio::task::yield_now().await;
+        // A first attempt already on the wire, then the last one.
         let bound = self
             .shared()
             .config
             .command_timeout
+            .saturating_mul(2)
             .saturating_add(Duration::from_millis(100));
         self.shared().pending.drained(bound).await;
     }

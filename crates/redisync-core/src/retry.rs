@@ -10,8 +10,11 @@
 //!   retry of a release that already ran answers like a repeat);
 //! * the resource is known to be gone by itself: the hold's lease has ended, as far as Redis
 //!   could still be counting it ([`Retry::UntilLeaseEnds`]);
+//! * Redis may have forgotten the request's record, so that a repeat could be applied twice
+//!   ([`Retry::WhileRemembered`]): then it is given up and counted, never sent again;
 //! * the client shuts down: then one last attempt, bounded by the command timeout, is made,
-//!   and [`Client::shutdown`](crate::Client::shutdown) waits for it.
+//!   and [`Client::shutdown`](crate::Client::shutdown) waits for it (and for every give-back
+//!   handed to the background before it).
 //!
 //! Whatever could not be done is counted in
 //! [`Stats::unconfirmed_releases`](crate::Stats::unconfirmed_releases) and logged at error
@@ -42,19 +45,24 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// How long a give-back is worth retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
-    /// Nothing would ever make up for it (a permit without a lease, a count-down, a queue
-    /// record that never expires): retried until Redis confirms it or the client shuts down.
+    /// Nothing would ever make up for it and Redis remembers it for good (a permit without a
+    /// lease, whose record never expires): retried until Redis confirms it or the client
+    /// shuts down.
     UntilConfirmed,
     /// The hold frees itself in Redis by this instant at the latest (its lease, plus the time
     /// a late request may still take): retrying after it gains nothing.
     UntilLeaseEnds(Instant),
+    /// Redis remembers the request (so that a repeat is not applied twice) until at least
+    /// this instant, counted from the first send: a repeat sent later might be applied again,
+    /// so retrying stops there and the give-back is counted as unconfirmed.
+    WhileRemembered(Instant),
 }
 
 impl Retry {
     fn ended(self) -> bool {
         match self {
             Retry::UntilConfirmed => false,
-            Retry::UntilLeaseEnds(at) => Instant::now() >= at,
+            Retry::UntilLeaseEnds(at) | Retry::WhileRemembered(at) => Instant::now() >= at,
         }
     }
 }
@@ -64,41 +72,60 @@ pub(crate) fn worth_retrying(err: &Error) -> bool {
     err.is_outcome_unknown() || err.is_retryable()
 }
 
-/// The give-backs being retried after a failed first attempt, so that shutdown can wait for
-/// their last attempts.
+/// The give-backs not yet confirmed: `in_flight` from the moment one is handed to the
+/// background (shutdown waits for these), `retrying` once its first attempt failed (what
+/// [`LocalState::pending_releases`](crate::LocalState::pending_releases) shows).
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    count: AtomicUsize,
+    in_flight: AtomicUsize,
+    retrying: AtomicUsize,
     idle: tokio::sync::Notify,
 }
 
-/// Counts one give-back as pending for as long as it lives.
-struct PendingGuard(Arc<Shared>);
+/// Counts one give-back as in flight for as long as it lives.
+struct PendingGuard {
+    shared: Arc<Shared>,
+    retrying: bool,
+}
 
 impl PendingGuard {
     fn new(shared: Arc<Shared>) -> Self {
-        shared.pending.count.fetch_add(1, Ordering::AcqRel);
-        PendingGuard(shared)
+        shared.pending.in_flight.fetch_add(1, Ordering::AcqRel);
+        PendingGuard {
+            shared,
+            retrying: false,
+        }
+    }
+
+    fn mark_retrying(&mut self) {
+        if !self.retrying {
+            self.retrying = true;
+            self.shared.pending.retrying.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
 impl Drop for PendingGuard {
     fn drop(&mut self) {
-        if self.0.pending.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.pending.idle.notify_waiters();
+        let pending = &self.shared.pending;
+        if self.retrying {
+            pending.retrying.fetch_sub(1, Ordering::AcqRel);
+        }
+        if pending.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            pending.idle.notify_waiters();
         }
     }
 }
 
 impl Pending {
-    /// Completes once no give-back is pending, or after `bound`.
+    /// Completes once no give-back is in flight, or after `bound`.
     pub(crate) async fn drained(&self, bound: Duration) {
         let wait = async {
             loop {
                 let idle = self.idle.notified();
                 tokio::pin!(idle);
                 idle.as_mut().enable();
-                if self.count.load(Ordering::Acquire) == 0 {
+                if self.in_flight.load(Ordering::Acquire) == 0 {
                     return;
                 }
                 idle.await;
@@ -107,9 +134,9 @@ impl Pending {
         let _ = tokio::time::timeout(bound, wait).await;
     }
 
-    /// How many give-backs are pending.
+    /// How many give-backs are being retried after a failed first attempt.
     pub(crate) fn len(&self) -> usize {
-        self.count.load(Ordering::Acquire)
+        self.retrying.load(Ordering::Acquire)
     }
 }
 
@@ -120,53 +147,68 @@ pub(crate) async fn until_done<T>(shared: Arc<Shared>, call: ScriptCall, retry: 
 where
     T: FromRedisValue + Send + 'static,
 {
+    // In flight from the start: a caller that drops this future and shuts down at once must
+    // still find the give-back waited for.
+    let abandoned_pending = PendingGuard::new(shared.clone());
     let request = eval_idempotent_background::<T>(shared.clone(), call.clone());
     let (abandoned_shared, abandoned_call) = (shared.clone(), call.clone());
     let reply = crate::Abandonable::new(request, move |reply: Result<T>| async move {
         if let Err(err) = reply {
-            retry_in_background(abandoned_shared, abandoned_call, retry, err).await;
+            retry_after(
+                abandoned_shared,
+                abandoned_call,
+                retry,
+                err,
+                abandoned_pending,
+            )
+            .await;
         }
     })
     .await;
     if let Err(err) = &reply {
+        // Counted before the caller returns, so that it already sees the give-back pending.
+        let mut pending = PendingGuard::new(shared.clone());
         if worth_retrying(err) {
-            // Counted before the caller returns, so that it already sees the give-back pending.
-            let pending = PendingGuard::new(shared.clone());
-            let first = err.clone();
-            shared
-                .runtime
-                .clone()
-                .spawn(retry_loop(shared, call, retry, first, pending));
-        } else {
-            refused(&shared, &call, err);
+            pending.mark_retrying();
         }
+        shared
+            .runtime
+            .clone()
+            .spawn(retry_after(shared, call, retry, err.clone(), pending));
     }
     reply
 }
 
 /// Sends `call` on a background task until Redis confirms it; see the module docs.
 pub(crate) fn spawn(shared: Arc<Shared>, call: ScriptCall, retry: Retry) {
+    // In flight from now, so that a shutdown right after this call waits for it.
+    let pending = PendingGuard::new(shared.clone());
     shared.runtime.clone().spawn(async move {
         if shared.shutdown.is_set() {
-            let pending = PendingGuard::new(shared.clone());
             retry_loop(shared, call, retry, Error::Shutdown, pending).await;
             return;
         }
-        // Counted as pending only once it failed: the first attempt is ordinary work.
         if let Err(err) =
             eval_idempotent_background::<redis::Value>(shared.clone(), call.clone()).await
         {
-            retry_in_background(shared, call, retry, err).await;
+            retry_after(shared, call, retry, err, pending).await;
         }
     });
 }
 
-async fn retry_in_background(shared: Arc<Shared>, call: ScriptCall, retry: Retry, first: Error) {
+/// Goes on after a first attempt failed with `first`.
+async fn retry_after(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+    retry: Retry,
+    first: Error,
+    mut pending: PendingGuard,
+) {
     if !worth_retrying(&first) {
         refused(&shared, &call, &first);
         return;
     }
-    let pending = PendingGuard::new(shared.clone());
+    pending.mark_retrying();
     retry_loop(shared, call, retry, first, pending).await;
 }
 
@@ -183,7 +225,7 @@ async fn retry_loop(
     let mut pause = FIRST_PAUSE;
     loop {
         if retry.ended() {
-            tracing::debug!(script, %key, "the hold's lease has ended; no need to give it back");
+            give_up(&shared, &call, retry, &last);
             return;
         }
         if shared.shutdown.is_set() {
@@ -195,7 +237,17 @@ async fn retry_loop(
             _ = tokio::time::sleep(pause) => {}
         }
         pause = (pause * 2).min(MAX_PAUSE);
-        match eval_background::<redis::Value>(shared.clone(), call.clone()).await {
+        if retry.ended() {
+            give_up(&shared, &call, retry, &last);
+            return;
+        }
+        // An attempt cut short by shutdown is followed at once by the last one below.
+        let attempt = eval_background::<redis::Value>(shared.clone(), call.clone());
+        let outcome = tokio::select! {
+            outcome = attempt => outcome,
+            _ = shared.shutdown.wait() => break,
+        };
+        match outcome {
             Ok(_) => return,
             Err(err) if worth_retrying(&err) => last = err,
             Err(err) => {
@@ -206,17 +258,37 @@ async fn retry_loop(
     }
     // Shutting down: one last attempt, bounded by the command timeout.
     if retry.ended() {
+        give_up(&shared, &call, retry, &last);
         return;
     }
-    match eval_background::<redis::Value>(shared.clone(), call.clone()).await {
-        Ok(_) => {}
-        Err(err) => {
+    if let Err(err) = eval_background::<redis::Value>(shared.clone(), call.clone()).await {
+        Counters::bump(&shared.counters.unconfirmed_releases, 1);
+        tracing::error!(
+            script,
+            %key,
+            error = %err,
+            "client shut down before Redis confirmed a give-back; it is lost"
+        );
+    }
+}
+
+/// The retry window is over: nothing to do once a lease ended; a give-back Redis may have
+/// forgotten by now is lost.
+fn give_up(shared: &Shared, call: &ScriptCall, retry: Retry, last: &Error) {
+    let script = call.script().name();
+    let key = call.first_key();
+    match retry {
+        Retry::UntilLeaseEnds(_) => {
+            tracing::debug!(script, %key, "the hold's lease has ended; no need to give it back");
+        }
+        Retry::WhileRemembered(_) | Retry::UntilConfirmed => {
             Counters::bump(&shared.counters.unconfirmed_releases, 1);
             tracing::error!(
                 script,
                 %key,
-                error = %err,
-                "client shut down before Redis confirmed a give-back; it is lost"
+                error = %last,
+                "Redis could not be reached while it remembers this give-back; it is lost \
+                 (sending it later could apply it twice)"
             );
         }
     }

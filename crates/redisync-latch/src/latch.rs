@@ -12,6 +12,20 @@ use tracing::Instrument;
 
 use crate::scripts;
 
+/// How long Redis remembers a count-down, so that a retry after a lost reply (or an outage)
+/// is not applied twice: the window in which a count-down Redis has not confirmed is still
+/// sent again.
+pub const COUNT_DOWN_MEMORY: Duration = Duration::from_secs(5 * 60);
+
+/// [`COUNT_DOWN_MEMORY`], or a few command timeouts of `client` if that is longer.
+fn count_down_memory(client: &Client) -> Duration {
+    COUNT_DOWN_MEMORY.max(
+        client
+            .abandoned_request_grace()
+            .saturating_add(client.command_timeout()),
+    )
+}
+
 /// The largest count a latch can be armed with: `i64::MAX`, the range of Redis integers.
 pub const MAX_COUNT: u64 = i64::MAX as u64;
 
@@ -116,7 +130,7 @@ impl LatchCore {
 /// | key / channel | type | content |
 /// |---|---|---|
 /// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it) |
-/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for a few command timeouts after its latest run (each retry that finds it keeps it that long again) so that its retries are not applied twice |
+/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for [`COUNT_DOWN_MEMORY`] after its latest run (each retry that finds it keeps it that long again) so that its retries are not applied twice |
 /// | `<prefix>:{<name>}:latch:wake` | channel | the latch opened |
 ///
 /// # Round trips
@@ -218,12 +232,16 @@ impl CountDownLatch {
     /// Counts the latch down by one; the count-down that reaches zero opens it and wakes
     /// every waiter. On an open latch this does nothing: the count never goes below zero.
     ///
-    /// A count-down is never lost and is applied once: when a reply is lost, or Redis refuses
-    /// it for a while (`BUSY`, `READONLY`, `LOADING`), it is sent again under the same request
-    /// id, and Redis applies only the first that arrives. If Redis has not confirmed it within
-    /// the command timeout the call returns [`Error::Redis`] or [`Error::Timeout`], and the
-    /// count-down goes on in the background until Redis confirms it or the client shuts down
-    /// (then it gets one last attempt; see [`Client::shutdown`]): do not count down again.
+    /// A count-down is applied once and is not given up lightly: when a reply is lost, or
+    /// Redis refuses it for a while (`BUSY`, `READONLY`, `LOADING`), it is sent again under
+    /// the same request id, and Redis applies only the first that arrives. If Redis has not
+    /// confirmed it within the command timeout the call returns [`Error::Redis`] or
+    /// [`Error::Timeout`], and the count-down goes on in the background until Redis confirms
+    /// it or the client shuts down (then it gets one last attempt; see [`Client::shutdown`]):
+    /// do not count down again. Redis remembers a count-down for [`COUNT_DOWN_MEMORY`] (or a
+    /// few command timeouts, if longer); a count-down still unconfirmed when that is nearly
+    /// over is given up rather than risk applying it twice, and counted in
+    /// [`Stats::unconfirmed_releases`](redisync_core::Stats::unconfirmed_releases).
     ///
     /// # Cancel safety
     ///
@@ -247,11 +265,13 @@ impl CountDownLatch {
         core.client.check_running()?;
         let keys = core.keys()?;
         let request = core.client.unique_id();
-        // The record must outlive the latest moment a retry of this request could still run.
-        let keep = core
-            .client
-            .abandoned_request_grace()
-            .saturating_add(core.client.command_timeout());
+        let sent_at = Instant::now();
+        // Redis remembers the count-down this long after its latest run (at least after the
+        // first send); retries go on only while one sent now would still find the record.
+        let keep = count_down_memory(&core.client);
+        let retry = sent_at
+            .checked_add(keep.saturating_sub(core.client.abandoned_request_grace()))
+            .map_or(Retry::UntilConfirmed, Retry::WhileRemembered);
         let call = ScriptCall::new(&scripts::COUNT_DOWN)
             .key(keys.latch.as_str())
             .key(format!("{}{request}", keys.count_down_prefix))
@@ -259,7 +279,7 @@ impl CountDownLatch {
             .arg(redis_millis(keep));
         let outcome = core
             .client
-            .eval_until_done::<i64>(call, Retry::UntilConfirmed)
+            .eval_until_done::<i64>(call, retry)
             .instrument(tracing::debug_span!("redisync.latch.count_down", name = %core.name))
             .await?;
         tracing::trace!(name = %core.name, opened = outcome == 1, "counted down");

@@ -7,7 +7,7 @@
 mod latch;
 mod scripts;
 
-pub use latch::{CountDownLatch, MAX_COUNT, RECHECK};
+pub use latch::{CountDownLatch, COUNT_DOWN_MEMORY, MAX_COUNT, RECHECK};
 
 #[cfg(test)]
 mod tests {

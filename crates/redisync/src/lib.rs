@@ -65,7 +65,7 @@ pub use redisync_core::{
 pub use redisync_core as core;
 
 #[cfg(feature = "latch")]
-pub use redisync_latch::CountDownLatch;
+pub use redisync_latch::{CountDownLatch, COUNT_DOWN_MEMORY};
 #[cfg(feature = "lock")]
 pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
 #[cfg(feature = "multilock")]
