@@ -7,9 +7,10 @@
 -- ARGV[4 + 3(i-1)] .. ARGV[6 + 3(i-1)]  owner id, fencing token and attempt id of hold i
 --
 -- Returns an array with, for each hold, 1 if it is still ours (its expiry is now at least the
--- lease; a longer fixed lease of a re-entry is kept), 2 if it is still ours but its lease was
--- fixed meanwhile (lock_set_lease ran after this renewal was sent: nothing is extended, so the
--- fixed lease stands), or 0 if it is gone or someone else's. A key holding foreign data counts
+-- lease; a longer fixed lease of a re-entry is kept), -1 - <ms left> if it is still ours but
+-- its lease was fixed (lock_set_lease ran after this renewal was sent): nothing is extended,
+-- so the fixed lease stands, and the client learns when it ends; or 0 if it is gone or
+-- someone else's. A key holding foreign data counts
 -- as gone for its hold only, so it cannot stall the renewal of the other holds in the batch.
 
 local lease = tonumber(ARGV[1])
@@ -20,7 +21,7 @@ for i, key in ipairs(KEYS) do
     if holder.err ~= nil or holder[1] ~= ARGV[at] or holder[2] ~= ARGV[at + 1] or not holder[3] then
         results[i] = 0
     elseif holder[3] == 'fixed' then
-        results[i] = 2
+        results[i] = -1 - math.max(redis.call('PTTL', key), 0)
     else
         if redis.call('PTTL', key) < lease then
             redis.call('PEXPIRE', key, lease)

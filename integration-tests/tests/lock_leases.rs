@@ -344,7 +344,11 @@ async fn a_renewal_that_lands_after_fix_lease_does_not_extend_the_lock() {
         .arg(&attempt)
         .query(&mut con)
         .expect("late renewal");
-    assert_eq!(results, vec![2], "ours, but fixed: not renewed");
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0] < 0 && -1 - results[0] <= 2_000,
+        "ours, but fixed: not renewed, and its end reported: {results:?}"
+    );
     let pttl = common::int(&server, &["PTTL", &key]);
     assert!(
         pttl > 0 && pttl <= 2_000,
@@ -402,4 +406,67 @@ async fn one_stalled_connection_does_not_lose_the_watchdog_leases() {
     assert!(exists(&server, &lock_key("stalled-pool")));
     proxy.unstall();
     guard.unlock().await.expect("unlock");
+}
+
+/// A fix whose reply never reached the client (the request ran): the next renewal learns the
+/// fixed lease's end and the guard goes by it, instead of believing in the watchdog lease
+/// while Redis frees the lock (review of issue 16).
+#[tokio::test]
+async fn a_fix_lease_whose_reply_was_lost_still_bounds_the_guard() {
+    const SET_LEASE_LUA: &str = include_str!("../../lua/lock_set_lease.lua");
+    let server = RedisServer::start();
+    let watchdog = Duration::from_secs(3);
+    let c = common::client_with_watchdog(&server, watchdog).await;
+    let lock = c.lock("fixed-unknown");
+    let guard = lock.lock().await.expect("lock");
+    let key = lock_key("fixed-unknown");
+    let attempt = hash_attempt(&server, &key);
+    let mut con = server.connection();
+    let fixed_at = Instant::now();
+    let set: i64 = redis::cmd("EVAL")
+        .arg(SET_LEASE_LUA)
+        .arg(1)
+        .arg(&key)
+        .arg(lock.owner_id())
+        .arg(guard.fencing_token())
+        .arg(300)
+        .arg(&attempt)
+        .query(&mut con)
+        .expect("fix the lease behind the client's back");
+    assert_eq!(set, 1);
+    // The next renewal round (within a third of the watchdog lease) caps the deadline.
+    tokio::time::timeout(watchdog / 3 + Duration::from_millis(800), guard.lost())
+        .await
+        .expect("the guard went by the fixed lease Redis reported");
+    let took = fixed_at.elapsed();
+    println!("lost {took:?} after the lease was fixed to 300 ms behind the client's back");
+    assert!(!exists(&server, &key), "Redis freed it at the fixed lease");
+    drop(guard);
+}
+
+/// `fix_lease` that gets no answer may have fixed the lease in Redis: the guard goes by the
+/// shorter of the two leases from then on.
+#[tokio::test]
+async fn a_fix_lease_without_an_answer_caps_the_guard() {
+    let server = RedisServer::start();
+    let proxy = redisync_test_harness::ChaosProxy::start(&server);
+    let c = Client::builder(proxy.url())
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let mut guard = c.lock("fix-unanswered").lock().await.unwrap();
+    proxy.drop_replies(true);
+    let outcome = guard.fix_lease(Duration::from_millis(200)).await;
+    assert!(
+        matches!(outcome, Err(Error::Timeout)),
+        "no answer: {outcome:?}"
+    );
+    // The request ran: Redis frees the lock after 200 ms, and the guard knows it may have.
+    assert!(
+        guard.is_lost(),
+        "the guard still believes in its 30 s watchdog lease"
+    );
+    proxy.drop_replies(false);
+    drop(guard);
 }

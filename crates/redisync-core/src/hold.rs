@@ -64,6 +64,17 @@ impl Hold {
         }
     }
 
+    /// See [`Lease::pending_fix`]; `None` for a hold without a lease.
+    pub fn pending_fix(
+        &self,
+        sent_at: std::time::Instant,
+        lease: std::time::Duration,
+    ) -> Option<crate::lease::PendingFix> {
+        self.lease
+            .as_ref()
+            .map(|current| current.pending_fix(sent_at, lease))
+    }
+
     /// Lets go of the hold without releasing it: whatever it holds stays taken.
     pub fn forget(mut self) {
         self.release = None;

@@ -92,6 +92,15 @@ impl LeaseState {
         self.lost.set()
     }
 
+    /// Brings the deadline forward to `until` if that is earlier, for good: later renewals
+    /// do not move it.
+    pub(crate) fn cap(&self, until: Instant) {
+        let mut expires_at = lock(&self.expires_at);
+        *expires_at = (expires_at.0.min(until), true);
+        drop(expires_at);
+        self.refixed.notify_waiters();
+    }
+
     /// Moves the deadline to `until` after a confirmed renewal, unless the hold was already
     /// lost (then it stays lost). Returns whether the hold is still alive.
     pub(crate) fn extend(&self, until: Instant) -> bool {
@@ -176,6 +185,16 @@ impl Lease {
         self.state.expires_at()
     }
 
+    /// A fixed lease of `lease` requested at `sent_at` whose outcome may stay unknown: unless
+    /// [`PendingFix::settled`] is called, dropping the returned value brings the client's
+    /// deadline forward to that lease's end, since Redis may have applied it.
+    pub fn pending_fix(&self, sent_at: Instant, lease: Duration) -> PendingFix {
+        PendingFix {
+            state: Some(self.state.clone()),
+            until: deadline(sent_at, lease),
+        }
+    }
+
     /// Marks the lease lost (for example after a release found the hold gone).
     pub fn mark_lost(&self) {
         self.state.mark_lost();
@@ -185,5 +204,30 @@ impl Lease {
     /// outlives the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         self.state.clone().wait_lost()
+    }
+}
+
+/// A request to fix a lease, on the wire: see [`Lease::pending_fix`].
+#[derive(Debug)]
+#[must_use = "dropping it at once caps the lease"]
+pub struct PendingFix {
+    state: Option<Arc<LeaseState>>,
+    until: Instant,
+}
+
+impl PendingFix {
+    /// Redis's answer is known (applied, or certainly not): nothing to do on drop.
+    pub fn settled(mut self) {
+        self.state = None;
+    }
+}
+
+impl Drop for PendingFix {
+    fn drop(&mut self) {
+        // The outcome stayed unknown (an error, or the caller went away): the client must not
+        // believe in a later end than the fixed lease Redis may have set.
+        if let Some(state) = self.state.take() {
+            state.cap(self.until);
+        }
     }
 }

@@ -54,7 +54,7 @@ pub use client::{
 pub use error::{Error, Result};
 pub use hold::Hold;
 pub use keys::KeySpace;
-pub use lease::{Lease, CLOCK_MARGIN, MIN_LEASE};
+pub use lease::{Lease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::DistributedPrimitive;
 pub use retry::Retry;
 pub use script::{LuaScript, ScriptCall};

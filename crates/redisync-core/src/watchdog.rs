@@ -9,12 +9,13 @@
 //!   `ARGV[3]` the number `n` of arguments per hold;
 //! * `KEYS[(i-1)*k + 1 ..= i*k]` are the keys of hold `i`, and `ARGV[4 + (i-1)*n ..]` its `n`
 //!   arguments (its identity: owner, token, attempt, ...);
-//! * the reply is an array with one integer per hold: `1` renewed, `0` gone or not ours, `2`
-//!   still ours but not renewed because its lease was fixed meanwhile (a renewal that raced
-//!   the fixing request must not undo it).
+//! * the reply is an array with one integer per hold: `1` renewed, `0` gone or not ours, and
+//!   `-1 - ms` still ours but not renewed because its lease was fixed meanwhile (a renewal
+//!   that raced the fixing request must not undo it), ending in `ms` milliseconds.
 //!
 //! A hold that comes back `0` is marked lost and dropped from the registry; one that comes back
-//! `2` keeps its deadline. A failed call keeps the holds and retries sooner; a hold with no
+//! negative keeps its deadline, brought forward to the fixed lease's end if that is earlier
+//! (the guard may not have learnt of the fix, when the fixing request's reply was lost). A failed call keeps the holds and retries sooner; a hold with no
 //! successful renewal sent within one lease is marked lost (monotonic clock), and so is every
 //! hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
@@ -329,8 +330,12 @@ fn settle(
         let Some(entry) = entries.get_mut(serial) else {
             continue; // released while the renewal was in flight
         };
-        if result == 2 {
-            continue; // its lease was fixed meanwhile: the fixed deadline stands
+        if result < 0 {
+            // Its lease was fixed meanwhile: the fixed deadline stands, and the guard must not
+            // believe in a later one.
+            let left = Duration::from_millis(result.saturating_add(1).unsigned_abs());
+            entry.state.cap(crate::lease::deadline(sent_at, left));
+            continue;
         }
         if result == 1 && entry.state.extend(crate::lease::deadline(sent_at, lease)) {
             Counters::bump(&shared.counters.renewals, 1);

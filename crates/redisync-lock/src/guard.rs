@@ -105,7 +105,11 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::NotOwner`] if the hold is no longer ours (nothing changed);
-    /// [`Error::Redis`] / [`Error::Timeout`] if Redis did not answer (the old lease stays).
+    /// [`Error::Redis`] / [`Error::Timeout`] if Redis did not answer. Renewal goes on, but
+    /// since Redis may have fixed the lease, the guard's deadline (what
+    /// [`is_lost`](Self::is_lost) and [`lost`](Self::lost) go by) is brought forward to the
+    /// fixed lease's end if that is earlier, and renewals cannot extend it; the same happens
+    /// when the future is dropped before Redis answered.
     pub async fn fix_lease(&mut self, lease: Duration) -> Result<()> {
         lease_millis(lease)?;
         let keys = self.core.keys()?;
@@ -116,7 +120,15 @@ impl LockGuard {
             .arg(redis_millis(lease))
             .arg(self.attempt.as_str());
         let sent_at = Instant::now();
-        match self.core.client.eval::<i64>(call).await? {
+        let pending = self.hold.pending_fix(sent_at, lease);
+        let reply = self.core.client.eval::<i64>(call).await;
+        // Only an error that leaves the outcome unknown keeps the cap armed.
+        if !reply.as_ref().is_err_and(Error::is_outcome_unknown) {
+            if let Some(pending) = pending {
+                pending.settled();
+            }
+        }
+        match reply? {
             1 => {
                 self.hold.fix_lease(sent_at, lease);
                 Ok(())
