@@ -1426,6 +1426,10 @@ async fn redlock_bad_arguments_are_invalid() {
 
 /// Fails unless both acquires of `redlock` are `InvalidArgument` naming `server`.
 async fn assert_refused_as_duplicate(redlock: &Redlock, server: &str) {
+    // Named without its database: databases of one server are one server.
+    let server = server
+        .rsplit_once('/')
+        .map_or(server, |(address, _)| address);
     let lease = Duration::from_secs(10);
     let outcomes = [
         redlock
@@ -1466,6 +1470,10 @@ async fn redlock_counts_a_server_listed_twice_once_and_refuses_it() {
 async fn redlock_takes_clones_and_clients_of_one_server_for_one_server() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
+    // Another database of the same server fails with it: one server too.
+    let other_db = Client::connect(format!("redis://127.0.0.1:{}/1", server.port()))
+        .await
+        .expect("connect to db 1");
     let lock = a.lock("one");
     let cases = [
         (
@@ -1479,6 +1487,10 @@ async fn redlock_takes_clones_and_clients_of_one_server_for_one_server() {
         (
             "two names on one server",
             Redlock::new([a.lock("x"), a.lock("y")]),
+        ),
+        (
+            "two databases of one server",
+            Redlock::new([a.lock("x"), other_db.lock("x")]),
         ),
     ];
     for (what, redlock) in &cases {

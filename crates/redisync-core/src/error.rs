@@ -81,14 +81,15 @@ impl Error {
             // A cluster that is failing over or moving the slot refused the request before
             // running it (CLUSTERDOWN, TRYAGAIN, redirections beyond the budget, or no
             // connection to the node yet), a server still loading or without its primary, a
-            // demoted primary (READONLY), or a server busy with another client's slow script
-            // (BUSY). None of these ran the request.
+            // demoted primary (READONLY), a server busy with another client's slow script
+            // (BUSY), out of memory (OOM) or short of replicas (NOREPLICAS) for a write. None
+            // of these ran the request.
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_cluster_error()
-                    || matches!(e.code(), Some("BUSY" | "READONLY"))
+                    || matches!(e.code(), Some("BUSY" | "READONLY" | "OOM" | "NOREPLICAS"))
                     || matches!(
                         e.kind(),
                         redis::ErrorKind::ClusterConnectionNotFound

@@ -103,7 +103,8 @@ impl Redlock {
         let mut seen = HashSet::new();
         let mut duplicate = None;
         for lock in &locks {
-            let server = lock.client().server();
+            // Databases of one server fail together: the server is what counts.
+            let server = without_database(lock.client().server());
             if !seen.insert(server) && duplicate.is_none() {
                 duplicate = Some(server.to_owned());
             }
@@ -233,6 +234,13 @@ fn random_up_to(random: &RandomState, round: u64, max: Duration) -> Duration {
     hasher.write_u64(round);
     let nanos = max.as_nanos().max(1) as u64;
     Duration::from_nanos(hasher.finish() % nanos)
+}
+
+/// `host:port` of a `host:port/db` server name (see `Client::server`).
+fn without_database(server: &str) -> &str {
+    server
+        .rsplit_once('/')
+        .map_or(server, |(address, _)| address)
 }
 
 /// A [`Redlock`] held on a majority of servers.
