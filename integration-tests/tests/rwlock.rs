@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_idle, client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int,
-    join_all, ms, zcard,
+    join_all, ms, text, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -695,6 +695,16 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
     let fixed_handle = b.read_write_lock(name);
     let fixed = fixed_handle.read_with_lease(fixed_lease).await.unwrap();
     let taken_at = Instant::now();
+    // Redis's own end of the fixed hold: the latest end among the readers.
+    let redis::Value::Array(last) =
+        server.cmd(&["ZRANGE", &readers_key(name), "-1", "-1", "WITHSCORES"])
+    else {
+        panic!("ZRANGE: not an array");
+    };
+    let fixed_end: i64 = last
+        .get(1)
+        .map(|score| text(score).parse().expect("a score"))
+        .expect("the fixed hold's end");
     let ttl = pttl(&server, &hash_key(name));
     assert!(
         ttl > watchdog.as_millis() as i64,
@@ -715,6 +725,17 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
     eventually("the keys follow the renewed lease again", SETTLE, || {
         let ttl = pttl(&server, &hash_key(name));
         ttl > 0 && ttl <= watchdog.as_millis() as i64
+    })
+    .await;
+    // The client gives a hold up a little before Redis does (it counts from the request's
+    // sending): wait until Redis's own end of the fixed hold has passed too.
+    eventually("Redis's clock passes the fixed hold's end", SETTLE, || {
+        let redis::Value::Array(time) = server.cmd(&["TIME"]) else {
+            return false;
+        };
+        let seconds: i64 = text(&time[0]).parse().unwrap_or(0);
+        let micros: i64 = text(&time[1]).parse().unwrap_or(0);
+        seconds * 1000 + micros / 1000 > fixed_end
     })
     .await;
     assert!(matches!(fixed.unlock().await, Err(Error::NotOwner)));
