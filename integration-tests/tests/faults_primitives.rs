@@ -815,6 +815,12 @@ impl Sampler {
                                 seen.violations
                                     .push(format!("count went up from {last_count} to {count}"));
                             }
+                            // Armed again between two samples: it opened in between (a loaded
+                            // machine can starve this thread past a brief open). Dated late,
+                            // which can only hide, never invent, an early open.
+                            if *last_arming != arming {
+                                seen.opens.push(Instant::now());
+                            }
                         }
                         last = Some((arming, count));
                     }
