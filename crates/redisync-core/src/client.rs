@@ -696,16 +696,6 @@ impl Client {
         }
     }
 
-    /// Runs an idempotent script on a background task until Redis confirms it, retrying with
-    /// backoff through outages and refusals until the client shuts down (then once more); see
-    /// [`crate::retry`]. For give-backs that nothing else would ever make up for (permits
-    /// without a lease): the script must be safe to run any number of times, at any later
-    /// point. The same as [`spawn_release`](Self::spawn_release) with
-    /// [`Retry::UntilConfirmed`].
-    pub fn spawn_until_done(&self, call: ScriptCall) {
-        self.spawn_release(call, Retry::UntilConfirmed);
-    }
-
     /// Runs an idempotent give-back on a background task, retrying as `retry` says (see
     /// [`crate::retry`]). Never blocks. It runs even if the client shuts down meanwhile, since
     /// it only gives back what this client holds.

@@ -358,6 +358,7 @@ impl LockCore {
         let mut leave = QueuePlace {
             client: self.client.clone(),
             give_back: None,
+            outlives: lease.saturating_add(place.unwrap_or_default()),
         };
         // Each waiter waits by itself on its own channel: the queue that orders them is Redis's.
         let spec = WaitSpec {
@@ -454,6 +455,8 @@ impl LockCore {
 /// succeeded.
 struct QueuePlace {
     client: Client,
+    /// How long after the latest attempt what it left (a hold, a place) can last by itself.
+    outlives: Duration,
     /// Gives back the waiter's attempt: leaves the queue, and forbids any of its attempts
     /// still on the wire from granting or queueing again.
     give_back: Option<ScriptCall>,
@@ -474,7 +477,11 @@ impl QueuePlace {
 impl Drop for QueuePlace {
     fn drop(&mut self) {
         if let Some(call) = self.give_back.take() {
-            self.client.spawn_idempotent(call);
+            // Both the hold and the place lapse by themselves: no need to retry past that.
+            let retry = self
+                .client
+                .retry_for_lease(Instant::now(), Some(self.outlives));
+            self.client.spawn_release(call, retry);
         }
     }
 }

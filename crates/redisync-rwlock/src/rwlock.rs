@@ -667,7 +667,12 @@ impl WriterMark {
 impl Drop for WriterMark {
     fn drop(&mut self) {
         if let Some(call) = self.withdraw_call() {
-            self.core.client.spawn_idempotent(call);
+            // The mark lapses by itself: no need to retry past that.
+            let retry = self
+                .core
+                .client
+                .retry_for_lease(Instant::now(), Some(WRITER_MARK_LIFETIME));
+            self.core.client.spawn_release(call, retry);
         }
     }
 }
