@@ -1,0 +1,60 @@
+-- wake_prelude: addressed wake-ups, shared by every primitive whose waiters wait in their own
+-- client's queue; prepended to the scripts that register waiters or wake them. Not an
+-- operation of its own.
+--
+-- A client with tasks waiting on a primitive is registered once, however many of its tasks
+-- wait (only the head of its local queue talks to Redis). The registry is a sorted set:
+--   waiters  sorted set: wake-up channel of one client for this primitive -> when it
+--            registered (server microseconds, kept strictly increasing), so the first member
+--            is the client that has waited longest
+-- A release wakes one client, the one that has waited longest, never the herd: the others
+-- stay asleep, so a hand-off costs the same requests with 2 clients or 200, and clients take
+-- turns, so none starves.
+--
+-- A client that crashed leaves its entry behind, but its connections, and with them its
+-- subscription, are gone: PUBLISH then reaches nobody, and the release wakes the next client
+-- instead. A client that is alive but stopped (SIGSTOP) is woken and cannot act; the others
+-- then wait until the time their own attempt reported (the holder's remaining lease, at most
+-- the client's longest sleep), as for any lost message.
+
+-- Registers the client listening on `channel` as waiting, keeping its place if it has one.
+-- The registry lasts at least `ttl_ms` more: a live waiter registers again at least that
+-- often, so the entries of vanished clients leave nothing behind for long.
+local function register_waiter(waiters, channel, ttl_ms)
+    if not redis.call('ZSCORE', waiters, channel) then
+        local t = redis.call('TIME')
+        local order = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        local tail = redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')
+        if tail[2] and tonumber(tail[2]) >= order then
+            order = tonumber(tail[2]) + 1
+        end
+        redis.call('ZADD', waiters, order, channel)
+    end
+    if redis.call('PTTL', waiters) < tonumber(ttl_ms) then
+        redis.call('PEXPIRE', waiters, ttl_ms)
+    end
+end
+
+-- Takes the client listening on `channel` out of the registry (it got what it waited for, or
+-- gave up).
+local function unregister_waiter(waiters, channel)
+    redis.call('ZREM', waiters, channel)
+end
+
+-- Wakes the client that has waited longest and is still listening, taking it out of the
+-- registry (it registers again if it finds the primitive taken). Entries nobody listens on
+-- any more are dropped on the way, at most `tries` of them per call. Returns 1 if a client
+-- was woken, 0 if nobody waits.
+local function wake_next_waiter(waiters, tries)
+    for _ = 1, tries do
+        local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
+        if not next_waiter then
+            return 0
+        end
+        redis.call('ZREM', waiters, next_waiter)
+        if redis.call('PUBLISH', next_waiter, 'w') > 0 then
+            return 1
+        end
+    end
+    return 0
+end
