@@ -719,6 +719,20 @@ impl Client {
         crate::retry::until_done(self.shared().clone(), call, retry)
     }
 
+    /// [`eval_until_done`](Self::eval_until_done), also saying whether a try before the one
+    /// that answered may have run (see [`Confirmed`](crate::Confirmed)): a give-back that
+    /// keeps no record of itself answers a repeat as if it held nothing.
+    pub fn eval_until_confirmed<T>(
+        &self,
+        call: ScriptCall,
+        retry: Retry,
+    ) -> impl Future<Output = Result<crate::Confirmed<T>>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::retry::until_confirmed(self.shared().clone(), call, retry)
+    }
+
     /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
     /// outcome is unknown, `give_back` (an idempotent release of exactly this attempt, which
     /// must also forbid a grant Redis has not made yet) runs in the background, unless the
@@ -1115,22 +1129,44 @@ pub(crate) async fn eval_idempotent_background<T: FromRedisValue>(
     eval_idempotent(shared, call, Mode::Background).await
 }
 
+pub(crate) async fn eval_idempotent_background_confirmed<T: FromRedisValue>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+) -> Result<crate::retry::Confirmed<T>> {
+    eval_idempotent_confirmed(shared, call, Mode::Background).await
+}
+
 async fn eval_idempotent<T: FromRedisValue>(
     shared: Arc<Shared>,
     call: ScriptCall,
     mode: Mode,
 ) -> Result<T> {
+    eval_idempotent_confirmed(shared, call, mode)
+        .await
+        .map(|confirmed| confirmed.reply)
+}
+
+/// [`eval_idempotent`], saying whether a try before the one that answered may have run.
+async fn eval_idempotent_confirmed<T: FromRedisValue>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+    mode: Mode,
+) -> Result<crate::retry::Confirmed<T>> {
     let started = Instant::now();
     let budget = shared.config.command_timeout;
     let mut pause = Duration::from_millis(10);
+    let mut repeated = false;
     loop {
         match eval_in(shared.clone(), call.clone(), mode).await {
             Err(err) if err.is_retryable() && started.elapsed() + pause < budget => {
                 tracing::debug!(script = call.script().name(), error = %err, "retrying");
+                repeated |= err.is_outcome_unknown();
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
-            other => return other,
+            other => {
+                return other.map(|reply| crate::retry::Confirmed { reply, repeated });
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
-use crate::retry::Retry;
+use crate::retry::{Confirmed, Retry};
 use crate::script::ScriptCall;
 
 /// One hold on a primitive, as a guard owns it: its [`Lease`] and the idempotent script call
@@ -133,8 +133,20 @@ impl Hold {
     ///
     /// If the future is dropped before it completes, the release still runs in the background
     /// with the same retries.
-    pub async fn release(mut self, span: tracing::Span) -> Result<i64> {
+    pub async fn release(self, span: tracing::Span) -> Result<i64> {
+        self.release_confirmed(span)
+            .await
+            .map(|confirmed| confirmed.reply)
+    }
+
+    /// [`release`](Self::release) for a release script that keeps no record of itself, which
+    /// answers a repeat as if the hold were gone: the reply comes with whether it may be a
+    /// repeat's. `repeated` is only set when the hold was still ours as far as the client knew
+    /// (its lease had not run out and no renewal had found it gone) when the first try was
+    /// sent; a hold the client already knew lost is reported as the script says.
+    pub async fn release_confirmed(mut self, span: tracing::Span) -> Result<Confirmed<i64>> {
         let retry = self.retry();
+        let was_ours = !self.is_lost();
         drop(self.lease.take());
         self.leave_local_count();
         let Some(call) = self.release.take() else {
@@ -144,10 +156,13 @@ impl Hold {
             self.client.spawn_release(call, retry);
             return Err(Error::Shutdown);
         }
-        self.client
-            .eval_until_done::<i64>(call, retry)
+        let mut confirmed = self
+            .client
+            .eval_until_confirmed::<i64>(call, retry)
             .instrument(span)
-            .await
+            .await?;
+        confirmed.repeated &= was_ours;
+        Ok(confirmed)
     }
 
     /// How long giving this hold back is worth retrying: until its lease has ended in Redis

@@ -56,7 +56,7 @@ pub use hold::Hold;
 pub use keys::KeySpace;
 pub use lease::{Lease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::DistributedPrimitive;
-pub use retry::Retry;
+pub use retry::{Confirmed, Retry};
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;

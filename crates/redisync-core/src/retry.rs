@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
-use crate::client::{eval_background, eval_idempotent_background, Shared};
+use crate::client::{
+    eval_background, eval_idempotent_background, eval_idempotent_background_confirmed, Shared,
+};
 use crate::error::{Error, Result};
 use crate::script::ScriptCall;
 use crate::stats::Counters;
@@ -140,6 +142,21 @@ impl Pending {
     }
 }
 
+/// A give-back's reply, and whether it may be the answer to a repeat.
+///
+/// A give-back is sent again when a try failed in a way that leaves its outcome unknown (the
+/// connection broke after sending it). If that try did run, the one that answered finds its
+/// work already done. Scripts that keep a record of each give-back answer a repeat as they
+/// answered the first time; scripts that keep none, to spare Redis a key per release, answer
+/// as if there were nothing to give back, and the caller judges with `repeated`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirmed<T> {
+    /// Redis's reply to the try that answered.
+    pub reply: T,
+    /// Whether an earlier try, whose outcome is unknown, may have run before it.
+    pub repeated: bool,
+}
+
 /// Runs `call` once on behalf of a caller (retrying within the command timeout), and, if
 /// Redis did not confirm it by then or the caller stopped waiting, goes on in the background
 /// as [`spawn`] does. The caller gets the first attempt's outcome.
@@ -147,12 +164,26 @@ pub(crate) async fn until_done<T>(shared: Arc<Shared>, call: ScriptCall, retry: 
 where
     T: FromRedisValue + Send + 'static,
 {
+    until_confirmed(shared, call, retry)
+        .await
+        .map(|confirmed| confirmed.reply)
+}
+
+/// [`until_done`], saying whether the answer may be a repeat's.
+pub(crate) async fn until_confirmed<T>(
+    shared: Arc<Shared>,
+    call: ScriptCall,
+    retry: Retry,
+) -> Result<Confirmed<T>>
+where
+    T: FromRedisValue + Send + 'static,
+{
     // In flight from the start: a caller that drops this future and shuts down at once must
     // still find the give-back waited for.
     let abandoned_pending = PendingGuard::new(shared.clone());
-    let request = eval_idempotent_background::<T>(shared.clone(), call.clone());
+    let request = eval_idempotent_background_confirmed::<T>(shared.clone(), call.clone());
     let (abandoned_shared, abandoned_call) = (shared.clone(), call.clone());
-    let reply = crate::Abandonable::new(request, move |reply: Result<T>| async move {
+    let reply = crate::Abandonable::new(request, move |reply: Result<Confirmed<T>>| async move {
         if let Err(err) = reply {
             retry_after(
                 abandoned_shared,

@@ -167,6 +167,14 @@ impl Drop for Ticket {
 }
 
 impl Client {
+    /// Whether tasks of this client wait in the local queue `queue` (see
+    /// [`WaitSpec::queue`]). A primitive whose client is registered in Redis as waiting asks
+    /// this when a waiter gives up: if it was the last, the client must withdraw, so that a
+    /// wake-up meant for it is passed on rather than lost.
+    pub fn has_local_waiters(&self, queue: &str) -> bool {
+        self.shared().queues.has_waiters(queue)
+    }
+
     /// Acquires a primitive: tries once, then waits as described in the [module docs](self).
     /// Runs in a `redisync.acquire` tracing span (queue, wait time, outcome) and counts a
     /// successful acquisition in [`Stats::acquires`](crate::Stats::acquires).
