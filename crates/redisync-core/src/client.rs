@@ -535,6 +535,14 @@ impl Client {
         Counters::bump(&self.shared().counters.acquires, n);
     }
 
+    /// Counts `n` acquires that had to wait in [`Stats::contended_waits`], for a primitive
+    /// whose callers wait for one another in-process before (or instead of) waiting in
+    /// [`acquire`](Self::acquire) (readers queued behind the one that asks Redis for the
+    /// hold they will share).
+    pub fn record_contended_waits(&self, n: u64) {
+        Counters::bump(&self.shared().counters.contended_waits, n);
+    }
+
     /// The counters since the client was built.
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
