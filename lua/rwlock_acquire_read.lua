@@ -9,32 +9,98 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id
 -- ARGV[4]  '1' to give way to waiting writers (writer preference), '0' not to
+-- ARGV[5]  '1' if the caller waits when the lock is taken (it is then registered as a waiter,
+--          so that the release that lets it in publishes), '0' if it gives up
+-- ARGV[6]  '1' for a hold that a client's local readers share (see `sh` in the prelude)
 --
 -- Returns {1, holds} when granted (holds = the owner's read holds now), {0, wait} when a
 -- writer holds the lock or one is waiting (wait = ms until that could change by itself), or
 -- {-1} when the attempt was given back before it ran.
 -- An owner that already reads, or that holds the write lock, is never made to wait.
 
-if redis.call('EXISTS', KEYS[4]) == 1 then
+local owner_field, attempt_field = 'r:' .. ARGV[1], 'a:' .. ARGV[3]
+-- One read answers the common case: no hold, no record of this attempt, no waiting writer.
+local present = redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[3])
+local now = now_ms()
+local lease_end = now + tonumber(ARGV[2])
+local shared = {}
+if ARGV[6] == '1' then
+    shared = {'sh', 1}
+end
+if present == 0 then
+    -- The readers set first: foreign data there fails the script before anything is written.
+    redis.call('ZADD', KEYS[2], lease_end, ARGV[3])
+    redis.call('HSET', KEYS[1], 'mode', 'read', owner_field, 1, attempt_field, 'r' .. ARGV[1],
+        'rc', 1, 'exp', lease_end, unpack(shared))
+    expire_keys(KEYS[1], KEYS[2], lease_end)
+    return {1, 1}
+end
+
+local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w')
+-- What `present` counted besides the hash: the attempt record and the waiting writers.
+local others = present
+if h[1] then
+    others = others - 1
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+    foreign_data()
+end
+if others == 2 or (others == 1 and redis.call('EXISTS', KEYS[4]) == 1) then
     return {-1}
 end
-check_rwlock_keys(KEYS[1], KEYS[2], KEYS[3])
-local now = now_ms()
-prune(KEYS[1], KEYS[2], now)
-local writer = redis.call('HGET', KEYS[1], 'writer')
-if writer and writer ~= ARGV[1] then
-    return {0, math.max(1, tonumber(redis.call('HGET', KEYS[1], 'wexp')) - now)}
+local marks = others == 1
+local writer, wexp = h[2], tonumber(h[3] or 0)
+local holds, exp, rc = tonumber(h[4] or 0), tonumber(h[5] or 0), tonumber(h[6] or 0)
+
+local function busy(wait_ms)
+    -- Registered only where a release will look: in the hash, which exists while anything
+    -- holds. (Behind a writer's mark on a free lock, that writer's grant registers for it.)
+    if h[1] and ARGV[5] == '1' and not h[7] then
+        redis.call('HSET', KEYS[1], 'w', 1)
+    end
+    return {0, math.max(1, wait_ms)}
 end
-local owner_field = 'r:' .. ARGV[1]
-if not writer and ARGV[4] == '1' and redis.call('HEXISTS', KEYS[1], owner_field) == 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    if first[1] then
-        return {0, math.max(1, tonumber(first[2]) - now)}
+
+if writer and wexp <= now then
+    drop_write_hold(KEYS[1])
+    writer = nil
+end
+if writer and writer ~= ARGV[1] then
+    return busy(wexp - now)
+end
+if not writer and ARGV[4] == '1' and marks then
+    -- An owner that reads already gets in past waiting writers (it would deadlock otherwise),
+    -- as long as one of its holds is still live.
+    if holds > 0 and rc > 0 then
+        local pruned = prune_readers(KEYS[1], KEYS[2], now)
+        if pruned > 0 then
+            rc = rc - pruned
+            holds = tonumber(redis.call('HGET', KEYS[1], owner_field) or 0)
+        end
+    end
+    if holds == 0 then
+        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+        local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+        if first[1] then
+            return busy(tonumber(first[2]) - now)
+        end
     end
 end
-local holds = redis.call('HINCRBY', KEYS[1], owner_field, 1)
-redis.call('HSET', KEYS[1], 'a:' .. ARGV[3], 'r' .. ARGV[1])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
-settle(KEYS[1], KEYS[2], now)
-return {1, holds}
+
+redis.call('ZADD', KEYS[2], lease_end, ARGV[3])
+local fields = {owner_field, holds + 1, attempt_field, 'r' .. ARGV[1], 'rc', rc + 1,
+    unpack(shared)}
+local mode = writer and 'write' or 'read'
+if h[1] ~= mode then
+    table.insert(fields, 'mode')
+    table.insert(fields, mode)
+end
+if lease_end > exp then
+    table.insert(fields, 'exp')
+    table.insert(fields, lease_end)
+    expire_keys(KEYS[1], KEYS[2], lease_end)
+elseif rc == 0 then
+    -- A new readers set (the owner downgrades): it expires with the hash.
+    redis.call('PEXPIREAT', KEYS[2], exp)
+end
+hset(KEYS[1], fields)
+return {1, holds + 1}

@@ -13,46 +13,98 @@
 -- ARGV[3]  attempt id
 -- ARGV[4]  waiter id: one per write() call, the same for all its attempts
 -- ARGV[5]  how long a waiting mark lasts, in ms; 0 not to mark (the caller will not wait)
+-- ARGV[6]  drain channel: told when this writer starts waiting while shared read holds exist
 --
 -- Returns {1, token, holds} when granted (a re-entry keeps the token of the hold it enters),
 -- {0, wait} when busy (wait = ms until the current holds end by themselves; the caller is
 -- then marked as a waiting writer, so new readers give way), {-1} when the attempt was given
 -- back before it ran, or {-2} when the owner holds a read lock (upgrading would deadlock).
 
-if redis.call('EXISTS', KEYS[5]) == 1 then
+local attempt_field = 'a:' .. ARGV[3]
+-- One read answers the common case: no hold, no record of this attempt, no waiting writer.
+local present = redis.call('EXISTS', KEYS[1], KEYS[5], KEYS[3])
+local now = now_ms()
+local write_end = now + tonumber(ARGV[2])
+if present == 0 then
+    local token = redis.call('INCR', KEYS[4])
+    redis.call('HSET', KEYS[1], 'mode', 'write', 'writer', ARGV[1], 'wcount', 1, 'wtoken', token,
+        'wexp', write_end, attempt_field, 'w' .. token, 'exp', write_end)
+    redis.call('PEXPIREAT', KEYS[1], write_end)
+    return {1, token, 1}
+end
+
+local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wcount', 'wtoken', 'wexp',
+    'r:' .. ARGV[1], 'exp', 'rc', 'w', 'sh')
+-- What `present` counted besides the hash: the attempt record and the waiting writers.
+local others = present
+if h[1] then
+    others = others - 1
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+    foreign_data()
+end
+if others == 2 or (others == 1 and redis.call('EXISTS', KEYS[5]) == 1) then
     return {-1}
 end
-check_rwlock_keys(KEYS[1], KEYS[2], KEYS[3])
-local now = now_ms()
-prune(KEYS[1], KEYS[2], now)
-local write_end = now + tonumber(ARGV[2])
-local writer = redis.call('HGET', KEYS[1], 'writer')
-if writer == ARGV[1] then
-    redis.call('ZREM', KEYS[3], ARGV[4])
-    local holds = redis.call('HINCRBY', KEYS[1], 'wcount', 1)
-    local token = redis.call('HGET', KEYS[1], 'wtoken')
-    redis.call('HSET', KEYS[1], 'a:' .. ARGV[3], 'w' .. token)
-    if tonumber(redis.call('HGET', KEYS[1], 'wexp')) < write_end then
-        redis.call('HSET', KEYS[1], 'wexp', write_end)
-    end
-    settle(KEYS[1], KEYS[2], now)
-    return {1, tonumber(token), holds}
+local marks = others == 1
+local writer, wexp = h[2], tonumber(h[5] or 0)
+local holds, exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0), tonumber(h[8] or 0)
+
+if writer and wexp <= now then
+    drop_write_hold(KEYS[1])
+    writer = nil
 end
-if not writer and redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then
+if writer == ARGV[1] then
+    if marks then
+        redis.call('ZREM', KEYS[3], ARGV[4])
+    end
+    local fields = {'wcount', tonumber(h[3]) + 1, attempt_field, 'w' .. h[4]}
+    if write_end > wexp then
+        table.insert(fields, 'wexp')
+        table.insert(fields, write_end)
+    end
+    if write_end > exp then
+        table.insert(fields, 'exp')
+        table.insert(fields, write_end)
+        expire_keys(KEYS[1], KEYS[2], write_end)
+    end
+    hset(KEYS[1], fields)
+    return {1, tonumber(h[4]), tonumber(h[3]) + 1}
+end
+if rc > 0 then
+    local pruned = prune_readers(KEYS[1], KEYS[2], now)
+    if pruned > 0 then
+        rc = rc - pruned
+        holds = tonumber(redis.call('HGET', KEYS[1], 'r:' .. ARGV[1]) or 0)
+    end
+end
+if not writer and holds > 0 then
     return {-2}
 end
-if writer or redis.call('ZCARD', KEYS[2]) > 0 then
+if writer or rc > 0 then
     local mark_ms = tonumber(ARGV[5])
     if mark_ms > 0 and redis.call('EXISTS', KEYS[6]) == 0 then
-        redis.call('ZADD', KEYS[3], now + mark_ms, ARGV[4])
-        local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-        redis.call('PEXPIREAT', KEYS[3], tonumber(last[2]))
+        local added = redis.call('ZADD', KEYS[3], now + mark_ms, ARGV[4])
+        -- Every mark lasts mark_ms from when it was set, so this one lapses last.
+        redis.call('PEXPIREAT', KEYS[3], now + mark_ms)
+        if not h[9] then
+            redis.call('HSET', KEYS[1], 'w', 1)
+        end
+        if added == 1 and h[10] then
+            redis.call('PUBLISH', ARGV[6], 'writer waits')
+        end
     end
-    return {0, math.max(1, held_until(KEYS[1], KEYS[2]) - now)}
+    return {0, math.max(1, exp - now)}
 end
-redis.call('ZREM', KEYS[3], ARGV[4])
+if marks then
+    redis.call('ZREM', KEYS[3], ARGV[4])
+end
 local token = redis.call('INCR', KEYS[4])
-redis.call('HSET', KEYS[1], 'writer', ARGV[1], 'wcount', 1, 'wtoken', token,
-    'wexp', write_end, 'a:' .. ARGV[3], 'w' .. token)
-settle(KEYS[1], KEYS[2], now)
+-- Readers held back by waiting writers' marks wait for this hold's release: register them.
+local waiting = {}
+if marks then
+    waiting = {'w', 1}
+end
+redis.call('HSET', KEYS[1], 'mode', 'write', 'writer', ARGV[1], 'wcount', 1, 'wtoken', token,
+    'wexp', write_end, attempt_field, 'w' .. token, 'exp', write_end, unpack(waiting))
+redis.call('PEXPIREAT', KEYS[1], write_end)
 return {1, token, 1}

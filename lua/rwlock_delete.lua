@@ -1,16 +1,22 @@
 -- rwlock_delete: remove all state of the lock (holds and waiting-writer marks) and wake
--- waiters. The fencing counter is kept, so tokens never repeat.
+-- waiters. The fencing counter is kept, so tokens never repeat. (Prefixed with
+-- rwlock_prelude.lua.)
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  readers
 -- KEYS[3]  waiting writers
 -- ARGV[1]  channel to publish on
+-- ARGV[2]  drain channel: clients whose local readers share a read hold hear that it is gone
 --
 -- Returns 1 if there was anything to remove, 0 otherwise.
 
 check_rwlock_keys(KEYS[1], KEYS[2], KEYS[3])
+local shared = redis.call('HGET', KEYS[1], 'sh')
 if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) > 0 then
     redis.call('PUBLISH', ARGV[1], 'deleted')
+    if shared then
+        redis.call('PUBLISH', ARGV[2], 'deleted')
+    end
     return 1
 end
 return 0

@@ -1,15 +1,21 @@
 -- rwlock_force_unlock: free the lock whatever holds it (readers and writer) and wake waiters.
+-- (Prefixed with rwlock_prelude.lua.)
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  readers
 -- ARGV[1]  channel to publish on
+-- ARGV[2]  drain channel: clients whose local readers share a read hold hear that it is gone
 --
 -- Returns 1 if the lock was held, 0 if it was free. Waiting writers keep their marks, and the
 -- fencing counter is kept, so tokens never repeat.
 
 check_rwlock_keys(KEYS[1], KEYS[2])
+local shared = redis.call('HGET', KEYS[1], 'sh')
 if redis.call('DEL', KEYS[1], KEYS[2]) > 0 then
     redis.call('PUBLISH', ARGV[1], 'released')
+    if shared then
+        redis.call('PUBLISH', ARGV[2], 'released')
+    end
     return 1
 end
 return 0

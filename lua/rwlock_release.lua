@@ -1,55 +1,122 @@
--- rwlock_release: give back the hold (read or write) one acquire attempt got, if it got one;
--- idempotent. (Prefixed with rwlock_prelude.lua.)
+-- rwlock_release: give back the hold (read or write) one acquire attempt got, if it got one.
+-- (Prefixed with rwlock_prelude.lua.)
 --
 -- Used by unlock, by a dropped guard, and by an acquire whose caller went away (whether or not
--- Redis has run that acquire yet).
+-- Redis has run that acquire yet). Only the last needs a record: a late acquire of a
+-- given-back attempt must be refused. An unlock keeps none, so Redis memory does not grow
+-- with throughput; a repeat of it (its first try's reply was lost) finds nothing and answers
+-- -1, which the client judges knowing it repeated (see `Confirmed` in core).
 --
 -- KEYS[1]  lock hash      (see the prelude)
 -- KEYS[2]  readers        (see the prelude)
--- KEYS[3]  attempt record: the outcome of the first release of this attempt, so a retry gets
---          the same answer; its existence also stops a late acquire of this attempt
+-- KEYS[3]  attempt record: written when the attempt holds nothing, so that its acquire, should
+--          Redis run it later, is refused
 -- ARGV[1]  attempt id
 -- ARGV[2]  channel to publish on when readers or a writer may now get in
--- ARGV[3]  how long to keep the attempt record, in ms
+-- ARGV[3]  how long to keep the attempt record, in ms; 0 for no record (an unlock: the
+--          acquire's reply was received, so no late acquire can come)
 --
 -- Returns 1 when the lock became free, 0 when the hold was given back and others remain, -1
--- when the attempt holds nothing (expired, force-unlocked, or never granted).
--- Publishes when the write hold ends (waiting readers may enter) or the lock becomes free (a
--- waiting writer may enter): one message, every waiter re-checks.
+-- when the attempt holds nothing (expired, force-unlocked, never granted, or already given
+-- back). Publishes, when the write hold ends or the lock becomes free, only if someone
+-- registered as waiting (`w`): one message, every waiter re-checks.
 
-local recorded = redis.call('GET', KEYS[3])
-if recorded then
-    return tonumber(recorded)
-end
-local now = now_ms()
-prune(KEYS[1], KEYS[2], now)
 local attempt_field = 'a:' .. ARGV[1]
-local kind = redis.call('HGET', KEYS[1], attempt_field)
-local result = -1
-if kind then
-    redis.call('HDEL', KEYS[1], attempt_field)
-    local wake = false
-    if string.sub(kind, 1, 1) == 'r' then
-        redis.call('ZREM', KEYS[2], ARGV[1])
-        local owner_field = 'r:' .. string.sub(kind, 2)
-        if redis.call('HINCRBY', KEYS[1], owner_field, -1) <= 0 then
-            redis.call('HDEL', KEYS[1], owner_field)
-        end
-        result = 0
-    elseif kind == 'w' .. (redis.call('HGET', KEYS[1], 'wtoken') or '') then
-        if redis.call('HINCRBY', KEYS[1], 'wcount', -1) <= 0 then
-            redis.call('HDEL', KEYS[1], 'writer', 'wcount', 'wtoken', 'wexp')
-            wake = true
-        end
-        result = 0
+local h = redis.call('HMGET', KEYS[1], attempt_field, 'writer', 'wcount', 'wtoken', 'wexp',
+    'exp', 'rc', 'w')
+local kind, writer = h[1], h[2]
+local exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0)
+
+local function nothing_held()
+    if tonumber(ARGV[3]) > 0 then
+        redis.call('SET', KEYS[3], -1, 'PX', ARGV[3])
     end
-    if result == 0 and not settle(KEYS[1], KEYS[2], now) then
-        result = 1
-        wake = true
-    end
-    if wake then
+    return -1
+end
+
+-- The lock is free: both keys go, and whoever waits hears of it.
+local function freed()
+    redis.call('DEL', KEYS[1], KEYS[2])
+    if h[8] then
         redis.call('PUBLISH', ARGV[2], 'released')
     end
+    return 1
 end
-redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
-return result
+
+-- This hold, which ended at `exp`, was the longest: the keys now expire with the longest hold
+-- left, or go if none is left. Returns whether the lock is still held.
+local function shrink(fields, wexp)
+    local until_ms = longest_hold(KEYS[2], wexp)
+    if until_ms <= now_ms() then
+        freed()
+        return false
+    end
+    table.insert(fields, 'exp')
+    table.insert(fields, until_ms)
+    expire_keys(KEYS[1], KEYS[2], until_ms)
+    return true
+end
+
+if not kind then
+    return nothing_held()
+end
+if string.sub(kind, 1, 1) == 'r' then
+    if rc == 1 and not writer then
+        -- The only hold, so it ends at `exp`, and the hash still exists: it is live.
+        return freed()
+    end
+    local ends = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or 0)
+    if ends < exp then
+        local now = now_ms()
+        if ends <= now then
+            -- Its lease ended: forget it (and any other that ended). The hold ending at
+            -- `exp` is live, so the lock stays held.
+            prune_readers(KEYS[1], KEYS[2], now)
+            return nothing_held()
+        end
+    end
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    local owner_field = 'r:' .. string.sub(kind, 2)
+    if redis.call('HINCRBY', KEYS[1], owner_field, -1) <= 0 then
+        redis.call('HDEL', KEYS[1], owner_field, attempt_field)
+    else
+        redis.call('HDEL', KEYS[1], attempt_field)
+    end
+    local fields = {'rc', rc - 1}
+    if ends == exp and not shrink(fields, h[5]) then
+        return 1
+    end
+    hset(KEYS[1], fields)
+    return 0
+end
+local wexp = tonumber(h[5] or 0)
+if kind ~= 'w' .. (h[4] or '') then
+    return nothing_held() -- an earlier write hold's attempt
+end
+if wexp < exp and wexp <= now_ms() then
+    -- Its lease ended: forget it. The owner's read hold ending at `exp` is live, so the lock
+    -- stays read-locked.
+    drop_write_hold(KEYS[1])
+    redis.call('HSET', KEYS[1], 'mode', 'read')
+    return nothing_held()
+end
+if tonumber(h[3]) > 1 then
+    redis.call('HSET', KEYS[1], 'wcount', tonumber(h[3]) - 1)
+    redis.call('HDEL', KEYS[1], attempt_field)
+    return 0
+end
+if rc == 0 then
+    return freed()
+end
+-- The owner's read holds stay (a downgrade): the lock is read-locked now, and readers waiting
+-- behind the write hold may get in.
+redis.call('HDEL', KEYS[1], 'writer', 'wcount', 'wtoken', 'wexp', attempt_field, 'w')
+local fields = {'mode', 'read'}
+if wexp == exp and not shrink(fields, nil) then
+    return 1
+end
+hset(KEYS[1], fields)
+if h[8] then
+    redis.call('PUBLISH', ARGV[2], 'released')
+end
+return 0

@@ -18,30 +18,32 @@ local results = {}
 for i = 1, #KEYS / per_hold do
     local hash, readers = KEYS[(i - 1) * per_hold + 1], KEYS[(i - 1) * per_hold + 2]
     local attempt = ARGV[3 + i]
-    local kind = redis.pcall('HGET', hash, 'a:' .. attempt)
+    local h = redis.pcall('HMGET', hash, 'a:' .. attempt, 'wtoken', 'wexp', 'exp')
     local readers_type = redis.call('TYPE', readers)['ok']
     local live = 0
-    if type(kind) == 'string' and (readers_type == 'zset' or readers_type == 'none') then
-        if string.sub(kind, 1, 1) == 'r' then
+    if type(h) == 'table' and not h.err and h[1]
+        and (readers_type == 'zset' or readers_type == 'none') then
+        local fields = {}
+        if string.sub(h[1], 1, 1) == 'r' then
             local ends = redis.call('ZSCORE', readers, attempt)
             if ends and tonumber(ends) > now then
                 if tonumber(ends) < renewed_end then
-                    redis.call('ZADD', readers, renewed_end, attempt)
+                    redis.call('ZADD', readers, 'XX', renewed_end, attempt)
                 end
                 live = 1
             end
-        else
-            local w = redis.call('HMGET', hash, 'wtoken', 'wexp')
-            if w[1] and kind == 'w' .. w[1] and tonumber(w[2]) > now then
-                if tonumber(w[2]) < renewed_end then
-                    redis.call('HSET', hash, 'wexp', renewed_end)
-                end
-                live = 1
+        elseif h[1] == 'w' .. (h[2] or '') and tonumber(h[3]) > now then
+            if tonumber(h[3]) < renewed_end then
+                fields = {'wexp', renewed_end}
             end
+            live = 1
         end
-        if live == 1 then
-            settle(hash, readers, now)
+        if live == 1 and renewed_end > tonumber(h[4] or 0) then
+            table.insert(fields, 'exp')
+            table.insert(fields, renewed_end)
+            expire_keys(hash, readers, renewed_end)
         end
+        hset(hash, fields)
     end
     results[i] = live
 end

@@ -72,7 +72,9 @@ async fn measure_hot_path() {
 
     let run = Duration::from_secs(3);
     let floor = floor_cycles_per_second(&server, 64, run).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
     let reads = reads_per_second(&c, 64, run).await;
+    println!("commands during the reads: {:?}", command_stats(&server));
     println!(
         "64 tasks: floor {floor:.0} lock cycles/s; one read-write lock {reads:.0} reads/s \
          ({:.2}x the floor)",
@@ -96,8 +98,12 @@ async fn floor_cycles_per_second(server: &RedisServer, tasks: usize, run: Durati
     let cycles = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
-            let (mut con, release, stop, cycles) =
-                (connection.clone(), release.clone(), stop.clone(), cycles.clone());
+            let (mut con, release, stop, cycles) = (
+                connection.clone(),
+                release.clone(),
+                stop.clone(),
+                cycles.clone(),
+            );
             tokio::spawn(async move {
                 let key = format!("floor:{i}");
                 while !stop.load(Ordering::Relaxed) {

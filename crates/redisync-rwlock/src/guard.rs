@@ -1,12 +1,14 @@
 //! [`ReadGuard`] and [`WriteGuard`]: one read hold and one write hold.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use redisync_core::{Hold, Result};
+use redisync_core::{Error, Hold, Result};
 
 use crate::rwlock::RwCore;
 use crate::scripts::decode_release;
+use crate::shared::{Share, SoloTicket};
 
 /// One read hold of a [`ReadWriteLock`](crate::ReadWriteLock).
 ///
@@ -17,18 +19,45 @@ use crate::scripts::decode_release;
 /// Because a drop releases in the background, an owner that reads and then wants to write
 /// should `unlock().await` its read guards first: right after a drop the read hold may still
 /// be there, and the write is then refused as an upgrade.
+///
+/// A watchdog read may share its client's read hold with the client's other readers of the
+/// lock (see [`ReadWriteLock`](crate::ReadWriteLock)): its guard is then one share of that
+/// hold, lost when the hold is lost, and the hold is released when the last share goes.
 #[must_use = "dropping the guard releases the read hold at once"]
 #[derive(Debug)]
 pub struct ReadGuard {
     core: Arc<RwCore>,
-    // Releases on drop; counted in the owner's live read guards until then.
-    hold: Hold,
+    hold: ReadHold,
+}
+
+/// What a read guard holds.
+#[derive(Debug)]
+enum ReadHold {
+    /// A Redis hold of its own: releases on drop; counted in the owner's live read guards
+    /// until then. A solo read (the only one of its client on the shared road) keeps its
+    /// ticket, so that readers arriving meanwhile found a shared hold.
+    Own {
+        hold: Hold,
+        _solo: Option<SoloTicket>,
+    },
+    /// One share of the client's shared hold: leaves it on drop.
+    Shared(Share),
 }
 
 impl ReadGuard {
-    pub(crate) fn new(core: Arc<RwCore>, hold: Hold) -> Self {
+    pub(crate) fn own(core: Arc<RwCore>, hold: Hold, solo: Option<SoloTicket>) -> Self {
         let hold = hold.counted_in(core.live_read_guards.clone());
-        ReadGuard { core, hold }
+        ReadGuard {
+            core,
+            hold: ReadHold::Own { hold, _solo: solo },
+        }
+    }
+
+    pub(crate) fn shared(core: Arc<RwCore>, share: Share) -> Self {
+        ReadGuard {
+            core,
+            hold: ReadHold::Shared(share),
+        }
     }
 
     /// The name of the lock.
@@ -38,16 +67,33 @@ impl ReadGuard {
 
     /// Whether the client knows the hold is gone (renewal found it missing, no renewal was
     /// confirmed before the lease would end, the client shut down, or a fixed lease ran out).
+    /// For a share of the client's shared hold: that hold's, and also once the client heard
+    /// that it was force-unlocked or deleted (within a round trip or so).
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        match &self.hold {
+            ReadHold::Own { hold, .. } => hold.is_lost(),
+            ReadHold::Shared(share) => share.hold().is_lost(),
+        }
     }
 
     /// Completes once the hold is known to be gone. The future does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.hold.lost()
+        let lost: Pin<Box<dyn Future<Output = ()> + Send>> = match &self.hold {
+            ReadHold::Own { hold, .. } => Box::pin(hold.lost()),
+            ReadHold::Shared(share) => Box::pin(share.hold().lost()),
+        };
+        lost
     }
 
     /// Releases this read hold; the last reader leaving wakes a waiting writer.
+    ///
+    /// A share of the client's shared hold is given back locally, without a request, unless
+    /// it is the last: that one releases the Redis hold and reports what Redis says. So a share
+    /// that is not the last reports [`Error::NotOwner`] when the *client knows* the shared hold
+    /// is gone (its lease ran out unrenewed, a renewal found it gone, or the client heard of a
+    /// `force_unlock`/`delete`, which it checks within a round trip); in the moment between a
+    /// force-unlock and the client hearing of it, such a share still reports `Ok`. Either way,
+    /// nothing in Redis is changed by a stale share.
     ///
     /// # Errors
     ///
@@ -72,7 +118,27 @@ impl ReadGuard {
     pub async fn unlock(self) -> Result<()> {
         let span =
             tracing::debug_span!("redisync.rwlock.release", name = %self.core.name, side = "read");
-        self.hold.release(span).await.and_then(decode_release)
+        match self.hold {
+            ReadHold::Own { hold, _solo } => {
+                hold.release_confirmed(span).await.and_then(decode_release)
+            }
+            ReadHold::Shared(share) => {
+                let shared = share.hold().clone();
+                let lost = shared.is_lost();
+                match share.leave() {
+                    Some(hold) => {
+                        let confirmed = hold.release_confirmed(span).await?;
+                        if shared.is_gone() {
+                            return Err(Error::NotOwner);
+                        }
+                        decode_release(confirmed)
+                    }
+                    None if self.core.client.is_shut_down() => Err(Error::Shutdown),
+                    None if lost => Err(Error::NotOwner),
+                    None => Ok(()),
+                }
+            }
+        }
     }
 }
 
@@ -133,6 +199,9 @@ impl WriteGuard {
             side = "write",
             token = self.token,
         );
-        self.hold.release(span).await.and_then(decode_release)
+        self.hold
+            .release_confirmed(span)
+            .await
+            .and_then(decode_release)
     }
 }

@@ -11,6 +11,7 @@
 mod guard;
 mod rwlock;
 mod scripts;
+mod shared;
 
 pub use guard::{ReadGuard, WriteGuard};
 pub use rwlock::ReadWriteLock;

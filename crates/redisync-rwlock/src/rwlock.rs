@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::guard::{ReadGuard, WriteGuard};
 use crate::scripts::{self, AcquireReply};
+use crate::shared::{CheckKeys, Coalescer, DrainWatch, Join, Road, Share};
 
 /// How often a waiting writer renews its mark.
 const WRITER_MARK_REFRESH: Duration = Duration::from_secs(1);
@@ -29,6 +30,8 @@ pub(crate) struct RwKeys {
     pub(crate) writers: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
+    /// Where clients sharing a read hold hear that a writer waits or the holds went.
+    pub(crate) drain: String,
     read_queue: String,
     write_queue: String,
     attempt_prefix: String,
@@ -51,7 +54,7 @@ pub(crate) struct RwCore {
     pub(crate) client: Client,
     pub(crate) name: String,
     keys: Result<RwKeys>,
-    owner: String,
+    owner: Arc<str>,
     /// Write guards of this owner alive in this process: a write while one lives may be a
     /// re-entry and must not queue behind local writers.
     pub(crate) live_write_guards: Arc<AtomicUsize>,
@@ -59,6 +62,12 @@ pub(crate) struct RwCore {
     /// upgrade, which Redis must refuse at once; queued behind a local writer that waits for
     /// this very read hold, it would deadlock.
     pub(crate) live_read_guards: Arc<AtomicUsize>,
+    /// Read guards of this owner alive in this process that read through a shared hold of
+    /// the client (see [`crate::shared`]); not counted in `live_read_guards`.
+    pub(crate) live_shared_reads: AtomicUsize,
+    /// The client's shared read holds on this lock (one per client and lock name); `None`
+    /// for a bad name.
+    coalescer: Option<Arc<Coalescer>>,
 }
 
 impl RwCore {
@@ -66,9 +75,17 @@ impl RwCore {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
-    /// The call that gives back the hold of acquire attempt `attempt`, remembering the outcome
-    /// for `remember`.
-    fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
+    /// Identifies this handle (and its clones) among the client's readers of the lock: its
+    /// address, which stays put while any of its guards lives (they keep it alive).
+    pub(crate) fn handle_id(&self) -> usize {
+        self as *const RwCore as usize
+    }
+
+    /// The call that gives back the hold of acquire attempt `attempt`; if the attempt holds
+    /// nothing, a record of it is kept for `remember`, so that its acquire, should Redis run
+    /// it later, is refused (`Duration::ZERO`: no record, for an unlock, whose acquire's reply
+    /// was received).
+    pub(crate) fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::RELEASE)
             .key(keys.hash.as_str())
@@ -82,6 +99,46 @@ impl RwCore {
     fn retry_window(&self) -> Duration {
         self.client.command_timeout().saturating_mul(2)
     }
+
+    fn coalescer(&self) -> Result<&Arc<Coalescer>> {
+        let keys = self.keys()?;
+        self.coalescer
+            .as_ref()
+            .ok_or_else(|| Error::invalid(format!("no shared holds for {}", keys.hash)))
+    }
+
+    fn check_keys(&self) -> Result<CheckKeys> {
+        let keys = self.keys()?;
+        Ok(CheckKeys {
+            readers: keys.readers.clone(),
+            writers: keys.writers.clone(),
+            drain: keys.drain.clone(),
+        })
+    }
+}
+
+/// What one acquire asks Redis for, besides the side.
+#[derive(Debug, Clone)]
+struct Request {
+    side: Side,
+    /// The owner id the hold is taken for: the handle's, or a shared hold's own.
+    owner: Arc<str>,
+    /// `None`: the watchdog's lease, renewed while held.
+    lease: Option<Duration>,
+    deadline: Option<Instant>,
+    /// Give way to waiting writers (reads only).
+    prefer_writers: bool,
+    /// A read hold shared by the client's local readers.
+    shared: bool,
+}
+
+/// What a granted attempt brings back.
+struct Granted {
+    attempt: String,
+    token: u64,
+    sent_at: Instant,
+    /// The drain channel's generation when the request went out, if subscribed then.
+    sent_generation: Option<u64>,
 }
 
 /// Which side of the lock an acquire is for.
@@ -197,19 +254,26 @@ impl ReadWriteLock {
             writers: space.key("rw:writers"),
             fence: space.key("rw:fence"),
             channel: space.key("rw:wake"),
+            drain: space.key("rw:drain"),
             read_queue: space.key("rw:read-queue"),
             write_queue: space.key("rw:write-queue"),
             attempt_prefix: space.key("rw:attempt:"),
             waiter_prefix: space.key("rw:waiter:"),
         });
+        let coalescer = keys
+            .as_ref()
+            .ok()
+            .map(|keys| client.local_cell::<Coalescer>(&keys.hash));
         ReadWriteLock {
             core: Arc::new(RwCore {
-                owner: client.unique_id(),
+                owner: client.unique_id().into(),
                 client: client.clone(),
                 name,
                 keys,
                 live_write_guards: Arc::default(),
                 live_read_guards: Arc::default(),
+                live_shared_reads: AtomicUsize::new(0),
+                coalescer,
             }),
             prefer_writers: true,
         }
@@ -432,9 +496,36 @@ impl ReadWriteLock {
         let call = ScriptCall::new(&scripts::FORCE_UNLOCK)
             .key(keys.hash.as_str())
             .key(keys.readers.as_str())
-            .arg(keys.channel.as_str());
+            .arg(keys.channel.as_str())
+            .arg(keys.drain.as_str());
         let freed: i64 = self.core.client.eval(call).await?;
         Ok(freed == 1)
+    }
+
+    /// Checks the arguments of an acquire; returns its deadline.
+    fn validate(&self, lease: Option<Duration>, wait: Option<Duration>) -> Result<Option<Instant>> {
+        let core = &self.core;
+        core.keys()?;
+        lease_millis(lease.unwrap_or_else(|| core.client.watchdog_timeout()))?;
+        wait.map(wait_deadline).transpose()
+    }
+
+    /// A request for a hold of this handle's owner.
+    fn request(
+        &self,
+        side: Side,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+        prefer_writers: bool,
+    ) -> Request {
+        Request {
+            side,
+            owner: self.core.owner.clone(),
+            lease,
+            deadline,
+            prefer_writers,
+            shared: false,
+        }
     }
 
     async fn acquire_read(
@@ -442,8 +533,99 @@ impl ReadWriteLock {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> Result<Option<ReadGuard>> {
-        let granted = self.acquire(Side::Read, lease, wait, None).await?;
-        Ok(granted.map(|(hold, _)| ReadGuard::new(self.core.clone(), hold)))
+        let deadline = self.validate(lease, wait)?;
+        let core = &self.core;
+        core.client.check_running()?;
+        let coalescer = core.coalescer()?;
+        let reads_shared = core.live_shared_reads.load(Ordering::Acquire) > 0
+            && coalescer.reads_shared(core.handle_id());
+        let holds_own = core.live_write_guards.load(Ordering::Acquire) > 0
+            || core.live_read_guards.load(Ordering::Acquire) > 0;
+        if lease.is_none() && (reads_shared || (self.prefer_writers && !holds_own)) {
+            return self.read_coalesced(coalescer, deadline).await;
+        }
+        // A handle that reads through a shared hold reads as far as Redis is concerned: it
+        // must not give way to a writer that waits for that very hold.
+        let request = self.request(
+            Side::Read,
+            lease,
+            deadline,
+            self.prefer_writers && !reads_shared,
+        );
+        let granted = self.acquire(request, None, None).await?;
+        Ok(granted.map(|(hold, _)| ReadGuard::own(core.clone(), hold, None)))
+    }
+
+    /// A watchdog read that may share the client's read hold: see [`crate::shared`].
+    async fn read_coalesced(
+        &self,
+        coalescer: &Arc<Coalescer>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<ReadGuard>> {
+        let core = &self.core;
+        if let Some(share) = join(coalescer, core).await {
+            core.client.record_acquires(1);
+            // This read waited for nothing: let the runtime run other tasks now and then, as
+            // tokio's own primitives do, or a task reading in a loop would never yield.
+            tokio::task::coop::consume_budget().await;
+            return Ok(Some(ReadGuard::shared(core.clone(), share)));
+        }
+        let no_wait = deadline.is_some_and(|d| Instant::now() >= d);
+        match coalescer.enter(no_wait, &core.client, &core.check_keys()?) {
+            Road::Solo(ticket) => {
+                let request = self.request(Side::Read, None, deadline, true);
+                let granted = self.acquire(request, None, None).await?;
+                Ok(granted.map(|(hold, _)| ReadGuard::own(core.clone(), hold, Some(ticket))))
+            }
+            Road::Found(ticket) => {
+                let founded = self.found(coalescer, deadline).await;
+                drop(ticket);
+                Ok(founded?.map(|share| ReadGuard::shared(core.clone(), share)))
+            }
+        }
+    }
+
+    /// Founds a shared read hold (one founder at a time), or joins the one the founder before
+    /// this one got.
+    async fn found(
+        &self,
+        coalescer: &Arc<Coalescer>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Share>> {
+        let core = &self.core;
+        let Some(_turn) = coalescer.founding_turn(&core.client, deadline).await? else {
+            return Ok(None);
+        };
+        if let Some(share) = join(coalescer, core).await {
+            core.client.record_acquires(1);
+            return Ok(Some(share));
+        }
+        let mut within = core.client.command_timeout();
+        if let Some(deadline) = deadline {
+            within = within.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        let drain = coalescer.drain_watch(within).await;
+        let request = Request {
+            side: Side::Read,
+            owner: core.client.unique_id().into(),
+            lease: None,
+            deadline,
+            prefer_writers: true,
+            shared: true,
+        };
+        match self.acquire(request, None, Some(&drain)).await {
+            Ok(Some((hold, granted))) => Ok(Some(coalescer.install(
+                hold,
+                granted.attempt,
+                granted.sent_generation,
+                core,
+            ))),
+            Ok(None) => Ok(None),
+            Err(err) => {
+                coalescer.fail(&err);
+                Err(err)
+            }
+        }
     }
 
     async fn acquire_write(
@@ -451,12 +633,23 @@ impl ReadWriteLock {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> Result<Option<WriteGuard>> {
-        let mark = WriterMark::new(self.core.clone());
-        match self.acquire(Side::Write, lease, wait, Some(&mark)).await? {
-            Some((hold, token)) => {
+        let deadline = self.validate(lease, wait)?;
+        let core = &self.core;
+        if core.live_shared_reads.load(Ordering::Acquire) > 0
+            && core.coalescer()?.reads_shared(core.handle_id())
+        {
+            // This owner reads through the client's shared hold, which Redis knows under
+            // another owner id: it cannot refuse the upgrade, and the write would wait for
+            // this very reader.
+            return Err(Error::UpgradeNotSupported);
+        }
+        let mark = WriterMark::new(core.clone());
+        let request = self.request(Side::Write, lease, deadline, false);
+        match self.acquire(request, Some(&mark), None).await? {
+            Some((hold, granted)) => {
                 // The grant removed the mark in the same script.
                 mark.disarm();
-                Ok(Some(WriteGuard::new(self.core.clone(), token, hold)))
+                Ok(Some(WriteGuard::new(core.clone(), granted.token, hold)))
             }
             None => {
                 // Gave up: take the mark away before returning, so that readers stop giving
@@ -470,23 +663,23 @@ impl ReadWriteLock {
 
     async fn acquire(
         &self,
-        side: Side,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
+        request: Request,
         mark: Option<&WriterMark>,
-    ) -> Result<Option<(Hold, u64)>> {
+        drain: Option<&DrainWatch>,
+    ) -> Result<Option<(Hold, Granted)>> {
         let core = &self.core;
         let keys = core.keys()?;
-        let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
-        lease_millis(lease_for)?;
-        let deadline = wait.map(wait_deadline).transpose()?;
+        let side = request.side;
+        let lease_for = request
+            .lease
+            .unwrap_or_else(|| core.client.watchdog_timeout());
         let spec = WaitSpec {
             queue: match side {
                 Side::Read => &keys.read_queue,
                 Side::Write => &keys.write_queue,
             },
             channel: &keys.channel,
-            deadline,
+            deadline: request.deadline,
             may_reenter: side == Side::Write
                 && (core.live_write_guards.load(Ordering::Acquire) > 0
                     || core.live_read_guards.load(Ordering::Acquire) > 0),
@@ -494,52 +687,58 @@ impl ReadWriteLock {
         };
         let granted = core
             .client
-            .acquire(spec, || self.attempt(side, lease_for, deadline, mark))
+            .acquire(spec, || self.attempt(&request, lease_for, mark, drain))
             .instrument(tracing::debug_span!("redisync.rwlock", name = %core.name, side = ?side))
             .await?;
-        let Some((attempt, token, sent_at)) = granted else {
+        let Some(granted) = granted else {
             return Ok(None);
         };
-        let lease = match lease {
-            Some(lease) => Lease::fixed(sent_at, lease),
+        let lease = match request.lease {
+            Some(lease) => Lease::fixed(granted.sent_at, lease),
             None => core.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone(), keys.readers.clone()],
-                vec![attempt.clone()],
-                sent_at,
+                vec![granted.attempt.clone()],
+                granted.sent_at,
             ),
         };
-        let release = core.release_call(&attempt, core.retry_window())?;
+        // The acquire's reply came: a release of this hold needs no record.
+        let release = core.release_call(&granted.attempt, Duration::ZERO)?;
         Ok(Some((
             Hold::new(core.client.clone(), release, lease),
-            token,
+            granted,
         )))
     }
 
-    /// One acquire request for `side`. If the caller stops waiting while it is on the wire, or
-    /// its outcome is unknown, whatever it may get is given back in the background.
+    /// One acquire request. If the caller stops waiting while it is on the wire, or its
+    /// outcome is unknown, whatever it may get is given back in the background.
     fn attempt(
         &self,
-        side: Side,
+        request: &Request,
         lease: Duration,
-        deadline: Option<Instant>,
         mark: Option<&WriterMark>,
-    ) -> impl Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static {
+        drain: Option<&DrainWatch>,
+    ) -> impl Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let core = self.core.clone();
+        let side = request.side;
         let sent_at = Instant::now();
+        let sent_generation = drain.and_then(DrainWatch::confirmed_generation);
         let attempt = core.client.unique_id();
-        let will_wait = deadline.is_none_or(|d| sent_at < d);
-        let request = core.keys().and_then(|keys| {
+        let will_wait = request.deadline.is_none_or(|d| sent_at < d);
+        let flag = |on: bool| if on { "1" } else { "0" };
+        let request_call = core.keys().and_then(|keys| {
             let call = match side {
                 Side::Read => ScriptCall::new(&scripts::ACQUIRE_READ)
                     .key(keys.hash.as_str())
                     .key(keys.readers.as_str())
                     .key(keys.writers.as_str())
                     .key(keys.attempt_record(&attempt))
-                    .arg(core.owner.as_str())
+                    .arg(&*request.owner)
                     .arg(redis_millis(lease))
                     .arg(attempt.as_str())
-                    .arg(if self.prefer_writers { "1" } else { "0" }),
+                    .arg(flag(request.prefer_writers))
+                    .arg(flag(will_wait))
+                    .arg(flag(request.shared)),
                 Side::Write => {
                     // Mark only a writer that is going to wait; a failed try stays unnoticed.
                     let (waiter, mark_ms) = match mark {
@@ -557,14 +756,16 @@ impl ReadWriteLock {
                         .key(keys.fence.as_str())
                         .key(keys.attempt_record(&attempt))
                         .key(keys.waiter_record(waiter))
-                        .arg(core.owner.as_str())
+                        .arg(&*request.owner)
                         .arg(redis_millis(lease))
                         .arg(attempt.as_str())
                         .arg(waiter)
                         .arg(mark_ms)
+                        .arg(keys.drain.as_str())
                 }
             };
-            // Remembered past the lease, so a grant that could still run is refused.
+            // Should Redis run the acquire after its give-back, the record refuses it: kept
+            // past the lease, so a grant that could still run is refused.
             let give_back =
                 core.release_call(&attempt, lease.saturating_add(core.retry_window()))?;
             let granted: fn(&Vec<i64>) -> bool = match side {
@@ -586,9 +787,14 @@ impl ReadWriteLock {
                 .eval_acquire_leased(call, give_back, granted, Some(lease)))
         });
         async move {
-            let reply = request?.await?;
+            let reply = request_call?.await?;
             Ok(match side.decode(&reply)? {
-                AcquireReply::Acquired { token } => Attempt::Acquired((attempt, token, sent_at)),
+                AcquireReply::Acquired { token } => Attempt::Acquired(Granted {
+                    attempt,
+                    token,
+                    sent_at,
+                    sent_generation,
+                }),
                 AcquireReply::Busy { retry_in } => Attempt::Busy {
                     retry_in: match side {
                         // A waiting writer comes back in time to keep its mark alive.
@@ -602,6 +808,27 @@ impl ReadWriteLock {
                 // Only an attempt given back before it ran says this, and nobody awaits those.
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
+        }
+    }
+}
+
+/// Joins a shared hold of the client if one may be joined, waiting (at most a command
+/// timeout) for the check of one that a message put in doubt.
+async fn join(coalescer: &Arc<Coalescer>, core: &Arc<RwCore>) -> Option<Share> {
+    let started = Instant::now();
+    loop {
+        match coalescer.try_join(core) {
+            Join::Joined(share) => return Some(share),
+            Join::NotJoinable => return None,
+            Join::WaitForCheck(seen) => {
+                let left = core
+                    .client
+                    .command_timeout()
+                    .checked_sub(started.elapsed())?;
+                if !coalescer.wait_for_check(seen, left).await {
+                    return None;
+                }
+            }
         }
     }
 }
@@ -691,7 +918,8 @@ impl DistributedPrimitive for ReadWriteLock {
             .key(keys.hash.as_str())
             .key(keys.readers.as_str())
             .key(keys.writers.as_str())
-            .arg(keys.channel.as_str());
+            .arg(keys.channel.as_str())
+            .arg(keys.drain.as_str());
         let deleted: i64 = self.core.client.eval(call).await?;
         Ok(deleted == 1)
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redisync_core::{Error, LuaScript, Result};
+use redisync_core::{Confirmed, Error, LuaScript, Result};
 
 macro_rules! with_prelude {
     ($file:literal) => {
@@ -40,6 +40,10 @@ pub(crate) static FORCE_UNLOCK: LuaScript = LuaScript::new(
 );
 pub(crate) static DELETE: LuaScript =
     LuaScript::new("rwlock_delete", with_prelude!("rwlock_delete.lua"));
+pub(crate) static CHECK_SHARED: LuaScript = LuaScript::read_only(
+    "rwlock_check_shared",
+    with_prelude!("rwlock_check_shared.lua"),
+);
 
 /// Reply of `rwlock_acquire_read` / `rwlock_acquire_write`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,11 +87,34 @@ impl AcquireReply {
     }
 }
 
-/// Reply of `rwlock_release`.
-pub(crate) fn decode_release(reply: i64) -> Result<()> {
-    match reply {
-        0 | 1 => Ok(()),
+/// Reply of `rwlock_release` to an unlock. The script keeps no record of a release, so a
+/// repeat of one whose first try ran finds nothing: `-1` then means "released", unless the
+/// client already knew the hold lost (core leaves `repeated` unset in that case).
+pub(crate) fn decode_release(confirmed: Confirmed<i64>) -> Result<()> {
+    match confirmed {
+        Confirmed { reply: 0 | 1, .. } | Confirmed { repeated: true, .. } => Ok(()),
         _ => Err(Error::NotOwner),
+    }
+}
+
+/// Reply of `rwlock_check_shared`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SharedCheck {
+    /// A writer's mark is live: new readers must give way.
+    pub(crate) writer_waits: bool,
+    /// For each hold asked about, in order: whether it is still a live read hold.
+    pub(crate) live: Vec<bool>,
+}
+
+impl SharedCheck {
+    pub(crate) fn decode(reply: &[i64], holds: usize) -> Result<Self> {
+        match reply.split_first() {
+            Some((writer_waits, live)) if live.len() == holds => Ok(SharedCheck {
+                writer_waits: *writer_waits == 1,
+                live: live.iter().map(|l| *l == 1).collect(),
+            }),
+            _ => Err(Error::WrongType),
+        }
     }
 }
 
@@ -120,7 +147,21 @@ mod tests {
             Some(AcquireReply::GivenBack)
         );
         assert!(AcquireReply::decode_read(&[7]).is_err());
-        assert!(decode_release(-1).is_err());
-        assert!(decode_release(1).is_ok());
+        let release = |reply, repeated| decode_release(Confirmed { reply, repeated });
+        assert!(release(-1, false).is_err());
+        assert!(
+            release(-1, true).is_ok(),
+            "a repeat finds its own release done"
+        );
+        assert!(release(1, false).is_ok());
+        assert!(release(0, true).is_ok());
+        assert_eq!(
+            SharedCheck::decode(&[1, 0, 1], 2).ok(),
+            Some(SharedCheck {
+                writer_waits: true,
+                live: vec![false, true]
+            })
+        );
+        assert!(SharedCheck::decode(&[0, 1], 2).is_err());
     }
 }
