@@ -9,8 +9,9 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id
 -- ARGV[4]  '1' to give way to waiting writers (writer preference), '0' not to
--- ARGV[5]  '1' if the caller waits when the lock is taken (it is then registered as a waiter,
---          so that the release that lets it in publishes), '0' if it gives up
+-- ARGV[5]  waiter id of the read() call (the same for all its attempts) if it waits when the
+--          lock is taken: it is then registered (see `w` in the prelude), so that the release
+--          that lets it in publishes; '' if it gives up at once
 -- ARGV[6]  '1' for a hold that a client's local readers share (see `sh` in the prelude)
 --
 -- Returns {1, holds} when granted (holds = the owner's read holds now), {0, wait} when a
@@ -36,7 +37,8 @@ if present == 0 then
     return {1, 1}
 end
 
-local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w')
+local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w',
+    'w:' .. ARGV[5])
 -- What `present` counted besides the hash: the attempt record and the waiting writers.
 local others = present
 if h[1] then
@@ -53,9 +55,9 @@ local holds, exp, rc = tonumber(h[4] or 0), tonumber(h[5] or 0), tonumber(h[6] o
 
 local function busy(wait_ms)
     -- Registered only where a release will look: in the hash, which exists while anything
-    -- holds. (Behind a writer's mark on a free lock, that writer's grant registers for it.)
-    if h[1] and ARGV[5] == '1' and not h[7] then
-        redis.call('HSET', KEYS[1], 'w', 1)
+    -- holds. (Behind a writer's mark on a free lock, that writer's grant notes it: `wm`.)
+    if h[1] and ARGV[5] ~= '' and not h[8] then
+        register_waiter(KEYS[1], ARGV[5], h[7])
     end
     return {0, math.max(1, wait_ms)}
 end
@@ -87,6 +89,9 @@ if not writer and ARGV[4] == '1' and marks then
 end
 
 redis.call('ZADD', KEYS[2], lease_end, ARGV[3])
+if h[8] then
+    unregister_waiter(KEYS[1], ARGV[5])
+end
 local fields = {owner_field, holds + 1, attempt_field, 'r' .. ARGV[1], 'rc', rc + 1,
     unpack(shared)}
 local mode = writer and 'write' or 'read'

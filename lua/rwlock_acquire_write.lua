@@ -11,7 +11,8 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id
--- ARGV[4]  waiter id: one per write() call, the same for all its attempts
+-- ARGV[4]  waiter id: one per write() call, the same for all its attempts; a busy attempt
+--          that marks also registers it as waiting (see `w` in the prelude)
 -- ARGV[5]  how long a waiting mark lasts, in ms; 0 not to mark (the caller will not wait)
 -- ARGV[6]  drain channel: told when this writer starts waiting while shared read holds exist
 --
@@ -34,7 +35,7 @@ if present == 0 then
 end
 
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wcount', 'wtoken', 'wexp',
-    'r:' .. ARGV[1], 'exp', 'rc', 'w', 'sh')
+    'r:' .. ARGV[1], 'exp', 'rc', 'w', 'sh', 'w:' .. ARGV[4])
 -- What `present` counted besides the hash: the attempt record and the waiting writers.
 local others = present
 if h[1] then
@@ -53,10 +54,18 @@ if writer and wexp <= now then
     drop_write_hold(KEYS[1])
     writer = nil
 end
-if writer == ARGV[1] then
+-- A grant ends the call's wait: its mark and registration (by an earlier attempt) go.
+local function stop_waiting()
     if marks then
         redis.call('ZREM', KEYS[3], ARGV[4])
     end
+    if h[11] then
+        unregister_waiter(KEYS[1], ARGV[4])
+    end
+end
+
+if writer == ARGV[1] then
+    stop_waiting()
     local fields = {'wcount', tonumber(h[3]) + 1, attempt_field, 'w' .. h[4]}
     if write_end > wexp then
         table.insert(fields, 'wexp')
@@ -65,7 +74,11 @@ if writer == ARGV[1] then
     if write_end > exp then
         table.insert(fields, 'exp')
         table.insert(fields, write_end)
-        expire_keys(KEYS[1], KEYS[2], write_end)
+        if rc > 0 then
+            expire_keys(KEYS[1], KEYS[2], write_end)
+        else
+            redis.call('PEXPIREAT', KEYS[1], write_end)
+        end
     end
     hset(KEYS[1], fields)
     return {1, tonumber(h[4]), tonumber(h[3]) + 1}
@@ -86,8 +99,8 @@ if writer or rc > 0 then
         local added = redis.call('ZADD', KEYS[3], now + mark_ms, ARGV[4])
         -- Every mark lasts mark_ms from when it was set, so this one lapses last.
         redis.call('PEXPIREAT', KEYS[3], now + mark_ms)
-        if not h[9] then
-            redis.call('HSET', KEYS[1], 'w', 1)
+        if not h[11] then
+            register_waiter(KEYS[1], ARGV[4], h[9])
         end
         if added == 1 and h[10] then
             redis.call('PUBLISH', ARGV[6], 'writer waits')
@@ -95,14 +108,12 @@ if writer or rc > 0 then
     end
     return {0, math.max(1, exp - now)}
 end
-if marks then
-    redis.call('ZREM', KEYS[3], ARGV[4])
-end
+stop_waiting()
 local token = redis.call('INCR', KEYS[4])
--- Readers held back by waiting writers' marks wait for this hold's release: register them.
+-- Readers held back by waiting writers' marks may wait for this hold's release.
 local waiting = {}
 if marks then
-    waiting = {'w', 1}
+    waiting = {'wm', 1}
 end
 redis.call('HSET', KEYS[1], 'mode', 'write', 'writer', ARGV[1], 'wcount', 1, 'wtoken', token,
     'wexp', write_end, attempt_field, 'w' .. token, 'exp', write_end, unpack(waiting))

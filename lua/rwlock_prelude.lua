@@ -10,9 +10,14 @@
 --            a:<attempt> = 'w' .. <token> for a write hold, 'r' .. <owner> for a read hold
 --            rc = <read holds>: the members of readers (live or not pruned yet)
 --            exp = <when both keys expire, server ms>: the end of the longest hold
---            w = '1' once an acquire that is going to wait found the lock taken: the next
---                release that lets anyone in publishes (and clears it); without it, nobody
---                waits and nothing is published
+--            w:<waiter> = '1' for each acquire call (one waiter id for all its attempts) that
+--                found the lock taken and waits: registered by its busy attempt, removed by its
+--                grant, or by its withdrawal when it gives up, fails or is cancelled
+--            w = <registered waiters>: a release that lets anyone in publishes only if there
+--                are any; nobody waits, nothing is published
+--            wm = '1' while a write hold granted over waiting writers' marks lives: readers
+--                held back by those marks (on a free lock, where they could not register)
+--                may wait for its release
 --            sh = '1' once a read hold shared by a client's local readers was taken: a writer
 --                 that starts waiting then tells those clients to stop admitting readers
 --   readers  sorted set: <attempt> -> end of that read hold's lease (server ms)
@@ -71,7 +76,7 @@ end
 -- never releases its attempts. There is one write hold at a time, so every write attempt field
 -- is this hold's.
 local function drop_write_hold(hash)
-    redis.call('HDEL', hash, 'writer', 'wcount', 'wtoken', 'wexp')
+    redis.call('HDEL', hash, 'writer', 'wcount', 'wtoken', 'wexp', 'wm')
     local all = redis.call('HGETALL', hash)
     for i = 1, #all, 2 do
         if string.sub(all[i], 1, 2) == 'a:' and string.sub(all[i + 1], 1, 1) == 'w' then
@@ -91,6 +96,18 @@ end
 local function expire_keys(hash, readers, until_ms)
     redis.call('PEXPIREAT', hash, until_ms)
     redis.call('PEXPIREAT', readers, until_ms)
+end
+
+-- Registers `waiter` as waiting (`count`: the registered waiters as read). The hash must exist.
+local function register_waiter(hash, waiter, count)
+    redis.call('HSET', hash, 'w:' .. waiter, 1, 'w', tonumber(count or 0) + 1)
+end
+
+-- Takes `waiter`'s registration out, if it has one.
+local function unregister_waiter(hash, waiter)
+    if redis.call('HDEL', hash, 'w:' .. waiter) == 1 and redis.call('HINCRBY', hash, 'w', -1) <= 0 then
+        redis.call('HDEL', hash, 'w')
+    end
 end
 
 -- HSET of a list of field, value pairs (nothing when the list is empty).

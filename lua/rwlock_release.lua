@@ -15,17 +15,25 @@
 -- ARGV[2]  channel to publish on when readers or a writer may now get in
 -- ARGV[3]  how long to keep the attempt record, in ms; 0 for no record (an unlock: the
 --          acquire's reply was received, so no late acquire can come)
+-- ARGV[4]  for the give-back of an acquire whose caller went away: the waiter id of its call,
+--          whose registration as a waiter (made by this attempt, should it have been busy)
+--          goes too; '' otherwise
 --
 -- Returns 1 when the lock became free, 0 when the hold was given back and others remain, -1
 -- when the attempt holds nothing (expired, force-unlocked, never granted, or already given
 -- back). Publishes, when the write hold ends or the lock becomes free, only if someone
--- registered as waiting (`w`): one message, every waiter re-checks.
+-- registered as waiting (`w`, `wm`): one message, every waiter re-checks.
 
 local attempt_field = 'a:' .. ARGV[1]
 local h = redis.call('HMGET', KEYS[1], attempt_field, 'writer', 'wcount', 'wtoken', 'wexp',
-    'exp', 'rc', 'w')
+    'exp', 'rc', 'w', 'wm', 'w:' .. ARGV[4])
 local kind, writer = h[1], h[2]
 local exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0)
+local waiters = tonumber(h[8] or 0)
+if h[10] then
+    unregister_waiter(KEYS[1], ARGV[4])
+    waiters = waiters - 1
+end
 
 local function nothing_held()
     if tonumber(ARGV[3]) > 0 then
@@ -34,10 +42,15 @@ local function nothing_held()
     return -1
 end
 
--- The lock is free: both keys go, and whoever waits hears of it.
+-- The lock is free: the keys go (the readers set only if read holds were in it: anything
+-- else there is not ours), and whoever waits hears of it.
 local function freed()
-    redis.call('DEL', KEYS[1], KEYS[2])
-    if h[8] then
+    if rc > 0 then
+        redis.call('DEL', KEYS[1], KEYS[2])
+    else
+        redis.call('DEL', KEYS[1])
+    end
+    if waiters > 0 or h[9] then
         redis.call('PUBLISH', ARGV[2], 'released')
     end
     return 1
@@ -110,13 +123,13 @@ if rc == 0 then
 end
 -- The owner's read holds stay (a downgrade): the lock is read-locked now, and readers waiting
 -- behind the write hold may get in.
-redis.call('HDEL', KEYS[1], 'writer', 'wcount', 'wtoken', 'wexp', attempt_field, 'w')
+redis.call('HDEL', KEYS[1], 'writer', 'wcount', 'wtoken', 'wexp', attempt_field, 'wm')
 local fields = {'mode', 'read'}
 if wexp == exp and not shrink(fields, nil) then
     return 1
 end
 hset(KEYS[1], fields)
-if h[8] then
+if waiters > 0 or h[9] then
     redis.call('PUBLISH', ARGV[2], 'released')
 end
 return 0

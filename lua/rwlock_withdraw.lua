@@ -1,17 +1,25 @@
--- rwlock_withdraw: a writer stops waiting (it gave up, failed or was cancelled): remove its
--- mark so new readers stop giving way to it, and wake them.
+-- rwlock_withdraw: an acquire call stops waiting (it gave up, failed or was cancelled): a
+-- writer's mark goes, so new readers stop giving way to it (they are woken), and the call's
+-- registration as a waiter goes, so releases stop publishing for it.
 --
 -- KEYS[1]  waiting writers: sorted set <waiter id> -> when that mark lapses
 -- KEYS[2]  waiter record: kept as long as a late attempt of this waiter could still run, so
 --          one that Redis runs only after the withdrawal (it travelled on another connection)
---          cannot mark again
+--          cannot mark or register again
+-- KEYS[3]  lock hash (see rwlock_prelude.lua: `w`, `w:<waiter>`); left alone if it holds
+--          foreign data (the caller's acquire failed on it)
 -- ARGV[1]  waiter id
 -- ARGV[2]  channel to publish on
 -- ARGV[3]  how long to keep the waiter record, in ms
 --
--- Returns 1 if the mark was there, 0 if not (already gone: granted, lapsed or withdrawn).
+-- Returns 1 if a writer's mark was there, 0 if not (already gone: granted, lapsed or
+-- withdrawn, or the caller reads).
 
 redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
+if redis.pcall('HDEL', KEYS[3], 'w:' .. ARGV[1]) == 1
+    and redis.call('HINCRBY', KEYS[3], 'w', -1) <= 0 then
+    redis.call('HDEL', KEYS[3], 'w')
+end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
     redis.call('PUBLISH', ARGV[2], 'writer left')
     return 1

@@ -1573,6 +1573,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
     let withdrawn: i64 = withdraw
         .key(writers_key(name))
         .key(&waiter_record)
+        .key(hash_key(name))
         .arg("w1")
         .arg(channel(name))
         .arg(3000)

@@ -85,7 +85,15 @@ impl RwCore {
     /// nothing, a record of it is kept for `remember`, so that its acquire, should Redis run
     /// it later, is refused (`Duration::ZERO`: no record, for an unlock, whose acquire's reply
     /// was received).
-    pub(crate) fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
+    ///
+    /// `waiter`: for the give-back of a busy read attempt of a waiting call, that call's
+    /// waiter id, whose registration the attempt may have made; `""` otherwise.
+    pub(crate) fn release_call(
+        &self,
+        attempt: &str,
+        remember: Duration,
+        waiter: &str,
+    ) -> Result<ScriptCall> {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::RELEASE)
             .key(keys.hash.as_str())
@@ -93,7 +101,8 @@ impl RwCore {
             .key(keys.attempt_record(attempt))
             .arg(attempt)
             .arg(keys.channel.as_str())
-            .arg(redis_millis(remember)))
+            .arg(redis_millis(remember))
+            .arg(waiter))
     }
 
     fn retry_window(&self) -> Duration {
@@ -552,7 +561,7 @@ impl ReadWriteLock {
             deadline,
             self.prefer_writers && !reads_shared,
         );
-        let granted = self.acquire(request, None, None).await?;
+        let granted = self.acquire(request, None).await?;
         Ok(granted.map(|(hold, _)| ReadGuard::own(core.clone(), hold, None)))
     }
 
@@ -574,7 +583,7 @@ impl ReadWriteLock {
         match coalescer.enter(no_wait, &core.client, &core.check_keys()?) {
             Road::Solo(ticket) => {
                 let request = self.request(Side::Read, None, deadline, true);
-                let granted = self.acquire(request, None, None).await?;
+                let granted = self.acquire(request, None).await?;
                 Ok(granted.map(|(hold, _)| ReadGuard::own(core.clone(), hold, Some(ticket))))
             }
             Road::Found(ticket) => {
@@ -613,7 +622,7 @@ impl ReadWriteLock {
             prefer_writers: true,
             shared: true,
         };
-        match self.acquire(request, None, Some(&drain)).await {
+        match self.acquire(request, Some(&drain)).await {
             Ok(Some((hold, granted))) => Ok(Some(coalescer.install(
                 hold,
                 granted.attempt,
@@ -643,31 +652,21 @@ impl ReadWriteLock {
             // this very reader.
             return Err(Error::UpgradeNotSupported);
         }
-        let mark = WriterMark::new(core.clone());
         let request = self.request(Side::Write, lease, deadline, false);
-        match self.acquire(request, Some(&mark), None).await? {
-            Some((hold, granted)) => {
-                // The grant removed the mark in the same script.
-                mark.disarm();
-                Ok(Some(WriteGuard::new(core.clone(), granted.token, hold)))
-            }
-            None => {
-                // Gave up: take the mark away before returning, so that readers stop giving
-                // way by the time the caller learns it has no lock. (Errors and cancellation
-                // leave it to the mark's drop, in the background.)
-                mark.withdraw().await;
-                Ok(None)
-            }
-        }
+        let granted = self.acquire(request, None).await?;
+        Ok(granted.map(|(hold, granted)| WriteGuard::new(core.clone(), granted.token, hold)))
     }
 
+    /// Acquires what `request` asks for, waiting as it says. While it waits, the call is
+    /// registered in Redis as a waiter (and a writer marked); ending without the lock withdraws
+    /// that before returning (a failure or cancellation leaves it to the background).
     async fn acquire(
         &self,
         request: Request,
-        mark: Option<&WriterMark>,
         drain: Option<&DrainWatch>,
     ) -> Result<Option<(Hold, Granted)>> {
         let core = &self.core;
+        let mark = WaiterMark::new(core.clone());
         let keys = core.keys()?;
         let side = request.side;
         let lease_for = request
@@ -687,12 +686,17 @@ impl ReadWriteLock {
         };
         let granted = core
             .client
-            .acquire(spec, || self.attempt(&request, lease_for, mark, drain))
+            .acquire(spec, || self.attempt(&request, lease_for, &mark, drain))
             .instrument(tracing::debug_span!("redisync.rwlock", name = %core.name, side = ?side))
             .await?;
         let Some(granted) = granted else {
+            // Gave up: withdraw before returning, so that readers stop giving way to this
+            // writer by the time the caller learns it has no lock.
+            mark.withdraw().await;
             return Ok(None);
         };
+        // The grant removed the mark and the registration in the same script.
+        mark.disarm();
         let lease = match request.lease {
             Some(lease) => Lease::fixed(granted.sent_at, lease),
             None => core.client.watch_lease(
@@ -703,7 +707,7 @@ impl ReadWriteLock {
             ),
         };
         // The acquire's reply came: a release of this hold needs no record.
-        let release = core.release_call(&granted.attempt, Duration::ZERO)?;
+        let release = core.release_call(&granted.attempt, Duration::ZERO, "")?;
         Ok(Some((
             Hold::new(core.client.clone(), release, lease),
             granted,
@@ -716,7 +720,7 @@ impl ReadWriteLock {
         &self,
         request: &Request,
         lease: Duration,
-        mark: Option<&WriterMark>,
+        mark: &WaiterMark,
         drain: Option<&DrainWatch>,
     ) -> impl Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let core = self.core.clone();
@@ -726,6 +730,12 @@ impl ReadWriteLock {
         let attempt = core.client.unique_id();
         let will_wait = request.deadline.is_none_or(|d| sent_at < d);
         let flag = |on: bool| if on { "1" } else { "0" };
+        // A call that is going to wait registers (and a writer marks): then its mark must be
+        // withdrawn if it ends without the lock.
+        if will_wait {
+            mark.armed.store(true, Ordering::Release);
+        }
+        let waiter = if will_wait { mark.waiter.as_str() } else { "" };
         let request_call = core.keys().and_then(|keys| {
             let call = match side {
                 Side::Read => ScriptCall::new(&scripts::ACQUIRE_READ)
@@ -737,17 +747,14 @@ impl ReadWriteLock {
                     .arg(redis_millis(lease))
                     .arg(attempt.as_str())
                     .arg(flag(request.prefer_writers))
-                    .arg(flag(will_wait))
+                    .arg(waiter)
                     .arg(flag(request.shared)),
                 Side::Write => {
                     // Mark only a writer that is going to wait; a failed try stays unnoticed.
-                    let (waiter, mark_ms) = match mark {
-                        Some(mark) if will_wait => {
-                            mark.armed.store(true, Ordering::Release);
-                            (mark.waiter.as_str(), redis_millis(WRITER_MARK_LIFETIME))
-                        }
-                        Some(mark) => (mark.waiter.as_str(), 0),
-                        None => (attempt.as_str(), 0),
+                    let mark_ms = if will_wait {
+                        redis_millis(WRITER_MARK_LIFETIME)
+                    } else {
+                        0
                     };
                     ScriptCall::new(&scripts::ACQUIRE_WRITE)
                         .key(keys.hash.as_str())
@@ -755,36 +762,52 @@ impl ReadWriteLock {
                         .key(keys.writers.as_str())
                         .key(keys.fence.as_str())
                         .key(keys.attempt_record(&attempt))
-                        .key(keys.waiter_record(waiter))
+                        .key(keys.waiter_record(&mark.waiter))
                         .arg(&*request.owner)
                         .arg(redis_millis(lease))
                         .arg(attempt.as_str())
-                        .arg(waiter)
+                        .arg(mark.waiter.as_str())
                         .arg(mark_ms)
                         .arg(keys.drain.as_str())
                 }
             };
             // Should Redis run the acquire after its give-back, the record refuses it: kept
-            // past the lease, so a grant that could still run is refused.
-            let give_back =
-                core.release_call(&attempt, lease.saturating_add(core.retry_window()))?;
-            let granted: fn(&Vec<i64>) -> bool = match side {
-                Side::Read => |reply| {
-                    matches!(
-                        AcquireReply::decode_read(reply),
-                        Ok(AcquireReply::Acquired { .. })
-                    )
-                },
-                Side::Write => |reply| {
-                    matches!(
-                        AcquireReply::decode_write(reply),
-                        Ok(AcquireReply::Acquired { .. })
-                    )
-                },
+            // past the lease, so a grant that could still run is refused. A busy read attempt
+            // of a waiting call registered it: its give-back takes that out too (the call's
+            // withdrawal may have run before it). A writer's needs no such thing: its
+            // withdrawal's record keeps a late attempt from marking or registering.
+            let (give_back, undo): (_, fn(&Vec<i64>) -> bool) = match side {
+                Side::Read if will_wait => (
+                    core.release_call(&attempt, lease.saturating_add(core.retry_window()), waiter)?,
+                    |reply| {
+                        matches!(
+                            AcquireReply::decode_read(reply),
+                            Ok(AcquireReply::Acquired { .. } | AcquireReply::Busy { .. })
+                        )
+                    },
+                ),
+                Side::Read => (
+                    core.release_call(&attempt, lease.saturating_add(core.retry_window()), "")?,
+                    |reply| {
+                        matches!(
+                            AcquireReply::decode_read(reply),
+                            Ok(AcquireReply::Acquired { .. })
+                        )
+                    },
+                ),
+                Side::Write => (
+                    core.release_call(&attempt, lease.saturating_add(core.retry_window()), "")?,
+                    |reply| {
+                        matches!(
+                            AcquireReply::decode_write(reply),
+                            Ok(AcquireReply::Acquired { .. })
+                        )
+                    },
+                ),
             };
             Ok(core
                 .client
-                .eval_acquire_leased(call, give_back, granted, Some(lease)))
+                .eval_acquire_leased(call, give_back, undo, Some(lease)))
         });
         async move {
             let reply = request_call?.await?;
@@ -837,19 +860,21 @@ fn unbounded_wait_ended() -> Error {
     Error::invalid("an unbounded wait ended without the lock")
 }
 
-/// A writer's "I am waiting" mark, withdrawn when the write acquire ends without the lock
-/// (gave up, failed, or was dropped), so readers stop giving way to a writer that left.
-struct WriterMark {
+/// An acquire call's "I am waiting" traces in Redis: its registration as a waiter (so that
+/// releases publish for it) and, for a writer, its mark (so that new readers give way).
+/// Withdrawn when the call ends without the lock (gave up, failed, or was dropped), so that
+/// readers stop giving way to a writer that left and releases stop publishing for nobody.
+struct WaiterMark {
     core: Arc<RwCore>,
     waiter: String,
-    /// Set once an attempt that may mark was sent.
+    /// Set once an attempt that may mark or register was sent.
     armed: AtomicBool,
 }
 
-impl WriterMark {
+impl WaiterMark {
     fn new(core: Arc<RwCore>) -> Self {
         let waiter = core.client.unique_id();
-        WriterMark {
+        WaiterMark {
             core,
             waiter,
             armed: AtomicBool::new(false),
@@ -860,11 +885,12 @@ impl WriterMark {
         self.armed.store(false, Ordering::Release);
     }
 
-    /// The call that removes this mark.
+    /// The call that removes the mark and the registration.
     fn call(&self, keys: &RwKeys) -> ScriptCall {
         ScriptCall::new(&scripts::WITHDRAW)
             .key(keys.writers.as_str())
             .key(keys.waiter_record(&self.waiter))
+            .key(keys.hash.as_str())
             .arg(self.waiter.as_str())
             .arg(keys.channel.as_str())
             // Outlives any late attempt of this waiter, so none can mark again.
@@ -891,10 +917,11 @@ impl WriterMark {
     }
 }
 
-impl Drop for WriterMark {
+impl Drop for WaiterMark {
     fn drop(&mut self) {
         if let Some(call) = self.withdraw_call() {
-            // The mark lapses by itself: no need to retry past that.
+            // The mark lapses by itself: no need to retry past that. (A registration left
+            // behind costs a needless message per release, until the lock is next free.)
             let retry = self
                 .core
                 .client
