@@ -616,7 +616,8 @@ impl ReadWriteLock {
         let drain = coalescer.drain_watch(within).await;
         let request = Request {
             side: Side::Read,
-            owner: core.client.unique_id().into(),
+            // Recognisable in `redisync inspect`: the readers of one client, not one handle.
+            owner: format!("{}:shared", core.client.unique_id()).into(),
             lease: None,
             deadline,
             prefer_writers: true,
