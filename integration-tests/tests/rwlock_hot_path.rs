@@ -76,6 +76,12 @@ where
     for _ in 0..n {
         op().await;
     }
+    per_op(server, n)
+}
+
+/// The calls of each command since the last `CONFIG RESETSTAT`, per operation of `n`,
+/// leaving out the sampling commands themselves.
+fn per_op(server: &RedisServer, n: u64) -> BTreeMap<String, f64> {
     command_stats(server)
         .into_iter()
         .filter(|(name, _)| !matches!(name.as_str(), "info" | "config|resetstat"))
@@ -577,6 +583,53 @@ async fn measure_hot_path() {
     })
     .await;
     println!("write + unlock: {:.2} commands {write:?}", total(&write));
+    // Next to another client's read hold: fixed-lease reads (never shared) of new handles.
+    let other = client(&server).await;
+    let held = other.read_write_lock("measure").read().await.unwrap();
+    let mut guards = Vec::new();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..100 {
+        let lock = c.read_write_lock("measure");
+        guards.push(lock.read_with_lease(Duration::from_secs(60)).await.unwrap());
+    }
+    let acquire = per_op(&server, 100);
+    println!(
+        "read acquire next to other holds: {:.2} {acquire:?}",
+        total(&acquire)
+    );
+    let newest_first = guards.split_off(50);
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    let release = per_op(&server, 50);
+    println!(
+        "release of a hold that is not the longest: {:.2} {release:?}",
+        total(&release)
+    );
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    for guard in newest_first.into_iter().rev() {
+        guard.unlock().await.unwrap();
+    }
+    let release = per_op(&server, 50);
+    println!(
+        "release of the longest hold: {:.2} {release:?}",
+        total(&release)
+    );
+    held.unlock().await.unwrap();
+    // The watchdog's renewal of one read hold.
+    let renewing = client_with_watchdog(&server, ms(300)).await;
+    let guard = renewing.read_write_lock("measure").read().await.unwrap();
+    let renewals = renewing.stats().renewals;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let renewal = per_op(&server, 1);
+    let renewals = (renewing.stats().renewals - renewals) as f64;
+    println!(
+        "{renewals} renewals of one read hold: {:.2} commands each {renewal:?}",
+        total(&renewal) / renewals
+    );
+    guard.unlock().await.unwrap();
 
     let run = Duration::from_secs(3);
     let floor = floor_cycles_per_second(&server, 64, run).await;

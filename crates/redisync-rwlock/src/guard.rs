@@ -97,11 +97,11 @@ impl ReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotOwner`](redisync_core::Error::NotOwner) if the hold's lease ended or it was
-    /// force-unlocked (nothing is changed); [`Error::Redis`](redisync_core::Error::Redis) /
-    /// [`Error::Timeout`](redisync_core::Error::Timeout) if Redis did not confirm the release
+    /// [`Error::NotOwner`] if the hold's lease ended or it was
+    /// force-unlocked (nothing is changed); [`Error::Redis`] /
+    /// [`Error::Timeout`] if Redis did not confirm the release
     /// within the command timeout (it goes on in the background: see below);
-    /// [`Error::Shutdown`](redisync_core::Error::Shutdown) after shutdown (released in the
+    /// [`Error::Shutdown`] after shutdown (released in the
     /// background anyway).
     ///
     /// # Release guarantee

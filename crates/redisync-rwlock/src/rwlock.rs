@@ -188,24 +188,44 @@ impl Side {
 ///   up withdraws its mark before returning; one that fails or is cancelled withdraws it in the
 ///   background, and an attempt of it that Redis runs only afterwards cannot mark again; one
 ///   that dies while waiting stops blocking readers within three seconds.
+/// * **Local readers share one Redis hold.** The watchdog reads of one client (every handle
+///   made from it) share its read hold instead of taking one each: the first read of the
+///   client takes a hold of its own as any reader does; a read that starts while another is
+///   under way takes a hold that the client's further readers *join* without any request, and
+///   that is released when its last reader leaves (10 ms later, in case another comes; at once
+///   if a writer waits or the hold is lost). N concurrent readers of a client thus cost two
+///   acquires and two releases, not N of each. A lost shared hold makes every guard sharing
+///   it lost. Writer preference keeps its meaning: a writer that starts waiting while shared
+///   holds exist tells their clients on the lock's drain channel, and from then on a shared
+///   hold admits no new reader (new readers wait behind the writer like any reader); the
+///   readers in it re-enter at once. The notice takes one pub/sub delivery from the writer's
+///   first busy attempt (about a round trip); after a message, or a reconnect of the
+///   subscriber (which may lose messages), joining pauses until one read-only check (a round
+///   trip) has told whether a writer waits. Fixed-lease reads, reads of a handle without
+///   writer preference and reads of a handle that holds a hold of its own on the lock (a
+///   re-entry or a downgrade, which Redis must see under its owner id) are not shared: a fixed
+///   lease must end by itself whatever other readers do, and the others must not give way when
+///   the shared hold drains.
 /// * **Leases:** every hold has its own lease (the watchdog's, renewed while the guard lives,
 ///   or a fixed one), and the lock lives as long as its longest live hold, so a crashed reader
 ///   blocks writers for at most its own lease.
-/// * **Wake-ups:** releasing the write hold wakes every waiting reader with one message (they
-///   wait side by side, not in a queue); the last reader leaving wakes a waiting writer.
+/// * **Wake-ups:** a call that waits registers in the lock's hash; releasing the write hold
+///   wakes every waiting reader with one message (they wait side by side, not in a queue); the
+///   last reader leaving wakes a waiting writer; with nobody registered, nothing is published.
 ///   Writers of one client queue locally, and only the first asks Redis.
 ///
 /// # Redis keys
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:rw` | hash | `mode`; `writer`, `wcount`, `wtoken`, `wexp` (write hold: owner, holds, fencing token, lease end); `r:<owner>` (read holds per owner); `a:<attempt>` (one per hold) |
+/// | `<prefix>:{<name>}:rw` | hash | `mode`; `writer`, `wcount`, `wtoken`, `wexp` (write hold: owner, holds, fencing token, lease end); `r:<owner>` (read holds per owner; a shared hold's owner id ends in `:shared`); `a:<attempt>` (one per hold); `rc` (read holds); `exp` (when the keys expire: the end of the longest hold); `w:<waiter>`, `w` (calls waiting, and how many); `wm` (a write hold granted over waiting writers' marks); `sh` (a shared read hold was taken) |
 /// | `<prefix>:{<name>}:rw:readers` | sorted set | read hold (attempt id) → end of its lease, server ms |
 /// | `<prefix>:{<name>}:rw:writers` | sorted set | waiting writer → when its mark lapses |
 /// | `<prefix>:{<name>}:rw:fence` | string | last fencing token; never expires |
-/// | `<prefix>:{<name>}:rw:waiter:<waiter>` | string | a waiting writer withdrew its mark; kept as long as a mark lasts, so a late attempt of it cannot mark again |
-/// | `<prefix>:{<name>}:rw:attempt:<attempt>` | string | outcome of giving back one attempt's hold, kept briefly (idempotent release; a late acquire of a given-back attempt cannot grant) |
-/// | `<prefix>:{<name>}:rw:wake` | channel | write hold ended, lock freed, or a writer stopped waiting |
+/// | `<prefix>:{<name>}:rw:waiter:<waiter>` | string | a waiting call withdrew; kept as long as a mark lasts, so a late attempt of it cannot mark or register again |
+/// | `<prefix>:{<name>}:rw:attempt:<attempt>` | string | written only by the give-back of an acquire whose caller went away, when it finds nothing to give back: a late acquire of that attempt is refused. Kept for the attempt's lease and two command timeouts. Unlocks keep no record, so Redis memory does not grow with throughput |
+/// | `<prefix>:{<name>}:rw:wake` | channel | write hold ended, lock freed, or a writer stopped waiting (only when someone registered as waiting) |
+/// | `<prefix>:{<name>}:rw:drain` | channel | a writer started waiting while shared read holds exist, or they were force-unlocked or deleted; subscribed by clients while they have a shared read hold |
 ///
 /// The hash and the readers set expire when the longest live hold does. Lease ends are
 /// judged by Redis's clock.
@@ -215,9 +235,28 @@ impl Side {
 /// | operation | round trips |
 /// |---|---|
 /// | uncontended read or write acquire, release | 1 each |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up; a waiting writer also re-checks every second (keeping its mark alive), and one that gives up withdraws its mark before returning (+ 1) |
+/// | read while the client's shared read hold may be joined; release of a share that is not the last | 0 |
+/// | N readers of one client at once | 2 acquires + 2 releases, whatever N |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up; a waiting writer also re-checks every second (keeping its mark alive), and a call that gives up withdraws (+ 1) |
 /// | blocked reader | re-checks on every release message of the lock, and at the latest when the hold or the writer mark in its way would end by itself |
+/// | a client with shared read holds, per drain message | 1 (read-only check) |
 /// | `is_locked`, `force_unlock`, `delete` | 1 |
+///
+/// # Commands per operation
+///
+/// Redis commands each script runs (as `INFO commandstats` counts them, `EVALSHA` included),
+/// uncontended; `integration-tests/tests/rwlock_hot_path.rs` checks the totals.
+///
+/// | operation | commands |
+/// |---|---|
+/// | read acquire (lock free) | 7: `EVALSHA`, `EXISTS`, `TIME`, `ZADD`, `HSET`, `PEXPIREAT` ×2 |
+/// | write acquire (lock free) | 6: `EVALSHA`, `EXISTS`, `TIME`, `INCR`, `HSET`, `PEXPIREAT` |
+/// | release of the only hold (read or write) | 3: `EVALSHA`, `HMGET`, `DEL` (+ `PUBLISH` if someone waits) |
+/// | read + unlock, write + unlock | 10, 9 (before issue 17: 37, 36) |
+/// | joining or leaving a shared read hold | 0 |
+/// | read acquire next to other holds | 6: `EVALSHA`, `EXISTS`, `HMGET`, `TIME`, `ZADD`, `HSET`; + `PEXPIREAT` ×2 when it ends last; + `EXISTS`, `ZREMRANGEBYSCORE`, `ZRANGE` when a writer's mark exists |
+/// | release next to other holds | 8: `EVALSHA`, `HMGET`, `TIME`, `ZSCORE`, `ZREM`, `HINCRBY`, `HDEL`, `HSET`; 11 when it was the longest (+ `ZRANGE`, `PEXPIREAT` ×2) |
+/// | watchdog renewal of a read hold | 7 per hold (`HMGET`, `TYPE`, `ZSCORE`, `ZADD`, `HSET`, `PEXPIREAT` ×2), + `EVALSHA` and `TIME` per batch |
 ///
 /// # Examples
 ///
@@ -323,7 +362,8 @@ impl ReadWriteLock {
     /// # Cancel safety
     ///
     /// Dropping the future leaves nothing behind: no hold (an attempt on the wire is given
-    /// back when it completes, or forbidden from granting), and no subscription.
+    /// back when it completes, or forbidden from granting), no registration as a waiter, no
+    /// place among the client's readers waiting for a shared hold, and no subscription.
     pub async fn read(&self) -> Result<ReadGuard> {
         self.acquire_read(None, None)
             .await?
@@ -353,8 +393,8 @@ impl ReadWriteLock {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future leaves nothing behind: no hold, no queue place, no subscription, and
-    /// no waiting-writer mark (readers stop giving way at once).
+    /// Dropping the future leaves nothing behind: no hold, no queue place, no subscription, no
+    /// registration as a waiter, and no waiting-writer mark (readers stop giving way at once).
     pub async fn write(&self) -> Result<WriteGuard> {
         self.acquire_write(None, None)
             .await?

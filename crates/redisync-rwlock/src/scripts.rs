@@ -1,7 +1,7 @@
 //! The read-write lock's scripts and the decoding of their replies, side by side.
 //!
 //! Scripts that work on holds are prefixed with `rwlock_prelude.lua`, which holds the layout
-//! logic (pruning expired holds, settling expiry) once for all of them.
+//! logic (pruning expired holds, the keys' expiry, waiter registrations) once for all of them.
 
 use std::time::Duration;
 

@@ -11,7 +11,8 @@
 //!   a hold of its own exactly as any reader does (one script). Otherwise it *founds* a shared
 //!   hold: one reader at a time asks Redis for it (a read hold with an owner of its own,
 //!   writer preference and all), and the readers queued behind it join what it got.
-//! * The shared hold is released when its last local reader leaves (one script), renewed by
+//! * The shared hold is released when its last local reader leaves (one script; after
+//!   [`LINGER`], in case another comes, unless a writer waits or the hold is lost), renewed by
 //!   the watchdog while it lives, and when it is lost, every local reader's guard is lost.
 //! * **Writer preference.** A shared hold may be joined only while no writer waits. The client
 //!   subscribes to the lock's *drain* channel for as long as it has a shared hold (or is
