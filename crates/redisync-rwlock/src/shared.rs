@@ -340,13 +340,17 @@ impl Coalescer {
         if state.session.is_none() {
             let subscription = client.subscribe(&keys.drain);
             let watcher = subscription.watcher();
-            tokio::spawn(watch_holds(
-                Arc::downgrade(self),
-                self.recheck.clone(),
-                client.clone(),
-                keys.clone(),
-                watcher.clone(),
-            ));
+            // Outside a runtime nothing can watch: the holds then stay unchecked, and nobody
+            // joins them (each reader founds its own).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(watch_holds(
+                    Arc::downgrade(self),
+                    self.recheck.clone(),
+                    client.clone(),
+                    keys.clone(),
+                    watcher.clone(),
+                ));
+            }
             state.session = Some(Session {
                 _subscription: subscription,
                 watcher,
@@ -453,18 +457,20 @@ impl Coalescer {
                 .position(|e| Arc::ptr_eq(&e.hold, hold))?;
             let entry = &mut state.holds[i];
             entry.remove(handle);
-            if entry.readers > 0 || entry.lingering {
+            if entry.readers > 0 {
                 return None;
             }
-            let runtime = tokio::runtime::Handle::try_current();
-            match runtime {
-                Ok(runtime) if hold.admits_newcomers() => {
+            if hold.admits_newcomers() {
+                if entry.lingering {
+                    return None; // the task lingering over it already decides
+                }
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     entry.lingering = true;
                     runtime.spawn(linger(Arc::downgrade(self), hold.clone(), entry.joins));
                     return None;
                 }
-                _ => self.remove(&mut state, i),
             }
+            self.remove(&mut state, i)
         };
         drop(session);
         released
