@@ -5,17 +5,19 @@
 -- KEYS[1]  waiting writers: sorted set <waiter id> -> when that mark lapses
 -- KEYS[2]  waiter record: kept as long as a late attempt of this waiter could still run, so
 --          one that Redis runs only after the withdrawal (it travelled on another connection)
---          cannot mark or register again
+--          cannot mark or register again (a writer's; a reader's late attempt undoes itself)
 -- KEYS[3]  lock hash (see rwlock_prelude.lua: `w`, `w:<waiter>`); left alone if it holds
 --          foreign data (the caller's acquire failed on it)
 -- ARGV[1]  waiter id
 -- ARGV[2]  channel to publish on
--- ARGV[3]  how long to keep the waiter record, in ms
+-- ARGV[3]  how long to keep the waiter record, in ms; 0 for none
 --
 -- Returns 1 if a writer's mark was there, 0 if not (already gone: granted, lapsed or
 -- withdrawn, or the caller reads).
 
-redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
+if tonumber(ARGV[3]) > 0 then
+    redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
+end
 if redis.pcall('HDEL', KEYS[3], 'w:' .. ARGV[1]) == 1
     and redis.call('HINCRBY', KEYS[3], 'w', -1) <= 0 then
     redis.call('HDEL', KEYS[3], 'w')

@@ -707,7 +707,7 @@ impl ReadWriteLock {
         drain: Option<&DrainWatch>,
     ) -> Result<Option<(Hold, Granted)>> {
         let core = &self.core;
-        let mark = WaiterMark::new(core.clone());
+        let mark = WaiterMark::new(core.clone(), request.side);
         let keys = core.keys()?;
         let side = request.side;
         let lease_for = request
@@ -907,16 +907,18 @@ fn unbounded_wait_ended() -> Error {
 /// readers stop giving way to a writer that left and releases stop publishing for nobody.
 struct WaiterMark {
     core: Arc<RwCore>,
+    side: Side,
     waiter: String,
     /// Set once an attempt that may mark or register was sent.
     armed: AtomicBool,
 }
 
 impl WaiterMark {
-    fn new(core: Arc<RwCore>) -> Self {
+    fn new(core: Arc<RwCore>, side: Side) -> Self {
         let waiter = core.client.unique_id();
         WaiterMark {
             core,
+            side,
             waiter,
             armed: AtomicBool::new(false),
         }
@@ -934,10 +936,15 @@ impl WaiterMark {
             .key(keys.hash.as_str())
             .arg(self.waiter.as_str())
             .arg(keys.channel.as_str())
-            // Outlives any late attempt of this waiter, so none can mark again.
-            .arg(redis_millis(
-                WRITER_MARK_LIFETIME.saturating_add(self.core.client.abandoned_request_grace()),
-            ))
+            .arg(match self.side {
+                // Outlives any late attempt of this waiter, so none can mark again.
+                Side::Write => redis_millis(
+                    WRITER_MARK_LIFETIME.saturating_add(self.core.client.abandoned_request_grace()),
+                ),
+                // A reader needs no record: a late attempt of it, should it register, is
+                // given back with its registration (see `attempt`).
+                Side::Read => 0,
+            })
     }
 
     fn withdraw_call(&self) -> Option<ScriptCall> {
