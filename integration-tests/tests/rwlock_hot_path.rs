@@ -135,6 +135,72 @@ async fn uncontended_cycles_cost_what_the_docs_state() {
     assert_idle(&[&c]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_publish_only_while_someone_waits() {
+    let server = RedisServer::start();
+    let name = "publish";
+    let (a, b) = (client(&server).await, client(&server).await);
+    let writer = a.read_write_lock(name);
+
+    // A reader waits behind the write hold: the write release wakes it with one message.
+    let write = writer.write().await.unwrap();
+    let reader = b.read_write_lock(name);
+    let waiting = tokio::spawn(async move { reader.read().await.unwrap() });
+    eventually("the reader waits", SETTLE, || {
+        b.stats().contended_waits == 1
+    })
+    .await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    write.unlock().await.unwrap();
+    let read = tokio::time::timeout(SETTLE, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        calls(&server, "publish"),
+        1,
+        "one wake-up for the waiting reader"
+    );
+    read.unlock().await.unwrap();
+
+    // A reader that gave up leaves no registration: the next release publishes nothing.
+    let write = writer.write().await.unwrap();
+    let gave_up = b.read_write_lock(name).try_read_for(ms(100)).await.unwrap();
+    assert!(gave_up.is_none());
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    write.unlock().await.unwrap();
+    assert!(lock_is_gone(&server, name));
+    assert_eq!(
+        calls(&server, "publish"),
+        0,
+        "a message for a reader that left"
+    );
+    // ... and one that was cut while waiting neither.
+    let write = writer.write().await.unwrap();
+    let lock = b.read_write_lock(name);
+    let cut = tokio::spawn(async move { lock.read().await.map(drop) });
+    let registered = || {
+        let fields = server.cmd(&["HKEYS", &hash_key(name)]);
+        let fields = redis::from_redis_value_ref::<Vec<String>>(&fields).unwrap_or_default();
+        fields.iter().any(|f| f == "w" || f.starts_with("w:"))
+    };
+    eventually("the reader waits, registered", SETTLE, registered).await;
+    cut.abort();
+    // Its withdrawal runs in the background.
+    eventually("the cut reader's registration is gone", SETTLE, || {
+        !registered()
+    })
+    .await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    write.unlock().await.unwrap();
+    assert_eq!(
+        calls(&server, "publish"),
+        0,
+        "a message for a reader that was cut"
+    );
+    assert_idle(&[&a, &b]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Many local readers, one Redis hold.
 

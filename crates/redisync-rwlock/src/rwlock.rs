@@ -222,7 +222,7 @@ impl Side {
 /// | `<prefix>:{<name>}:rw:readers` | sorted set | read hold (attempt id) → end of its lease, server ms |
 /// | `<prefix>:{<name>}:rw:writers` | sorted set | waiting writer → when its mark lapses |
 /// | `<prefix>:{<name>}:rw:fence` | string | last fencing token; never expires |
-/// | `<prefix>:{<name>}:rw:waiter:<waiter>` | string | a waiting call withdrew; kept as long as a mark lasts, so a late attempt of it cannot mark or register again |
+/// | `<prefix>:{<name>}:rw:waiter:<waiter>` | string | a waiting writer withdrew; kept as long as a mark lasts, so a late attempt of it cannot mark or register again |
 /// | `<prefix>:{<name>}:rw:attempt:<attempt>` | string | written only by the give-back of an acquire whose caller went away, when it finds nothing to give back: a late acquire of that attempt is refused. Kept for the attempt's lease and two command timeouts. Unlocks keep no record, so Redis memory does not grow with throughput |
 /// | `<prefix>:{<name>}:rw:wake` | channel | write hold ended, lock freed, or a writer stopped waiting (only when someone registered as waiting) |
 /// | `<prefix>:{<name>}:rw:drain` | channel | a writer started waiting while shared read holds exist, or they were force-unlocked or deleted; subscribed by clients while they have a shared read hold |
