@@ -627,6 +627,75 @@ async fn a_reader_cut_while_founding_a_shared_hold_leaves_nothing() {
     .await;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The documented ACL rules cover the shared-read machinery.
+
+/// The rules of DEPLOYMENT.md's ACL block (after `ACL SETUSER app`), with a password.
+fn documented_acl_rules() -> Vec<String> {
+    let doc = include_str!("../../DEPLOYMENT.md");
+    let block = doc
+        .split("ACL SETUSER app ")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("DEPLOYMENT.md has an ACL SETUSER block");
+    block
+        .split_whitespace()
+        .map(|rule| match rule {
+            ">PASSWORD" => ">s3cret".to_owned(),
+            other => other.to_owned(),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_reads_work_under_the_documented_acl_rules() {
+    let server = RedisServer::start();
+    let rules = documented_acl_rules();
+    let mut args = vec!["ACL", "SETUSER", "app"];
+    args.extend(rules.iter().map(String::as_str));
+    server.cmd(&args);
+    let url = format!("redis://app:s3cret@127.0.0.1:{}/", server.port());
+    let c = Client::connect(url.as_str()).await.unwrap();
+    let w = Client::connect(url.as_str()).await.unwrap();
+    let name = "acl-shared";
+    // A solo reader, a founder, a joiner; a writer waits (drain message, check script).
+    let guards = hold_readers(&c, name, 3).await;
+    assert_eq!(zcard(&server, &readers_key(name)), 2);
+    let writer = w.read_write_lock(name);
+    let task = tokio::spawn(async move {
+        let guard = writer.write().await.unwrap();
+        guard.unlock().await.unwrap();
+    });
+    eventually("the writer waits", SETTLE, || {
+        zcard(&server, &writers_key(name)) == 1
+    })
+    .await;
+    eventually("the shared hold drains", SETTLE, || {
+        futures_now(c.read_write_lock(name).try_read()).is_none_or(|r| r.unwrap().is_none())
+    })
+    .await;
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    tokio::time::timeout(SETTLE, task).await.unwrap().unwrap();
+    // force_unlock tells the shared holders (drain message) and they check: well before the
+    // first renewal (10 s), which would tell them too.
+    let guards = hold_readers(&c, name, 3).await;
+    assert!(w.read_write_lock(name).force_unlock().await.unwrap());
+    eventually(
+        "the shared readers are lost",
+        Duration::from_secs(3),
+        || guards.iter().filter(|g| g.is_lost()).count() >= 2,
+    )
+    .await;
+    drop(guards);
+    eventually("the clients are idle", SETTLE, || {
+        c.local_state() == LocalState::default() && w.local_state() == LocalState::default()
+    })
+    .await;
+    assert_eq!(c.stats().unconfirmed_releases, 0);
+}
+
 /// Ad-hoc measurement (run with `--ignored --nocapture`): commands per uncontended cycle, and
 /// reads/s of 64 tasks of one client on one read-write lock against the raw floor's lock
 /// cycles/s (64 tasks, each on its own key: `SET NX PX`, then a compare-and-delete script).
