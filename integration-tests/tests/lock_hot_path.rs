@@ -113,7 +113,11 @@ async fn a_release_wakes_one_waiting_client() {
     // Give a second wake-up, if there were one, time to show.
     tokio::time::sleep(ms(200)).await;
     assert_eq!(acquired.load(Ordering::SeqCst), 1);
-    assert_eq!(server.command_calls("publish"), 1, "one wake-up per release");
+    assert_eq!(
+        server.command_calls("publish"),
+        1,
+        "one wake-up per release"
+    );
     // The rest follow one by one, each woken by the previous holder's release.
     let mut pending: Vec<_> = tasks;
     while !pending.is_empty() {
@@ -187,7 +191,10 @@ async fn contended(clients: usize, tasks: usize, total: u64) -> ContendedRun {
             .expect("the contended run finishes")
             .unwrap();
     }
-    let per_task: Vec<u64> = counts.iter().map(|c| c.load(Ordering::SeqCst) as u64).collect();
+    let per_task: Vec<u64> = counts
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst) as u64)
+        .collect();
     let per_client = per_task.chunks(tasks).map(|c| c.iter().sum()).collect();
     ContendedRun {
         acquisitions: per_task.iter().sum(),
@@ -237,7 +244,10 @@ async fn a_contended_hand_off_costs_the_same_with_two_clients_or_eight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_client_or_task_starves_in_a_long_contended_run() {
     let run = contended(4, 4, 640).await;
-    println!("per client {:?}, per task {:?}", run.per_client, run.per_task);
+    println!(
+        "per client {:?}, per task {:?}",
+        run.per_client, run.per_task
+    );
     let fair_client = run.acquisitions / 4;
     let fair_task = run.acquisitions / 16;
     for (i, &got) in run.per_client.iter().enumerate() {

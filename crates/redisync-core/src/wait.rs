@@ -273,7 +273,10 @@ impl Client {
             !spec.may_reenter && !spec.shared && shared.queues.has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
         if !others_waiting || no_wait {
-            if let Attempt::Acquired(held) = attempt().await? {
+            // Boxed, as is the head's part below: a task waiting behind the head then keeps
+            // only this function's small state, not an attempt's or the head's (a waiting
+            // task's memory is this future's size).
+            if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
                 return Ok(Some(held));
             }
             if no_wait {
@@ -287,7 +290,7 @@ impl Client {
         let ticket = shared.queues.join(spec.queue);
         let slot = ticket.slot();
         if spec.shared {
-            return self.wait_as_head(&spec, slot, attempt).await;
+            return Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
         }
         let mut failures = slot.failures.subscribe();
         failures.borrow_and_update();
@@ -304,7 +307,7 @@ impl Client {
             head = head => head,
             _ = sleep_until_deadline(spec.deadline) => return Ok(None),
         };
-        let result = self.wait_as_head(&spec, slot, attempt).await;
+        let result = Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
         if let Err(err) = &result {
             // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an error
             // about this caller's own request (an upgrade refused, a bad argument) does not.

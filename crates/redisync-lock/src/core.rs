@@ -239,8 +239,9 @@ impl LockCore {
                     .instrument(tracing::debug_span!("redisync.lock", name = %self.name))
                     .await?
             }
+            // Boxed: its state would otherwise size every plain lock's future too.
             Kind::Fair { heartbeat } => {
-                self.acquire_in_turn(lease_for, wait, deadline, heartbeat)
+                Box::pin(self.acquire_in_turn(lease_for, wait, deadline, heartbeat))
                     .instrument(tracing::debug_span!("redisync.fair_lock", name = %self.name))
                     .await?
             }
