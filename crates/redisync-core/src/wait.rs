@@ -292,21 +292,32 @@ impl Client {
         if spec.shared {
             return Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
         }
-        let mut failures = slot.failures.subscribe();
-        failures.borrow_and_update();
-        let head = slot.head.clone().lock_owned();
-        // Biased: a head that failed signals it before it lets the next waiter in, and that
-        // waiter must take the failure, not the turn (it would only meet the same outage).
+        // A task waiting behind the head keeps only this: the head's mutex, and a timer when
+        // it has a deadline. A head that fails records the failure before it lets the next
+        // task in, which then returns it at once, and so on down the queue: waiters behind a
+        // head that met an outage do not each wait a command timeout of their own.
+        let seen_failures = slot.failures.borrow().0;
+        let mut deadline = spec
+            .deadline
+            .map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+        let has_deadline = deadline.is_some();
         let _head = tokio::select! {
             biased;
             _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-            Ok(()) = failures.changed() => {
-                let failure = failures.borrow().1.clone();
-                return Err(failure.unwrap_or(Error::Shutdown));
-            }
-            head = head => head,
-            _ = sleep_until_deadline(spec.deadline) => return Ok(None),
+            head = slot.head.clone().lock_owned() => head,
+            _ = async {
+                if let Some(sleep) = deadline.as_mut() {
+                    sleep.as_mut().await;
+                }
+            }, if has_deadline => return Ok(None),
         };
+        let failures = slot.failures.borrow().clone();
+        if failures.0 > seen_failures {
+            return Err(failures.1.unwrap_or(Error::Shutdown));
+        }
+        if shared.shutdown.is_set() {
+            return Err(Error::Shutdown);
+        }
         let result = Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
         if let Err(err) = &result {
             // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an error
@@ -383,12 +394,5 @@ impl Client {
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
-    }
-}
-
-async fn sleep_until_deadline(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }

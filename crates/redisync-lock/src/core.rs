@@ -439,7 +439,7 @@ impl LockCore {
         deadline: Option<Instant>,
     ) -> Result<Option<(String, u64, Instant)>> {
         let keys = self.keys()?;
-        let Waiting::Clients { waiters, channel } = &keys.waiting else {
+        let Waiting::Clients { channel, .. } = &keys.waiting else {
             return Err(Error::invalid("a fair lock waits in its queue"));
         };
         // A live waiter asks again at least every `MAX_SLEEP`; its registration outlasts that.
@@ -447,8 +447,7 @@ impl LockCore {
             .then(|| MAX_SLEEP.saturating_add(self.client.command_timeout().saturating_mul(2)));
         let state = Arc::new(Mutex::new(Registration::default()));
         let withdraw = Withdraw {
-            call: self.withdraw_call(keys, waiters, channel),
-            queue: keys.hash.clone(),
+            core: self.clone(),
             registration: registration.unwrap_or_default(),
             state: state.clone(),
         };
@@ -484,10 +483,7 @@ impl LockCore {
         });
         WithdrawAfter {
             wait: Box::pin(waiting),
-            withdrawal: Withdrawal {
-                client: self.client.clone(),
-                withdraw: withdraw.clone(),
-            },
+            withdrawal: Withdrawal(withdraw.clone()),
         }
         .await
     }
@@ -530,11 +526,15 @@ impl LockCore {
     }
 
     /// The call that takes this client out of the lock's registry of waiters.
-    fn withdraw_call(&self, keys: &LockKeys, waiters: &str, channel: &str) -> ScriptCall {
-        ScriptCall::new(&scripts::WITHDRAW)
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        let Waiting::Clients { waiters, channel } = &keys.waiting else {
+            return Err(Error::invalid("a fair lock waits in its queue"));
+        };
+        Ok(ScriptCall::new(&scripts::WITHDRAW)
             .key(keys.hash.as_str())
-            .key(waiters)
-            .arg(channel)
+            .key(waiters.as_str())
+            .arg(channel.as_str()))
     }
 
     /// One acquire request of the fair lock for waiter `waiter`; `place` is how long the
@@ -600,7 +600,7 @@ impl LockCore {
                     }
                     if let Some(withdraw) = withdraw {
                         let acquired = matches!(reply, Some(Ok(AcquireReply::Acquired { .. })));
-                        withdraw.abandoned_attempt_ended(&client, acquired);
+                        withdraw.abandoned_attempt_ended(acquired);
                     }
                 }))
         });
@@ -640,11 +640,9 @@ struct Registration {
 /// it ends without the lock, passing on a wake-up that may have been meant for it. If an
 /// attempt is on the wire when the wait ends, the withdrawal waits for it to end (sent at
 /// once, it could overtake the attempt, which would then register the client again).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Withdraw {
-    call: ScriptCall,
-    /// The lock's local queue.
-    queue: String,
+    core: Arc<LockCore>,
     /// How long a registration lasts by itself; zero for a wait that never registers.
     registration: Duration,
     state: Arc<Mutex<Registration>>,
@@ -652,17 +650,17 @@ struct Withdraw {
 
 impl Withdraw {
     /// The wait ended (its local queue place is already given up).
-    fn wait_ended(&self, client: &Client) {
+    fn wait_ended(&self) {
         let mut state = lock(&self.state);
         state.ended = true;
         if state.registered && !state.in_flight {
             drop(state);
-            self.send(client);
+            self.send();
         }
     }
 
     /// An attempt whose caller went away got its reply (or will never get one).
-    fn abandoned_attempt_ended(&self, client: &Client, acquired: bool) {
+    fn abandoned_attempt_ended(&self, acquired: bool) {
         let mut state = lock(&self.state);
         state.in_flight = false;
         if acquired {
@@ -670,19 +668,23 @@ impl Withdraw {
         }
         if state.registered && state.ended {
             drop(state);
-            self.send(client);
+            self.send();
         }
     }
 
     /// Withdraws in the background, unless other tasks of the client still wait for the
     /// lock: they keep the registration, and the next of them asks Redis at once.
-    fn send(&self, client: &Client) {
-        if client.has_local_waiters(&self.queue) {
+    fn send(&self) {
+        let client = &self.core.client;
+        let Ok(call) = self.core.withdraw_call() else {
+            return;
+        };
+        if client.has_local_waiters(call.first_key()) {
             return;
         }
         // Pointless once the registration has lapsed by itself.
         let retry = client.retry_for_lease(Instant::now(), Some(self.registration));
-        client.spawn_release(self.call.clone(), retry);
+        client.spawn_release(call, retry);
     }
 }
 
@@ -707,14 +709,11 @@ impl<F: std::future::Future> std::future::Future for WithdrawAfter<F> {
 }
 
 /// Tells a plain lock's [`Withdraw`] that its wait ended, however it ended.
-struct Withdrawal {
-    client: Client,
-    withdraw: Withdraw,
-}
+struct Withdrawal(Withdraw);
 
 impl Drop for Withdrawal {
     fn drop(&mut self) {
-        self.withdraw.wait_ended(&self.client);
+        self.0.wait_ended();
     }
 }
 
