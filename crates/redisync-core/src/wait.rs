@@ -188,10 +188,17 @@ impl Client {
     /// Dropping the future leaves the local queue and releases the subscription reference at
     /// once. An attempt in flight at that moment is the attempt's own business: primitives
     /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
-    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec<'_>, attempt: F) -> Result<Option<T>>
+    // Not an `async fn`: one layer less in every waiting task's future (each layer keeps its
+    // own copy of the arguments).
+    pub fn acquire<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        attempt: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
     where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
     {
         let span = tracing::debug_span!(
             "redisync.acquire",
@@ -200,17 +207,22 @@ impl Client {
             waited_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.wait_traced(span, spec, attempt, true).await
+        self.wait_traced(span, spec, attempt, true)
     }
 
     /// Waits for a condition that takes nothing (a latch to open) exactly as
     /// [`acquire`](Self::acquire) waits for a primitive, in a `redisync.wait` span; `check`
     /// plays the attempt's part, and nothing is counted in [`Stats`](crate::Stats). Use a
     /// `shared` spec, so that every waiter returns on the same message.
-    pub async fn wait<T, F, Fut>(&self, spec: WaitSpec<'_>, check: F) -> Result<Option<T>>
+    pub fn wait<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        check: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
     where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
     {
         let span = tracing::debug_span!(
             "redisync.wait",
@@ -218,7 +230,7 @@ impl Client {
             waited_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.wait_traced(span, spec, check, false).await
+        self.wait_traced(span, spec, check, false)
     }
 
     /// Runs the waiting loop in `span`, recording the wait and its outcome; `acquisition`
@@ -235,10 +247,13 @@ impl Client {
         Fut: Future<Output = Result<Attempt<T>>>,
     {
         let started = Instant::now();
-        let result = self
+        // The span lives in the instrumented future only (a copy would be one more in every
+        // waiting task).
+        let mut waiting = std::pin::pin!(self
             .wait_for_turn(spec, attempt, acquisition)
-            .instrument(span.clone())
-            .await;
+            .instrument(span));
+        let result = waiting.as_mut().await;
+        let span = waiting.span();
         span.record("waited_ms", started.elapsed().as_millis() as u64);
         match &result {
             Ok(Some(_)) => {
