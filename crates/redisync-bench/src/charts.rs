@@ -9,6 +9,7 @@ use std::path::Path;
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
+use crate::lockers::Contender;
 use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
@@ -31,26 +32,21 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Colours by contender name, stable across the charts of one run.
+/// Colours by contender name, stable across the charts of one run: every lock contender
+/// (and the EVALSHA ceiling) has its own.
 struct Palette {
-    names: Vec<String>,
+    names: Vec<&'static str>,
 }
 
 impl Palette {
-    fn new(scenarios: &[&Scenario]) -> Self {
-        let mut names: Vec<String> = Vec::new();
-        for scenario in scenarios {
-            for (name, _) in &scenario.contenders {
-                if !names.contains(name) {
-                    names.push(name.clone());
-                }
-            }
-        }
+    fn new() -> Self {
+        let mut names: Vec<&'static str> = Contender::ALL.iter().map(|c| c.name()).collect();
+        names.push("EVALSHA ceiling");
         Palette { names }
     }
 
     fn colour(&self, name: &str) -> RGBColor {
-        let i = self.names.iter().position(|n| n == name).unwrap_or(0);
+        let i = self.names.iter().position(|n| *n == name).unwrap_or(0);
         COLOURS[i % COLOURS.len()]
     }
 }
@@ -59,7 +55,7 @@ impl Palette {
 pub fn write_all(dir: &Path, scenarios: &[crate::report::Scenario]) -> Result<Vec<String>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let find = |id: &str| scenarios.iter().find(|s| s.id == id);
-    let palette = Palette::new(&scenarios.iter().collect::<Vec<_>>());
+    let palette = Palette::new();
     let mut written = Vec::new();
     let mut write = |file: &str, result: Result<bool, String>| -> Result<(), String> {
         if result.map_err(|e| format!("{file}: {e}"))? {
@@ -243,6 +239,9 @@ fn horizontal_bars(
         return Ok(false);
     }
     let n = values.len();
+    // Bars are drawn bottom up: row `i` of the list goes to segment `n - 1 - i`, so the list
+    // reads top down as in the tables.
+    let row = |segment: usize| values.get(n - 1 - segment.min(n - 1));
     let max = values.iter().map(|(_, v)| *v).fold(0.0, f64::max).max(1e-9);
     let height = (120 + 44 * n as u32).max(300);
     let root = SVGBackend::new(path, (SIZE.0, height)).into_drawing_area();
@@ -252,10 +251,11 @@ fn horizontal_bars(
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(300)
-        .build_cartesian_2d(0.0..max * 1.18, (0..n).into_segmented())
+        // An integer range is inclusive here: 0..n - 1 makes n segments.
+        .build_cartesian_2d(0.0..max * 1.18, (0..n - 1).into_segmented())
         .map_err(err)?;
     let label = |v: &SegmentValue<usize>| match v {
-        SegmentValue::CenterOf(i) => values.get(*i).map(|(n, _)| n.clone()).unwrap_or_default(),
+        SegmentValue::CenterOf(i) => row(*i).map(|(n, _)| n.clone()).unwrap_or_default(),
         _ => String::new(),
     };
     chart
@@ -272,21 +272,23 @@ fn horizontal_bars(
             Histogram::horizontal(&chart)
                 .margin(6)
                 .style_func(|y, _| match y {
-                    SegmentValue::Exact(i) | SegmentValue::CenterOf(i) => values
-                        .get(*i)
-                        .map_or(BLACK.filled(), |(name, _)| colour(name).filled()),
+                    SegmentValue::Exact(i) | SegmentValue::CenterOf(i) => {
+                        row(*i).map_or(BLACK.filled(), |(name, _)| colour(name).filled())
+                    }
                     SegmentValue::Last => BLACK.filled(),
                 })
-                .data(values.iter().enumerate().map(|(i, (_, v))| (i, *v))),
+                .data((0..n).filter_map(|i| row(i).map(|(_, v)| (i, *v)))),
         )
         .map_err(err)?;
     chart
-        .draw_series(values.iter().enumerate().map(|(i, (_, v))| {
-            Text::new(
-                format!(" {}", format_value(*v)),
-                (*v, SegmentValue::CenterOf(i)),
-                ("sans-serif", 14).into_font(),
-            )
+        .draw_series((0..n).filter_map(|i| {
+            row(i).map(|(_, v)| {
+                Text::new(
+                    format!(" {}", format_value(*v)),
+                    (*v, SegmentValue::CenterOf(i)),
+                    ("sans-serif", 14).into_font(),
+                )
+            })
         }))
         .map_err(err)?;
     root.present().map_err(err)?;

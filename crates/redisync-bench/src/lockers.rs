@@ -55,6 +55,19 @@ impl Contender {
         Contender::RedisLockBest,
     ];
 
+    /// Every contender, in the order the charts give out colours.
+    pub const ALL: [Contender; 9] = [
+        Contender::Floor,
+        Contender::Redisync,
+        Contender::RedisyncFair,
+        Contender::RslockDefault,
+        Contender::RslockBest,
+        Contender::RedisLockDefault,
+        Contender::RedisLockBest,
+        Contender::PollingFloor,
+        Contender::PubSubFloor,
+    ];
+
     /// Scenario 2 (contended): waiting matters, so the floor that spins is left out.
     pub const CONTENDED: [Contender; 7] = [
         Contender::PollingFloor,

@@ -211,7 +211,8 @@ async fn main() {
     let mut handoff = Scenario::new(
         "handoff",
         "2b. Hand-off with one waiter: 2 clients, 50 ms hold",
-        "One task per client: one takes the free lock and holds it 50 ms, the other starts \
+        "One task per client: one takes the free lock and holds it 50–51 ms (see \
+         BENCHMARKS.md), the other starts \
          waiting as soon as it is held. Hand-off: from the holder starting its release to \
          the waiter's acquire returning. p50 vs pub/sub floor: this p50 ÷ the pub/sub \
          floor's, in the same round. Taken before the release: the waiter got the lock \
@@ -340,7 +341,7 @@ async fn main() {
         "p50 vs pub/sub floor",
     );
     many.ratio_to_own("acquisitions/s", Contender::Floor.name(), "vs floor");
-    all.extend([uncontended, ops, contended, handoff]);
+    all.extend([uncontended, ops, contended, handoff, many]);
 
     eprintln!("watchdog scale");
     let mut watchdog = Scenario::new(

@@ -229,8 +229,19 @@ pub async fn handoff(
     let holder = {
         let released = released.clone();
         tokio::spawn(async move {
+            let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
             while a_go.recv().await.is_some() {
                 let held = Arc::new(AtomicBool::new(false));
+                // Both tasks share this runtime's timer, which fires on whole milliseconds: a
+                // release right after a tokio sleep would land on the very tick a polling
+                // waiter's sleep ends, and a poller would look instant. In a real deployment
+                // the two are processes apart, so the hold is timed by a thread of its own
+                // (the OS's timer, microseconds) and lasts a pseudo-random 0–1000 µs more
+                // (xorshift): the release falls anywhere between the waiter's ticks.
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let hold = HOLD + Duration::from_micros(seed % 1000);
                 // A take that failed before holding (a peer giving up after its tries) is
                 // tried again: the waiter waits for this hold.
                 while !held.load(Ordering::SeqCst) {
@@ -239,7 +250,12 @@ pub async fn handoff(
                     let section: Section = Box::pin(async move {
                         held.store(true, Ordering::SeqCst);
                         let _ = a_holds.send(()).await;
-                        tokio::time::sleep(HOLD).await;
+                        let (over, hold_over) = tokio::sync::oneshot::channel::<()>();
+                        std::thread::spawn(move || {
+                            std::thread::sleep(hold);
+                            let _ = over.send(());
+                        });
+                        let _ = hold_over.await;
                         released.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
                     });
                     let _ = a.with_lock(section).await;
