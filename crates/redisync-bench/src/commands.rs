@@ -94,9 +94,12 @@ impl Commands {
     }
 }
 
-/// `n / ops` written short: `2`, `0.5`, `1.33`.
+/// `n / ops` written short: `2`, `0.5`, `1.33`; `<0.01` for rare ones, which are not none.
 fn per_op(n: u64, ops: u64) -> String {
     let v = n as f64 / ops as f64;
+    if n > 0 && v < 0.005 {
+        return "<0.01".to_owned();
+    }
     let s = format!("{v:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
@@ -166,5 +169,6 @@ mod tests {
         assert_eq!(per_op(1, 3), "0.33");
         assert_eq!(per_op(3, 2), "1.5");
         assert_eq!(per_op(0, 2), "0");
+        assert_eq!(per_op(1, 1000), "<0.01");
     }
 }

@@ -10,7 +10,7 @@ use redisync_test_harness::RedisServer;
 
 use crate::commands::Pass;
 use crate::report::{percentile, Figures};
-use crate::scenarios::add_counts;
+use crate::scenarios::{add_counts, redis_footprint};
 
 async fn clients(server: &RedisServer, n: usize) -> Vec<Client> {
     let mut clients = Vec::with_capacity(n);
@@ -312,6 +312,8 @@ pub async fn op_cycles(
     round: usize,
     out: &mut Figures,
 ) {
+    // An empty server: keys an earlier pass left to expire must not expire during this one.
+    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
     let client = Client::connect(server.url()).await.expect("connect");
     let handle = match Handle::new(&client, op, round).await {
         Ok(handle) => handle,
@@ -323,14 +325,20 @@ pub async fn op_cycles(
     for _ in 0..50 {
         handle.cycle(op).await.expect("warm-up cycle");
     }
+    let (keys_before, _) = redis_footprint(server);
     let mut samples = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let started = Instant::now();
         handle.cycle(op).await.expect("cycle");
         samples.push(started.elapsed().as_secs_f64() * 1e6);
     }
+    let (keys_after, _) = redis_footprint(server);
     out.add("p50 µs", percentile(&samples, 50.0));
     out.add("p99 µs", percentile(&samples, 99.0));
+    out.add(
+        "Redis keys + per 1k cycles",
+        (keys_after - keys_before) * 1000.0 / cycles.max(1) as f64,
+    );
     let counted = 200;
     let pass = Pass::start(server, true);
     for _ in 0..counted {

@@ -27,6 +27,8 @@ pub struct Figures {
     values: BTreeMap<String, Vec<f64>>,
     /// figure name -> text per round (a per-command breakdown, for example)
     texts: BTreeMap<String, Vec<String>>,
+    /// text figure name -> the figure whose median round picks the text
+    text_of: BTreeMap<String, String>,
     /// Column order: figures in the order they were first added.
     order: Vec<String>,
     /// Raw samples pooled over the rounds (latencies), for the charts only.
@@ -55,12 +57,15 @@ impl Figures {
         self.values.entry(name.to_owned()).or_default().push(value);
     }
 
-    /// A text figure (shown as it is; over rounds, the most frequent text is reported).
-    pub fn text(&mut self, name: &str, value: String) {
+    /// A text figure, shown as it is. Over rounds, the text reported is the one of the round
+    /// whose `figure` is the median (so that a breakdown of commands matches the count of
+    /// commands next to it), or the most frequent one if that figure is missing.
+    pub fn text(&mut self, name: &str, value: String, figure: &str) {
         if !self.texts.contains_key(name) {
             self.order.push(name.to_owned());
         }
         self.texts.entry(name.to_owned()).or_default().push(value);
+        self.text_of.insert(name.to_owned(), figure.to_owned());
     }
 
     /// The median over rounds of a figure.
@@ -73,10 +78,21 @@ impl Figures {
         self.values.get(name).map(Vec::as_slice)
     }
 
-    /// The text reported for a text figure: the one seen in most rounds (the first of those
-    /// on a tie), since counts of commands can differ by a retry from round to round.
+    /// The text reported for a text figure (see [`text`](Self::text)).
     pub fn get_text(&self, name: &str) -> Option<&str> {
         let texts = self.texts.get(name)?;
+        let median_round = self
+            .text_of
+            .get(name)
+            .and_then(|figure| self.values.get(figure))
+            .filter(|values| values.len() == texts.len())
+            .and_then(|values| {
+                let m = median(values);
+                values.iter().position(|v| *v == m)
+            });
+        if let Some(i) = median_round {
+            return texts.get(i).map(String::as_str);
+        }
         let mut best: Option<(&str, usize)> = None;
         for t in texts {
             let n = texts.iter().filter(|o| *o == t).count();
@@ -286,11 +302,17 @@ mod tests {
     }
 
     #[test]
-    fn text_figures_report_the_most_frequent_text() {
+    fn a_text_figure_reports_the_text_of_its_figures_median_round() {
         let mut f = Figures::default();
-        f.text("commands", "GET 1".to_owned());
-        f.text("commands", "GET 2".to_owned());
-        f.text("commands", "GET 2".to_owned());
-        assert_eq!(f.get_text("commands"), Some("GET 2"));
+        for (n, text) in [(3.0, "GET 3"), (1.0, "GET 1"), (2.0, "GET 2")] {
+            f.add("commands", n);
+            f.text("by name", text.to_owned(), "commands");
+        }
+        assert_eq!(f.get_text("by name"), Some("GET 2"));
+        let mut g = Figures::default();
+        for text in ["GET 1", "GET 2", "GET 2"] {
+            g.text("by name", text.to_owned(), "missing");
+        }
+        assert_eq!(g.get_text("by name"), Some("GET 2"));
     }
 }

@@ -23,6 +23,8 @@ pub async fn uncontended(
     cycles: usize,
     out: &mut Figures,
 ) {
+    // An empty server: keys an earlier pass left to expire must not expire during this one.
+    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
     let url = server.url();
     let mut locker = lockers(contender, &url, 1, 1, |_| "bench:uncontended".to_owned())
         .await
@@ -34,14 +36,20 @@ pub async fn uncontended(
             .await
             .expect("warm-up cycle");
     }
+    let (keys_before, _) = redis_footprint(server);
     let mut samples = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let start = Instant::now();
         locker.with_lock(Box::pin(async {})).await.expect("cycle");
         samples.push(micros(start.elapsed()));
     }
+    let (keys_after, _) = redis_footprint(server);
     out.add("p50 µs", percentile(&samples, 50.0));
     out.add("p99 µs", percentile(&samples, 99.0));
+    out.add(
+        "Redis keys + per 1k cycles",
+        (keys_after - keys_before) * 1000.0 / cycles.max(1) as f64,
+    );
     out.samples.extend(samples);
     // Requests and commands, counted apart from the timed cycles (MONITOR slows Redis down).
     let counted = 200;
@@ -65,6 +73,7 @@ pub fn add_counts(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
     out.text(
         &format!("commands in Redis per {unit}"),
         commands.breakdown(ops),
+        &format!("commands/{unit}"),
     );
 }
 
@@ -200,6 +209,7 @@ pub async fn contended(
         out.text(
             "commands in Redis per acquisition",
             commands.breakdown(total),
+            "commands/acquisition",
         );
     }
 }
@@ -328,7 +338,7 @@ pub async fn handoff(
 }
 
 /// Redis's key count and memory, for what a run leaves in Redis.
-fn redis_footprint(server: &RedisServer) -> (f64, f64) {
+pub fn redis_footprint(server: &RedisServer) -> (f64, f64) {
     let keys = match server.try_cmd(&["DBSIZE"]) {
         Ok(redis::Value::Int(n)) => n as f64,
         _ => f64::NAN,
