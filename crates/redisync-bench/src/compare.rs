@@ -17,242 +17,80 @@ enum Better {
 /// A headline figure: where it is (scenario id, contender, figure) and how to read it.
 struct Headline {
     label: String,
-    scenario: &'static str,
+    scenario: String,
     contender: String,
-    figure: &'static str,
+    figure: String,
     better: Better,
 }
 
+/// The headline figures, one per line: label | scenario id | contender | figure | which way
+/// is better. `{op}` lines are repeated for every operation of scenario 1b.
+const HEADLINES: &str = "\
+uncontended lock + unlock p50, × floor | uncontended | redisync | p50 vs floor | lower
+uncontended lock + unlock p50, × floor (FairLock) | uncontended | redisync FairLock | p50 vs floor | lower
+uncontended lock + unlock p50, µs | uncontended | redisync | p50 µs | lower
+requests per uncontended cycle | uncontended | redisync | requests/cycle | lower
+commands in Redis per uncontended cycle | uncontended | redisync | commands/cycle | lower
+commands in Redis per uncontended cycle (FairLock) | uncontended | redisync FairLock | commands/cycle | lower
+Redis keys added per 1k uncontended cycles | uncontended | redisync | Redis keys + per 1k cycles | lower
+many locks: cycles/s, × floor | many-locks | redisync | vs floor | higher
+many locks: cycles/s | many-locks | redisync | acquisitions/s | higher
+many locks: Redis keys added by the run | many-locks | redisync | Redis keys + | lower
+many locks: Redis used_memory added, MiB | many-locks | redisync | Redis used_memory + MiB | lower
+contended: scripts per acquisition | contended | redisync | scripts/acquisition | lower
+contended: scripts per acquisition (FairLock) | contended | redisync FairLock | scripts/acquisition | lower
+contended: commands in Redis per acquisition | contended | redisync | commands/acquisition | lower
+contended: PUBLISH per release | contended | redisync | PUBLISH/release | lower
+contended: requests per acquisition | contended | redisync | requests/acquisition | lower
+contended: acquisitions/s | contended | redisync | acquisitions/s | higher
+contended: acquisitions/s (FairLock) | contended | redisync FairLock | acquisitions/s | higher
+contended: per-task min/max | contended | redisync | min/max | higher
+contended: per-task min/max (FairLock) | contended | redisync FairLock | min/max | higher
+contended: handoff p50, µs | contended | redisync | handoff p50 µs | lower
+hand-off with one waiter p50, × pub/sub floor | handoff | redisync | p50 vs pub/sub floor | lower
+hand-off with one waiter p50, × pub/sub floor (FairLock) | handoff | redisync FairLock | p50 vs pub/sub floor | lower
+read-heavy cache: reads/s, × floor's many-locks cycles/s | read-cache | redisync | vs floor many-locks cycles/s | higher
+read-heavy cache: reads/s | read-cache | redisync | reads/s | higher
+client heap per waiting task, bytes | waiter-memory | redisync | heap bytes per waiter | lower
+rwlock read-heavy (64 readers + 1 writer): reads/s | rwlock-read-heavy | redisync | reads/s | higher
+rwlock read-heavy: writer wait p50, ms | rwlock-read-heavy | redisync | writer wait p50 ms | lower
+semaphore, 32 tasks / 4 permits: acquisitions/s | semaphore | redisync | acquisitions/s | higher
+latch: all 100 waiters returned after, ms | latch | redisync | all returned after, ms | lower
+watchdog: requests per 100 locks per period | watchdog | redisync | requests per 100 locks per period | lower
+{op}: commands in Redis | primitive-ops | {op} | commands/cycle | lower
+{op}: requests | primitive-ops | {op} | requests/cycle | lower
+{op}: Redis keys added per 1k cycles | primitive-ops | {op} | Redis keys + per 1k cycles | lower
+{op}: p50 µs | primitive-ops | {op} | p50 µs | lower";
+
 fn headlines() -> Vec<Headline> {
-    use Better::{Higher, Lower};
-    let h = |label: &str, scenario, contender: &str, figure, better| Headline {
-        label: label.to_owned(),
-        scenario,
-        contender: contender.to_owned(),
-        figure,
-        better,
-    };
-    let mut list = vec![
-        h(
-            "uncontended lock + unlock p50, × floor",
-            "uncontended",
-            "redisync",
-            "p50 vs floor",
-            Lower,
-        ),
-        h(
-            "uncontended lock + unlock p50, × floor (FairLock)",
-            "uncontended",
-            "redisync FairLock",
-            "p50 vs floor",
-            Lower,
-        ),
-        h(
-            "uncontended lock + unlock p50, µs",
-            "uncontended",
-            "redisync",
-            "p50 µs",
-            Lower,
-        ),
-        h(
-            "requests per uncontended cycle",
-            "uncontended",
-            "redisync",
-            "requests/cycle",
-            Lower,
-        ),
-        h(
-            "commands in Redis per uncontended cycle",
-            "uncontended",
-            "redisync",
-            "commands/cycle",
-            Lower,
-        ),
-        h(
-            "commands in Redis per uncontended cycle (FairLock)",
-            "uncontended",
-            "redisync FairLock",
-            "commands/cycle",
-            Lower,
-        ),
-        h(
-            "many locks: cycles/s, × floor",
-            "many-locks",
-            "redisync",
-            "vs floor",
-            Higher,
-        ),
-        h(
-            "many locks: cycles/s",
-            "many-locks",
-            "redisync",
-            "acquisitions/s",
-            Higher,
-        ),
-        h(
-            "many locks: Redis keys added by the run",
-            "many-locks",
-            "redisync",
-            "Redis keys +",
-            Lower,
-        ),
-        h(
-            "many locks: Redis used_memory added, MiB",
-            "many-locks",
-            "redisync",
-            "Redis used_memory + MiB",
-            Lower,
-        ),
-        h(
-            "contended: scripts per acquisition",
-            "contended",
-            "redisync",
-            "scripts/acquisition",
-            Lower,
-        ),
-        h(
-            "contended: scripts per acquisition (FairLock)",
-            "contended",
-            "redisync FairLock",
-            "scripts/acquisition",
-            Lower,
-        ),
-        h(
-            "contended: PUBLISH per release",
-            "contended",
-            "redisync",
-            "PUBLISH/release",
-            Lower,
-        ),
-        h(
-            "contended: requests per acquisition",
-            "contended",
-            "redisync",
-            "requests/acquisition",
-            Lower,
-        ),
-        h(
-            "contended: acquisitions/s",
-            "contended",
-            "redisync",
-            "acquisitions/s",
-            Higher,
-        ),
-        h(
-            "contended: acquisitions/s (FairLock)",
-            "contended",
-            "redisync FairLock",
-            "acquisitions/s",
-            Higher,
-        ),
-        h(
-            "contended: per-task min/max",
-            "contended",
-            "redisync",
-            "min/max",
-            Higher,
-        ),
-        h(
-            "contended: per-task min/max (FairLock)",
-            "contended",
-            "redisync FairLock",
-            "min/max",
-            Higher,
-        ),
-        h(
-            "contended: handoff p50, µs",
-            "contended",
-            "redisync",
-            "handoff p50 µs",
-            Lower,
-        ),
-        h(
-            "hand-off with one waiter p50, × pub/sub floor",
-            "handoff",
-            "redisync",
-            "p50 vs pub/sub floor",
-            Lower,
-        ),
-        h(
-            "hand-off with one waiter p50, × pub/sub floor (FairLock)",
-            "handoff",
-            "redisync FairLock",
-            "p50 vs pub/sub floor",
-            Lower,
-        ),
-        h(
-            "read-heavy cache: reads/s, × floor's many-locks cycles/s",
-            "read-cache",
-            "redisync",
-            "vs floor many-locks cycles/s",
-            Higher,
-        ),
-        h(
-            "read-heavy cache: reads/s",
-            "read-cache",
-            "redisync",
-            "reads/s",
-            Higher,
-        ),
-        h(
-            "client heap per waiting task, bytes",
-            "waiter-memory",
-            "redisync",
-            "heap bytes per waiter",
-            Lower,
-        ),
-        h(
-            "rwlock read-heavy (64 readers + 1 writer): reads/s",
-            "rwlock-read-heavy",
-            "redisync",
-            "reads/s",
-            Higher,
-        ),
-        h(
-            "semaphore, 32 tasks / 4 permits: acquisitions/s",
-            "semaphore",
-            "redisync",
-            "acquisitions/s",
-            Higher,
-        ),
-        h(
-            "latch: all 100 waiters returned after, ms",
-            "latch",
-            "redisync",
-            "all returned after, ms",
-            Lower,
-        ),
-        h(
-            "watchdog: requests per 100 locks per period",
-            "watchdog",
-            "redisync",
-            "requests per 100 locks per period",
-            Lower,
-        ),
-    ];
-    for op in crate::primitives::Op::ALL {
-        let name = op.name();
-        list.push(h(
-            &format!("{name}: commands in Redis"),
-            "primitive-ops",
-            &name,
-            "commands/cycle",
-            Lower,
-        ));
-        list.push(h(
-            &format!("{name}: requests"),
-            "primitive-ops",
-            &name,
-            "requests/cycle",
-            Lower,
-        ));
-        list.push(h(
-            &format!("{name}: p50 µs"),
-            "primitive-ops",
-            &name,
-            "p50 µs",
-            Lower,
-        ));
+    let mut list = Vec::new();
+    for line in HEADLINES.lines() {
+        let fields: Vec<&str> = line.split(" | ").map(str::trim).collect();
+        let [label, scenario, contender, figure, better] = fields[..] else {
+            continue; // the unit test below keeps every line well-formed
+        };
+        let better = if better == "higher" {
+            Better::Higher
+        } else {
+            Better::Lower
+        };
+        let ops: Vec<String> = if line.contains("{op}") {
+            crate::primitives::Op::ALL
+                .iter()
+                .map(|op| op.name())
+                .collect()
+        } else {
+            vec![String::new()]
+        };
+        for op in ops {
+            list.push(Headline {
+                label: label.replace("{op}", &op),
+                scenario: scenario.to_owned(),
+                contender: contender.replace("{op}", &op),
+                figure: figure.to_owned(),
+                better,
+            });
+        }
     }
     list
 }
@@ -262,13 +100,13 @@ fn old_value(old: &Value, h: &Headline) -> Option<f64> {
     old.get("scenarios")?
         .as_array()?
         .iter()
-        .find(|s| s.get("id").and_then(Value::as_str) == Some(h.scenario))?
+        .find(|s| s.get("id").and_then(Value::as_str) == Some(h.scenario.as_str()))?
         .get("results")?
         .as_array()?
         .iter()
         .find(|r| r.get("contender").and_then(Value::as_str) == Some(h.contender.as_str()))?
         .get("figures")?
-        .get(h.figure)?
+        .get(&h.figure)?
         .get("median")?
         .as_f64()
 }
@@ -278,7 +116,7 @@ fn new_value(scenarios: &[Scenario], h: &Headline) -> Option<f64> {
         .iter()
         .find(|s| s.id == h.scenario)?
         .get(&h.contender)?
-        .get(h.figure)
+        .get(&h.figure)
 }
 
 /// The change from `before` to `after`: `-53% (better)`.
@@ -345,6 +183,17 @@ pub fn compare(old: &Value, old_path: &str, scenarios: &[Scenario]) -> (String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_headline_line_is_well_formed() {
+        for line in HEADLINES.lines() {
+            let fields: Vec<&str> = line.split(" | ").collect();
+            assert_eq!(fields.len(), 5, "{line}");
+            assert!(matches!(fields[4], "lower" | "higher"), "{line}");
+        }
+        let ops = crate::primitives::Op::ALL.len();
+        assert_eq!(headlines().len(), 31 + 4 * ops);
+    }
 
     #[test]
     fn change_says_which_way_is_better() {
