@@ -201,8 +201,9 @@ async fn main() {
     let mut contended = Scenario::new(
         "contended",
         "2. Contended: 4 clients × 4 tasks on one lock, 1 ms hold",
-        "Handoff: from the holder starting its release to the next holder's acquire \
-         returning. Min/max: acquisitions of the least and the most lucky task, and their \
+        "The 1 ms hold is timed by the OS, not by tokio's millisecond timer (see \
+         BENCHMARKS.md). Handoff: from the holder starting its release to the next holder's \
+         acquire returning. Min/max: acquisitions of the least and the most lucky task, and their \
          ratio (1 is perfectly fair). Violations: two holders at once (must be 0). Scripts, \
          commands and PUBLISH: `INFO commandstats` over the timed run (every acquisition is \
          released once, so PUBLISH/release = PUBLISH per acquisition). Requests include every \

@@ -77,6 +77,31 @@ pub fn add_counts(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
     );
 }
 
+/// Waits `d`, timed by the OS (microseconds) rather than by tokio's timer.
+///
+/// Tokio's timer rounds a sleep up to whole milliseconds and fires every sleep that ends in
+/// one tick together: a 1 ms hold would last 1–2 ms, and a holder's release would land on the
+/// very tick a polling waiter of the same process wakes up on, so polling would look instant
+/// (between processes it waits half a poll interval on average). A thread of its own sleeps
+/// instead and wakes the task through a channel.
+async fn os_sleep(d: Duration) {
+    let deadline = Instant::now() + d;
+    let (over, wait) = tokio::sync::oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("bench-hold".to_owned())
+        .spawn(move || {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            let _ = over.send(());
+        });
+    match spawned {
+        Ok(_) => {
+            let _ = wait.await;
+        }
+        // No thread to be had: tokio's timer is the next best.
+        Err(_) => tokio::time::sleep_until(deadline.into()).await,
+    }
+}
+
 /// What the tasks of a contended run record, shared.
 #[derive(Default)]
 struct Contention {
@@ -146,7 +171,7 @@ pub async fn contended(
                                 .expect("handoffs")
                                 .push((now - last) as f64 / 1e3);
                         }
-                        tokio::time::sleep(hold).await;
+                        os_sleep(hold).await;
                         shared.held.store(false, Ordering::SeqCst);
                         shared
                             .last_release
@@ -242,12 +267,9 @@ pub async fn handoff(
             let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
             while a_go.recv().await.is_some() {
                 let held = Arc::new(AtomicBool::new(false));
-                // Both tasks share this runtime's timer, which fires on whole milliseconds: a
-                // release right after a tokio sleep would land on the very tick a polling
-                // waiter's sleep ends, and a poller would look instant. In a real deployment
-                // the two are processes apart, so the hold is timed by a thread of its own
-                // (the OS's timer, microseconds) and lasts a pseudo-random 0–1000 µs more
-                // (xorshift): the release falls anywhere between the waiter's ticks.
+                // The hold is timed by the OS (see `os_sleep`) and lasts a pseudo-random
+                // 0–1000 µs more (xorshift), so that the release falls anywhere between a
+                // polling waiter's ticks, as it does between processes.
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
@@ -260,12 +282,7 @@ pub async fn handoff(
                     let section: Section = Box::pin(async move {
                         held.store(true, Ordering::SeqCst);
                         let _ = a_holds.send(()).await;
-                        let (over, hold_over) = tokio::sync::oneshot::channel::<()>();
-                        std::thread::spawn(move || {
-                            std::thread::sleep(hold);
-                            let _ = over.send(());
-                        });
-                        let _ = hold_over.await;
+                        os_sleep(hold).await;
                         released.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
                     });
                     let _ = a.with_lock(section).await;
