@@ -1,66 +1,43 @@
--- lock_acquire: take a lock, or re-enter it if the caller already holds it. With queue keys
--- (the fair lock) the lock goes to waiters in arrival order.
+-- lock_acquire: take a lock, or re-enter it if the caller already holds it. (Prefixed with
+-- lock_prelude.lua and wake_prelude.lua.)
 --
 -- KEYS[1]  lock hash (layout in lock_prelude)
 -- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted
 -- KEYS[3]  attempt record of this attempt; exists only if the attempt was already given back
 --          (lock_release ran for it first: its caller gave up), so it must not grant
--- KEYS[4]  (fair lock only) queue of waiters, see lock_prelude
--- KEYS[5]  (fair lock only) waiter deadlines, see lock_prelude
+-- KEYS[4]  waiting clients (see wake_prelude)
 -- ARGV[1]  owner id of the caller
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  attempt id, unique per acquire request; for the fair lock, unique per acquire call
---          (the same for all its attempts) and also its waiter id
--- ARGV[4]  (fair lock only) how long the caller keeps its place in the queue without another
---          attempt, in ms; 0 = take the lock only if nobody waits, never queue (try_lock)
--- ARGV[5]  (fair lock only) wake-up channel prefix of waiters
+-- ARGV[3]  attempt id, unique per acquire request
+-- ARGV[4]  wake-up channel of the caller's client for this lock
+-- ARGV[5]  how long the client's registration as a waiter lasts, in ms; 0 = never register
+--          (the caller will not wait: try_lock)
+-- ARGV[6]  '1' if an earlier attempt of the same wait registered the client, '0' if not
 --
 -- Returns {1, token, count} when acquired (count > 1 on a re-entry, which keeps the token of
 -- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
--- lease in ms; -1 if it has none, -2 if the lock is free but another waiter goes first), or
--- {-1} when the attempt was given back before it ran.
--- A re-entry never shortens the hold (see reenter) and never queues: the caller holds the
--- lock already.
+-- lease in ms, -1 if it has none; the client is registered, so the release wakes it when its
+-- turn comes), or {-1} when the attempt was given back before it ran.
+-- A re-entry never shortens the hold (see reenter).
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
     return {-1}
 end
-local fair = KEYS[4] ~= nil
-local now
-if fair then
-    now = now_us()
-    if tonumber(ARGV[4]) > 0 then
-        -- The caller is alive right now: its heartbeat counts before anyone is judged dead,
-        -- so a stall of Redis itself cannot cost a live waiter its place.
-        redis.call('ZADD', KEYS[5], 'XX', math.floor(now / 1000) + tonumber(ARGV[4]), ARGV[3])
+local holder = lock_holder(KEYS[1])
+local reply
+if not holder then
+    reply = {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]), 1}
+elseif holder[1] == ARGV[1] then
+    reply = {1, tonumber(holder[2]), reenter(KEYS[1], ARGV[2], ARGV[3])}
+else
+    if ARGV[5] ~= '0' then
+        register_waiter(KEYS[4], ARGV[4], ARGV[5])
     end
-    tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
+    return {0, redis.call('PTTL', KEYS[1])}
 end
-local holder = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if not holder[1] then
-    check_lock_hash(KEYS[1])
+-- Got it: the client no longer waits for this wake-up (its other local waiters, if any,
+-- register again when their turn to ask comes).
+if ARGV[6] == '1' then
+    unregister_waiter(KEYS[4], ARGV[4])
 end
-if holder[1] == ARGV[1] then
-    local count = reenter(KEYS[1], ARGV[2], ARGV[3])
-    if fair then
-        leave_queue(KEYS[4], KEYS[5], ARGV[3])
-    end
-    return {1, tonumber(holder[2]), count}
-end
-if not holder[1] then
-    local head = fair and head_waiter(KEYS[4])
-    if not head or head == ARGV[3] then
-        local token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
-        if fair then
-            leave_queue(KEYS[4], KEYS[5], ARGV[3])
-        end
-        return {1, token, 1}
-    end
-    -- Free, but it is the head's turn: make sure the head knows (its wake-up may have been
-    -- for a waiter found dead just now).
-    wake_head(KEYS[4], ARGV[5])
-end
-if fair and tonumber(ARGV[4]) > 0 then
-    join_queue(KEYS[4], KEYS[5], ARGV[3], now, tonumber(ARGV[4]))
-end
-return {0, redis.call('PTTL', KEYS[1])}
+return reply

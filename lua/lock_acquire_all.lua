@@ -1,6 +1,6 @@
 -- lock_acquire_all: take (or re-enter) several locks at once, all or none. For a multi-lock
 -- whose locks live on one server: one round trip, and no hold is ever taken while another
--- of the set is busy.
+-- of the set is busy. (Prefixed with lock_prelude.lua.)
 --
 -- KEYS[3i-2], KEYS[3i-1], KEYS[3i]  lock hash, fence and attempt record of lock i (as for
 --                                   lock_acquire); the locks are distinct
@@ -22,18 +22,15 @@ end
 local holders = {}
 for i = 1, n do
     local hash = KEYS[3 * i - 2]
-    holders[i] = redis.call('HMGET', hash, 'owner', 'token')
-    if not holders[i][1] then
-        check_lock_hash(hash)
-    end
-    if holders[i][1] and holders[i][1] ~= ARGV[2 + i] then
+    holders[i] = lock_holder(hash)
+    if holders[i] and holders[i][1] ~= ARGV[2 + i] then
         return {0, i, redis.call('PTTL', hash)}
     end
 end
 local reply = {1}
 for i = 1, n do
     local hash = KEYS[3 * i - 2]
-    if holders[i][1] then
+    if holders[i] then
         reenter(hash, ARGV[1], ARGV[2])
         reply[i + 1] = tonumber(holders[i][2])
     else

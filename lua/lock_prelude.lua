@@ -1,26 +1,23 @@
--- lock_prelude: how a lock is granted and re-entered, and the fair lock's waiting queue;
--- prepended to the lock scripts that need them, so this logic lives once. Not an operation of
--- its own.
+-- lock_prelude: how a lock is granted and re-entered; prepended to the lock scripts that need
+-- it, so this logic lives once. Not an operation of its own.
 --
 -- Layout of the lock hash: owner = <owner id>, count = <holds>, token = <fencing token>,
 -- a:<attempt id> = 1 for every live hold ('fixed' once lock_set_lease fixed its lease). The
--- fence is a counter that never expires.
---
--- Layout of the queue (fair lock only):
---   queue      sorted set: waiter id -> arrival order (server microseconds, kept strictly
---              increasing), so the first member is the head
---   deadlines  sorted set: waiter id -> server ms after which the waiter counts as dead; every
---              attempt of a live waiter pushes it on (its heartbeat)
--- Each waiter has its own wake-up channel, <wake prefix><waiter id>: a release wakes only the
--- head, never the herd.
+-- hash exists exactly while the lock is held: the last release deletes it. The fence is a
+-- counter that never expires.
 
--- Fails with WRONGTYPE when `hash` holds something that is not a lock (a hash without an
--- owner is foreign data: redisync deletes a lock's hash with its last hold). Called before
--- anything is written.
-local function check_lock_hash(hash)
-    if not redis.call('HGET', hash, 'owner') and redis.call('EXISTS', hash) == 1 then
+-- Reads who holds `hash`: nil when the lock is free, else {owner, token}. One read answers
+-- both "is it free" and "is it a lock": HLEN fails with WRONGTYPE on a key of another type,
+-- and a hash without an owner is foreign data.
+local function lock_holder(hash)
+    if redis.call('HLEN', hash) == 0 then
+        return nil
+    end
+    local holder = redis.call('HMGET', hash, 'owner', 'token')
+    if not holder[1] then
         error({err = 'WRONGTYPE the lock key holds foreign data'})
     end
+    return holder
 end
 
 -- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token.
@@ -38,76 +35,24 @@ end
 local function reenter(hash, lease_ms, attempt)
     local count = redis.call('HINCRBY', hash, 'count', 1)
     redis.call('HSET', hash, 'a:' .. attempt, 1)
-    if redis.call('PTTL', hash) < tonumber(lease_ms) then
-        redis.call('PEXPIRE', hash, lease_ms)
-    end
+    redis.call('PEXPIRE', hash, lease_ms, 'GT')
     return count
 end
 
--- Server time in microseconds: the order and deadlines of waiters from many machines are
--- judged by Redis's clock, never a client's.
-local function now_us()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- Removes every waiter whose heartbeat stopped, wherever it stands in the queue (in batches:
--- after a stall of Redis, thousands of deadlines may pass at once, more than Lua can unpack),
--- and a head that has no deadline at all (the two sets got out of step, say by eviction), so
--- that no dead waiter can block the queue. Every fair script calls this before it writes
--- anything: it also fails with WRONGTYPE on foreign data before any change is made.
-local function tidy_queue(queue, deadlines, now_ms)
-    local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
-    for first = 1, #dead, 1000 do
-        redis.call('ZREM', queue, unpack(dead, first, math.min(first + 999, #dead)))
+-- Gives back the hold of attempt `attempt`. Returns 1 when the lock became free (the hash is
+-- deleted), 0 when the owner still holds it through other holds, -1 when the attempt holds
+-- nothing (its hold expired or was force-unlocked, or it never got one).
+local function release_hold(hash, attempt)
+    local field = 'a:' .. attempt
+    local hold = redis.call('HMGET', hash, field, 'count')
+    if not hold[1] then
+        return -1
     end
-    if #dead > 0 then
-        redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_ms)
+    if tonumber(hold[2]) <= 1 then
+        redis.call('DEL', hash)
+        return 1
     end
-    while true do
-        local head = redis.call('ZRANGE', queue, 0, 0)[1]
-        if not head or redis.call('ZSCORE', deadlines, head) then
-            return
-        end
-        redis.call('ZREM', queue, head)
-    end
+    redis.call('HDEL', hash, field)
+    redis.call('HINCRBY', hash, 'count', -1)
+    return 0
 end
-
--- Adds `waiter` at the tail of the queue, or keeps its place; either way it counts as alive
--- for `place_ms` more. Both keys expire with the last live waiter's place, so the waiters of
--- crashed processes leave nothing behind even if nobody touches the lock again.
-local function join_queue(queue, deadlines, waiter, now, place_ms)
-    if not redis.call('ZSCORE', queue, waiter) then
-        local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-        local order = now
-        if tail[2] and tonumber(tail[2]) >= order then
-            order = tonumber(tail[2]) + 1
-        end
-        redis.call('ZADD', queue, order, waiter)
-    end
-    redis.call('ZADD', deadlines, math.floor(now / 1000) + place_ms, waiter)
-    for _, key in ipairs({queue, deadlines}) do
-        if redis.call('PTTL', key) < place_ms then
-            redis.call('PEXPIRE', key, place_ms)
-        end
-    end
-end
-
-local function leave_queue(queue, deadlines, waiter)
-    redis.call('ZREM', queue, waiter)
-    redis.call('ZREM', deadlines, waiter)
-end
-
--- The waiter whose turn it is, or nil when nobody waits.
-local function head_waiter(queue)
-    return redis.call('ZRANGE', queue, 0, 0)[1]
-end
-
--- Tells the head waiter (only) that the lock is free.
-local function wake_head(queue, wake_prefix)
-    local head = head_waiter(queue)
-    if head then
-        redis.call('PUBLISH', wake_prefix .. head, 'released')
-    end
-end
-

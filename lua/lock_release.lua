@@ -1,49 +1,37 @@
--- lock_release: give back the hold one acquire attempt got, if it got one; idempotent. For
--- the fair lock, also take the attempt's waiter out of the queue.
+-- lock_release: give back the hold one acquire attempt got, if it got one. (Prefixed with
+-- lock_prelude.lua and wake_prelude.lua.)
 --
--- Used by unlock, by a dropped guard, and by an acquire whose caller went away (whether or not
--- Redis has run that acquire yet).
+-- Used by unlock and by a dropped guard (with no record: ARGV[2] = 0), and by an acquire whose
+-- caller went away, whether or not Redis has run that acquire yet (with a record).
 --
--- KEYS[1]  lock hash   {owner, count, token, a:<attempt id> = 1 for every live hold}
--- KEYS[2]  attempt record: the result of the first release of this attempt, so that a retry
---          after a lost reply gets the same answer instead of releasing twice; its existence
---          also forbids a late acquire of this attempt from granting or queueing (see
---          lock_acquire)
--- KEYS[3]  (fair lock only) queue of waiters, see lock_prelude
--- KEYS[4]  (fair lock only) waiter deadlines, see lock_prelude
--- ARGV[1]  attempt id whose hold to give back (for the fair lock also the waiter id)
--- ARGV[2]  channel to publish on when the lock becomes free; for the fair lock, the wake-up
---          channel prefix of waiters, and only the head waiter is woken
--- ARGV[3]  how long to keep the attempt record, in ms
+-- KEYS[1]  lock hash (layout in lock_prelude)
+-- KEYS[2]  attempt record: the result of the first release of this attempt, so that a repeat
+--          gets the same answer; its existence also forbids a late acquire of this attempt
+--          from granting (see lock_acquire). Only written when ARGV[2] > 0.
+-- KEYS[3]  waiting clients (see wake_prelude)
+-- ARGV[1]  attempt id whose hold to give back
+-- ARGV[2]  how long to keep the attempt record, in ms; 0 = keep none. A guard's release needs
+--          none: its acquire was answered, so no late acquire of the attempt exists, and the
+--          client judges a repeat that finds nothing (see Confirmed in redisync-core). So the
+--          hot path leaves nothing in Redis, whatever the rate of releases.
 --
--- Returns 1 when the lock became free (waiters are woken), 0 when the hold was given back and
--- the owner still holds the lock through other holds, -1 when the attempt holds nothing (its
--- hold expired or was force-unlocked, or it never got one): nothing else is changed, except
--- that a fair waiter leaves the queue.
+-- Returns 1 when the lock became free (the client that has waited longest is woken, if any
+-- waits), 0 when the hold was given back and the owner still holds the lock through other
+-- holds, -1 when the attempt holds nothing (its hold expired or was force-unlocked, it never
+-- got one, or this is a repeat of a release without a record).
 
-local recorded = redis.call('GET', KEYS[2])
-if recorded then
-    return tonumber(recorded)
-end
-if KEYS[3] then
-    tidy_queue(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
-end
-local result = -1
-if redis.call('HDEL', KEYS[1], 'a:' .. ARGV[1]) == 1 then
-    result = 0
-    if redis.call('HINCRBY', KEYS[1], 'count', -1) <= 0 then
-        redis.call('DEL', KEYS[1])
-        result = 1
+local remember = ARGV[2] ~= '0'
+if remember then
+    local recorded = redis.call('GET', KEYS[2])
+    if recorded then
+        return tonumber(recorded)
     end
 end
-if KEYS[3] then
-    leave_queue(KEYS[3], KEYS[4], ARGV[1])
-    -- Also when a waiter that was woken gives up: the next one must not sleep on.
-    if redis.call('EXISTS', KEYS[1]) == 0 then
-        wake_head(KEYS[3], ARGV[2])
-    end
-elseif result == 1 then
-    redis.call('PUBLISH', ARGV[2], 'released')
+local result = release_hold(KEYS[1], ARGV[1])
+if result == 1 then
+    wake_next_waiter(KEYS[3], 16)
 end
-redis.call('SET', KEYS[2], result, 'PX', ARGV[3])
+if remember then
+    redis.call('SET', KEYS[2], result, 'PX', ARGV[2])
+end
 return result

@@ -23,9 +23,7 @@ for i, key in ipairs(KEYS) do
     elseif holder[3] == 'fixed' then
         results[i] = -1 - math.max(redis.call('PTTL', key), 0)
     else
-        if redis.call('PTTL', key) < lease then
-            redis.call('PEXPIRE', key, lease)
-        end
+        redis.call('PEXPIRE', key, lease, 'GT')
         results[i] = 1
     end
 end

@@ -486,7 +486,7 @@ async fn every_lock_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:wake")],
+        channels: vec![format!("redisync:{{{name}}}:wake:{}", c.id())],
         calls: vec![
             call!("lock", lock, got, |l| l.lock()),
             call!("lock_with_lease", lock, got, |l| l.lock_with_lease(LONG)),
@@ -703,8 +703,9 @@ async fn every_multi_lock_acquire_leaves_nothing_when_cut() {
         clients: vec![c.clone(), d.clone()],
         pattern: "redisync:{ml-*".to_owned(),
         channels: ["ml-a", "ml-b", "ml-c"]
-            .map(|n| format!("redisync:{{{n}}}:wake"))
-            .to_vec(),
+            .iter()
+            .flat_map(|n| [&c, &d].map(|x| format!("redisync:{{{n}}}:wake:{}", x.id())))
+            .collect(),
         calls: vec![
             call!("lock (two clients)", multi, got, |m| m.lock()),
             call!("lock (one client)", single, got, |m| m.lock()),

@@ -256,8 +256,8 @@ async fn reentrant_lock_reenters_and_hands_over_between_clients_on_every_master(
         assert!(other.try_lock().await.expect("try_lock").is_none());
         assert!(other.is_locked().await.expect("is_locked"));
         let waiter = tokio::spawn(async move { other.lock().await });
-        await_shard_subscriber(&cluster, master, &wake_channel(&name)).await;
-        let mut listener = ShardListener::new(&cluster, master, &wake_channel(&name));
+        await_shard_subscriber(&cluster, master, &wake_channel(&name, &b)).await;
+        let mut listener = ShardListener::new(&cluster, master, &wake_channel(&name, &b));
         again.unlock().await.expect("unlock the re-entry");
         assert_still_waiting("the other client's waiter", ms(200), &waiter).await;
         let first_token = first.fencing_token();
@@ -745,7 +745,7 @@ async fn with_a_cluster_of_its_own_a_wake_up_goes_over_sharded_pub_sub_to_one_sh
         cluster_client(&cluster).await,
     );
     let (master, name) = names_on_each_master(&cluster, "sharded", 1).remove(0);
-    let channel = wake_channel(&name);
+    let channel = wake_channel(&name, &b);
     let shard: Vec<usize> = std::iter::once(master)
         .chain(cluster.replicas_of(master))
         .collect();
@@ -1089,7 +1089,7 @@ async fn with_a_cluster_of_its_own_replica_sync_waits_for_the_replica_of_the_own
 /// "Redis Cluster" section lists.
 const CLUSTER_RULES: &str = "on >s3cret resetkeys ~redisync:* resetchannels &redisync:* -@all \
     +evalsha +script|load +ping +subscribe +unsubscribe +hello +select \
-    +decr +decrby +del +exists +get +hdel +hexists +hget +hgetall +hincrby +hmget +hset +incr \
+    +decr +decrby +del +exists +get +hdel +hexists +hget +hgetall +hincrby +hlen +hmget +hset +incr \
     +incrby +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
     +zrangebyscore +zrem +zremrangebyscore +zscore \
     +eval +cluster|slots +asking +spublish +ssubscribe +sunsubscribe";
@@ -1123,7 +1123,7 @@ async fn a_user_with_the_documented_cluster_rules_can_lock_and_wait() {
         .await
         .expect("connect as the restricted user");
     let (master, name) = names_on_each_master(&cluster, "acl", 1).remove(1);
-    let channel = wake_channel(&name);
+    let channel = wake_channel(&name, &b);
 
     // A contended lock (30 s lease), handed over by a sharded wake-up.
     let guard = a.lock(&name).lock().await.expect("lock");

@@ -710,11 +710,11 @@ async fn contended_locking_through_a_graceful_failover() {
 async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
     let cluster = start_cluster(&[]).await;
     let name = "handover";
-    let channel = wake_channel(name);
     let old_master = cluster.master_for_key(&lock_key(name));
     let replica = cluster.replica_of(old_master).expect("a replica");
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
     let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let channel = wake_channel(name, &b);
     let guard = a.lock(name).lock().await.expect("lock");
     let waiter = spawn_lock_waiter(&b, name);
     eventually("the waiter subscribed", SETTLE, || {
@@ -758,11 +758,11 @@ async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
 async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() {
     let cluster = start_cluster(&["--cluster-require-full-coverage", "no"]).await;
     let name = "survivor";
-    let channel = wake_channel(name);
     let victim = cluster.master_for_key(&lock_key(name));
     let command_timeout = ms(1000);
     let a = cluster_client(&cluster, command_timeout, ms(30_000)).await;
     let b = cluster_client(&cluster, command_timeout, ms(30_000)).await;
+    let channel = wake_channel(name, &b);
     let guard = a.lock(name).lock().await.expect("lock");
     // The grant must survive the kill.
     cluster.cmd_on(victim, &["WAIT", "1", "5000"]);
@@ -839,7 +839,7 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
     let subscribed = |cluster: &RedisCluster| {
         names
             .iter()
-            .all(|name| shard_subscribers(cluster, 0, &wake_channel(name)) >= 1)
+            .all(|name| shard_subscribers(cluster, 0, &wake_channel(name, &b)) >= 1)
     };
     eventually("both waiters subscribed", SETTLE, || subscribed(&cluster)).await;
 
@@ -852,7 +852,7 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
         "the waiters were not subscribed again within 5 s: subscribers {:?}, {:?}",
         names
             .iter()
-            .map(|name| shard_subscribers(&cluster, 0, &wake_channel(name)))
+            .map(|name| shard_subscribers(&cluster, 0, &wake_channel(name, &b)))
             .collect::<Vec<_>>(),
         b.local_state()
     );
@@ -892,11 +892,11 @@ async fn a_waiter_and_a_hold_follow_a_slot_migration() {
         .into_iter()
         .find(|&m| m != source)
         .expect("another primary");
-    let channel = wake_channel(name);
 
     // Long leases: the waiter can only be woken in time by a message.
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
     let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let channel = wake_channel(name, &b);
     let short_lease = ms(1000);
     let c = cluster_client(&cluster, ms(1000), short_lease).await;
     let a_guard = a.lock(name).lock().await.expect("lock");
@@ -1254,8 +1254,8 @@ async fn a_paused_primary_fails_only_its_own_waiters() {
     let x_waiter = spawn_lock_waiter(&b, &x);
     let y_waiter = spawn_lock_waiter(&b, &y);
     eventually("both waiters subscribed", SETTLE, || {
-        shard_subscribers(&cluster, x_master, &wake_channel(&x)) >= 1
-            && shard_subscribers(&cluster, y_master, &wake_channel(&y)) >= 1
+        shard_subscribers(&cluster, x_master, &wake_channel(&x, &b)) >= 1
+            && shard_subscribers(&cluster, y_master, &wake_channel(&y, &b)) >= 1
     })
     .await;
     tokio::time::sleep(ms(100)).await;
@@ -1308,7 +1308,7 @@ async fn a_paused_primary_fails_only_its_own_waiters() {
     assert_eq!(cluster.master_for_key(&lock_key(&x)), x_master);
     let x_waiter = spawn_lock_waiter(&b, &x);
     eventually("the waiter subscribed again", SETTLE, || {
-        shard_subscribers(&cluster, x_master, &wake_channel(&x)) >= 1
+        shard_subscribers(&cluster, x_master, &wake_channel(&x, &b)) >= 1
     })
     .await;
     let released = Instant::now();

@@ -779,7 +779,7 @@ async fn f2_killed_holder_frees_lock_and_permit_within_lease() {
         (guard, Instant::now())
     });
     eventually("the waiter is subscribed", SETTLE, || {
-        server.numsub(&wake_channel(name)) == 1
+        server.numsub(&wake_channel(name, &client)) == 1
     })
     .await;
     holder.sigkill();
@@ -877,7 +877,8 @@ async fn f4_restart_without_persistence_holders_learn_waiters_recover() {
     let blocking = tokio::spawn(timed(hold(waiter_client.lock(name), false)));
     let bounded = tokio::spawn(timed(hold(other_client.lock(name), true)));
     eventually("both waiters are subscribed", SETTLE, || {
-        server.numsub(&wake_channel(name)) == 2
+        server.numsub(&wake_channel(name, &waiter_client)) == 1
+            && server.numsub(&wake_channel(name, &other_client)) == 1
     })
     .await;
 
@@ -1123,7 +1124,6 @@ async fn f7_cut_pubsub_waiters_still_acquire_after_release() {
     let server = RedisServer::start();
     let proxy = ChaosProxy::start(&server);
     let name = "f7";
-    let channel = wake_channel(name);
     // The holder's lease is long: only a wake-up, never an expiry, can get the waiters going.
     let holder_client = build_client(&server.url(), Duration::from_secs(30), ms(2000)).await;
     let mut waiter_clients = Vec::new();
@@ -1131,6 +1131,13 @@ async fn f7_cut_pubsub_waiters_still_acquire_after_release() {
         waiter_clients.push(build_client(&proxy.url(), Duration::from_secs(30), ms(2000)).await);
     }
     let holder = holder_client.lock(name);
+    // Each waiting client listens on a channel of its own.
+    let subscribed = || -> u64 {
+        waiter_clients
+            .iter()
+            .map(|client| server.numsub(&wake_channel(name, client)))
+            .sum()
+    };
 
     let mut report = Vec::new();
     for resubscribed_first in [true, false] {
@@ -1149,17 +1156,14 @@ async fn f7_cut_pubsub_waiters_still_acquire_after_release() {
             })
             .collect();
         eventually("the three waiters are subscribed", SETTLE, || {
-            server.numsub(&channel) == 3
+            subscribed() == 3
         })
         .await;
 
         let cut = proxy.cut_pubsub();
         assert_eq!(cut, 3, "one pub/sub connection per waiting client");
         if resubscribed_first {
-            eventually("the hubs resubscribe", SETTLE, || {
-                server.numsub(&channel) == 3
-            })
-            .await;
+            eventually("the hubs resubscribe", SETTLE, || subscribed() == 3).await;
         }
         let released_at = Instant::now();
         held.unlock().await.unwrap();
@@ -1184,7 +1188,7 @@ async fn f7_cut_pubsub_waiters_still_acquire_after_release() {
     }
     println!("F7 cut pub/sub (lock): {}", report.join("; "));
     eventually("nothing is subscribed any more", SETTLE, || {
-        server.numsub(&channel) == 0
+        subscribed() == 0
     })
     .await;
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{cut_after, cut_at_await, eventually, int, ms, zcard};
+use common::{cut_after, cut_at_await, eventually, int, ms, wake_subscribers, zcard};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -1169,10 +1169,6 @@ fn lock_key(name: &str) -> String {
     format!("redisync:{{{name}}}:lock")
 }
 
-fn wake_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:wake")
-}
-
 /// Exclusion and token order per lock name, as the holders saw them.
 struct LockBook {
     holders: HashMap<String, AtomicI64>,
@@ -1338,11 +1334,10 @@ async fn multi_lock_run(
             .violation(format!("locks still held at quiescence: {held:?}"));
     }
     for name in MULTI_NAMES {
-        let channel = wake_channel(name);
         eventually(
-            format_args!("nobody is subscribed to {channel}"),
+            format_args!("nobody is subscribed to the wake-ups of {name}"),
             SETTLE,
-            || server.numsub(&channel) == 0,
+            || wake_subscribers(server, name) == 0,
         )
         .await;
     }

@@ -5,10 +5,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with_watchdog, exists, lock_key};
+use common::{client, client_with_watchdog, exists, lock_key, wake_channel};
 use redisync::prelude::*;
 use redisync::LocalState;
-use redisync_test_harness::{wait_until, RedisServer};
+use redisync_test_harness::{wait_until, ChaosProxy, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_excludes_across_two_clients() {
@@ -45,8 +45,8 @@ async fn waiter_wakes_within_100ms_of_unlock() {
             acquired_at
         });
         // Wait until the waiter is really parked (subscribed) before releasing.
-        let channel = "redisync:{wake}:wake";
-        assert!(wait_until(Duration::from_secs(5), || server.numsub(channel) == 1).await);
+        let channel = wake_channel("wake", &b);
+        assert!(wait_until(Duration::from_secs(5), || server.numsub(&channel) == 1).await);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let released_at = Instant::now();
         guard.unlock().await.unwrap();
@@ -234,7 +234,7 @@ async fn force_unlock_wakes_waiters_and_marks_the_guard_lost() {
     let task = tokio::spawn(async move { waiter.lock().await.map(|g| g.fencing_token()) });
     assert!(
         wait_until(Duration::from_secs(5), || server
-            .numsub("redisync:{forced}:wake")
+            .numsub(&wake_channel("forced", &b))
             == 1)
         .await
     );
@@ -322,10 +322,9 @@ async fn introspection_reports_lease_and_owner() {
 }
 
 #[tokio::test]
-async fn release_retried_after_a_lost_reply_neither_releases_twice_nor_reports_not_owner() {
-    // Runs the release script exactly as the client does, twice with one request id, with a
-    // new holder taking the lock in between: the retry must answer as the first call did and
-    // leave the new holder alone.
+async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_record() {
+    // Runs the release script exactly as the client does, twice with one attempt id, with a
+    // new holder taking the lock in between.
     let server = RedisServer::start();
     let a = client(&server).await;
     let b = client(&server).await;
@@ -341,29 +340,105 @@ async fn release_retried_after_a_lost_reply_neither_releases_twice_nor_reports_n
         .expect("the hold records its acquire attempt")
         .to_owned();
     let record = format!("redisync:{{retry}}:attempt:{attempt}");
-    let script = redis::Script::new(include_str!("../../lua/lock_release.lua"));
-    let release = |conn: &mut redis::Connection| -> i64 {
+    let script = redis::Script::new(concat!(
+        include_str!("../../lua/lock_prelude.lua"),
+        include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/lock_release.lua")
+    ));
+    let release = |conn: &mut redis::Connection, remember_ms: u64| -> i64 {
         script
             .key(lock_key("retry"))
             .key(&record)
+            .key("redisync:{retry}:waiters")
             .arg(&attempt)
-            .arg("redisync:{retry}:wake")
+            .arg(remember_ms)
+            .invoke(conn)
+            .unwrap()
+    };
+    // A guard's release keeps no record: a repeat finds nothing to give back, says so, and
+    // leaves the newer holder alone.
+    assert_eq!(release(&mut conn, 0), 1);
+    assert!(
+        !exists(&server, &record),
+        "a guard's release keeps no record"
+    );
+    let newer = b.lock("retry").lock().await.unwrap();
+    assert_eq!(release(&mut conn, 0), -1);
+    assert!(b.lock("retry").is_locked().await.unwrap());
+    // The give-back of an acquire whose outcome is unknown keeps one, and a repeat gets the
+    // first answer.
+    newer.unlock().await.unwrap();
+    let again = a.lock("retry").lock().await.unwrap();
+    let mut conn = server.connection();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(lock_key("retry"))
+        .query(&mut conn)
+        .unwrap();
+    let second = fields
+        .iter()
+        .find_map(|f| f.strip_prefix("a:"))
+        .expect("the hold records its acquire attempt")
+        .to_owned();
+    let second_record = format!("redisync:{{retry}}:attempt:{second}");
+    let give_back = |conn: &mut redis::Connection| -> i64 {
+        script
+            .key(lock_key("retry"))
+            .key(&second_record)
+            .key("redisync:{retry}:waiters")
+            .arg(&second)
             .arg(10_000)
             .invoke(conn)
             .unwrap()
     };
-    assert_eq!(release(&mut conn), 1);
-    let newer = b.lock("retry").lock().await.unwrap();
-    assert_eq!(release(&mut conn), 1, "the retry reports the first outcome");
-    assert!(
-        b.lock("retry").is_locked().await.unwrap(),
-        "the retry did not release again"
+    assert_eq!(give_back(&mut conn), 1);
+    let newest = b.lock("retry").lock().await.unwrap();
+    assert_eq!(
+        give_back(&mut conn),
+        1,
+        "the repeat reports the first outcome"
     );
-    // The guard's own unlock is one more retry of the same release: it succeeds, and still
-    // leaves the newer hold alone.
-    guard.unlock().await.unwrap();
     assert!(b.lock("retry").is_locked().await.unwrap());
-    newer.unlock().await.unwrap();
+    drop(again);
+    newest.unlock().await.unwrap();
+}
+
+/// A release whose reply is lost with its connection is sent again; the repeat finds the
+/// hold already given back by the first try, and the caller is told the truth: released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_repeated_after_a_broken_connection_reports_released() {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let c = Client::builder(proxy.url())
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    // Redis knows the release script from then on: a NOSCRIPT answer would be dropped too.
+    c.lock("repeat")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let guard = c.lock("repeat").lock().await.unwrap();
+    proxy.drop_replies(true);
+    let unlock = tokio::spawn(guard.unlock());
+    assert!(
+        wait_until(Duration::from_secs(4), || !exists(
+            &server,
+            &lock_key("repeat")
+        ))
+        .await,
+        "the release ran in Redis"
+    );
+    assert!(proxy.drop_replies(false) >= 1, "its connection broke");
+    unlock
+        .await
+        .unwrap()
+        .expect("the repeat of a release that ran is no NotOwner");
+    let records = server.cmd(&["KEYS", "redisync:{repeat}:attempt:*"]);
+    assert_eq!(records, redis::Value::Array(vec![]), "no record is kept");
 }
 
 #[tokio::test]
@@ -517,7 +592,7 @@ async fn blocked_waiters_fail_promptly_when_redis_stops_answering() {
         .collect();
     assert!(
         wait_until(Duration::from_secs(5), || server
-            .numsub("redisync:{outage}:wake")
+            .numsub(&wake_channel("outage", &b))
             == 1)
         .await
     );

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     cut_after, cut_at_await, eventually, exists, is_outage, lock_key, ms, text, wake_channel,
+    wake_subscribers,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -128,13 +129,12 @@ async fn assert_nothing_left(
     );
     flush_client_connections(probe).await;
     let name = probe.name();
-    let channel = wake_channel(name);
     match holder {
         Some(holder) => {
             eventually(
                 format_args!("no subscriber is left after {what}"),
                 SETTLE,
-                || server.numsub(&channel) == 0,
+                || wake_subscribers(server, name) == 0,
             )
             .await;
             assert_held_once_by(server, name, holder);
@@ -144,7 +144,7 @@ async fn assert_nothing_left(
             eventually(
                 format_args!("no hold and no subscriber are left after {what}"),
                 SETTLE,
-                || !exists(server, &key) && server.numsub(&channel) == 0,
+                || !exists(server, &key) && wake_subscribers(server, name) == 0,
             )
             .await;
         }
@@ -318,7 +318,7 @@ async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restar
         (outcome, Instant::now())
     });
     eventually("the blocked waiter is subscribed", SETTLE, || {
-        client.stats().contended_waits == 1 && server.numsub(&wake_channel(busy)) == 1
+        client.stats().contended_waits == 1 && server.numsub(&wake_channel(busy, &client)) == 1
     })
     .await;
 
@@ -391,7 +391,7 @@ async fn redis_killed_calls_fail_within_command_timeout_and_recover_after_restar
     let waiter = client.lock(busy);
     let waiter_task = tokio::spawn(async move { waiter.lock().await });
     eventually("the waiter subscribes after the restart", SETTLE, || {
-        server.numsub(&wake_channel(busy)) == 1
+        server.numsub(&wake_channel(busy, &client)) == 1
     })
     .await;
     let released_at = Instant::now();
@@ -544,13 +544,13 @@ async fn uncontended_lock_and_unlock_send_exactly_two_commands() {
     let waiter = client.lock(name);
     let waiter = tokio::spawn(async move { waiter.lock().await });
     eventually("the waiter is subscribed", SETTLE, || {
-        server.numsub(&wake_channel(name)) == 1
+        server.numsub(&wake_channel(name, &client)) == 1
     })
     .await;
     held.unlock().await.unwrap();
     waiter.await.unwrap().unwrap().unlock().await.unwrap();
     eventually("the waiter has unsubscribed", SETTLE, || {
-        server.numsub(&wake_channel(name)) == 0
+        wake_subscribers(&server, name) == 0
     })
     .await;
 
@@ -672,7 +672,7 @@ async fn requests_per_handoff(tasks: usize) -> f64 {
     );
     assert_eq!(client.local_state(), LocalState::default());
     eventually("nothing is subscribed any more", SETTLE, || {
-        server.numsub(&wake_channel(name)) == 0
+        wake_subscribers(&server, name) == 0
     })
     .await;
     assert!(!exists(&server, &lock_key(name)));
@@ -768,7 +768,6 @@ async fn three_clients_sixteen_tasks_count_exactly_with_increasing_fencing_token
 async fn pubsub_connection_killed_waiters_still_wake() {
     let server = RedisServer::start();
     let name = "resubscribe";
-    let channel = wake_channel(name);
     let lease = Duration::from_secs(30);
     let holder_client = Client::builder(server.url())
         .watchdog_timeout(lease)
@@ -795,7 +794,8 @@ async fn pubsub_connection_killed_waiters_still_wake() {
             (guard, Instant::now())
         });
         eventually("the waiter is subscribed", SETTLE, || {
-            waiter_client.stats().contended_waits > waits && server.numsub(&channel) == 1
+            waiter_client.stats().contended_waits > waits
+                && server.numsub(&wake_channel(name, &waiter_client)) == 1
         })
         .await;
 
@@ -811,7 +811,7 @@ async fn pubsub_connection_killed_waiters_still_wake() {
                 .cmd("DEL")
                 .arg(lock_key(name))
                 .cmd("PUBLISH")
-                .arg(&channel)
+                .arg(wake_channel(name, &waiter_client))
                 .arg("released")
                 .query(&mut con)
                 .unwrap();
@@ -826,7 +826,7 @@ async fn pubsub_connection_killed_waiters_still_wake() {
                 "CLIENT KILL TYPE pubsub: {killed:?}"
             );
             eventually("the hub resubscribes", SETTLE, || {
-                server.numsub(&channel) == 1
+                server.numsub(&wake_channel(name, &waiter_client)) == 1
             })
             .await;
             released_at = Instant::now();
@@ -847,7 +847,7 @@ async fn pubsub_connection_killed_waiters_still_wake() {
     }
     assert_eq!(waiter_client.local_state(), LocalState::default());
     eventually("nothing is subscribed any more", SETTLE, || {
-        server.numsub(&channel) == 0
+        wake_subscribers(&server, name) == 0
     })
     .await;
 }

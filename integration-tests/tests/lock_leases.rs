@@ -168,14 +168,18 @@ async fn acquire_stalled_past_its_grace_never_leaves_a_hold_behind() {
 async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let (hash, fence, channel) = (
+    let (hash, fence, waiters, channel) = (
         lock_key("late"),
         "redisync:{late}:fence",
-        "redisync:{late}:wake",
+        "redisync:{late}:waiters",
+        "redisync:{late}:wake:client-1",
     );
     let record = "redisync:{late}:attempt:client-1:7";
-    // The scripts as the lock crate embeds them: each after the shared prelude.
-    let prelude = include_str!("../../lua/lock_prelude.lua");
+    // The scripts as the lock crate embeds them: each after the shared preludes.
+    let prelude = concat!(
+        include_str!("../../lua/lock_prelude.lua"),
+        include_str!("../../lua/wake_prelude.lua")
+    );
     let release = redis::Script::new(&format!(
         "{prelude}{}",
         include_str!("../../lua/lock_release.lua")
@@ -188,34 +192,37 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     let given_back: i64 = release
         .key(&hash)
         .key(record)
+        .key(waiters)
         .arg("client-1:7")
-        .arg(channel)
         .arg(60_000)
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(given_back, -1);
     // Then Redis runs the acquire itself: it must refuse to grant.
-    let late: Vec<i64> = acquire
-        .key(&hash)
-        .key(fence)
-        .key(record)
-        .arg("client-1:owner")
-        .arg(30_000)
-        .arg("client-1:7")
-        .invoke(&mut conn)
-        .unwrap();
+    let acquire_call = |attempt: &str, record: &str, conn: &mut redis::Connection| -> Vec<i64> {
+        acquire
+            .key(&hash)
+            .key(fence)
+            .key(record)
+            .key(waiters)
+            .arg("client-1:owner")
+            .arg(30_000)
+            .arg(attempt)
+            .arg(channel)
+            .arg(20_000)
+            .arg("0")
+            .invoke(conn)
+            .unwrap()
+    };
+    let late = acquire_call("client-1:7", record, &mut conn);
     assert_eq!(late, vec![-1]);
     assert!(!exists(&server, &hash));
     // Any other attempt still works.
-    let fresh: Vec<i64> = acquire
-        .key(&hash)
-        .key(fence)
-        .key("redisync:{late}:attempt:client-1:8")
-        .arg("client-1:owner")
-        .arg(30_000)
-        .arg("client-1:8")
-        .invoke(&mut conn)
-        .unwrap();
+    let fresh = acquire_call(
+        "client-1:8",
+        "redisync:{late}:attempt:client-1:8",
+        &mut conn,
+    );
     assert_eq!(fresh, vec![1, 1, 1]);
 }
 

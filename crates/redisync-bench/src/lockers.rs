@@ -24,6 +24,12 @@ pub enum Contender {
     /// Raw redis-rs: `SET key token NX PX` to take, one EVALSHA compare-and-delete to release,
     /// on the same connection type as redisync; no library logic. Retries at once when busy.
     Floor,
+    /// The floor of waiting by polling: the floor's commands, sleeping 1 ms between tries.
+    PollingFloor,
+    /// The floor of waiting on pub/sub: a waiter subscribes to the lock's channel and tries
+    /// `SET NX PX` again on every message; the release is one script that compare-and-deletes
+    /// and PUBLISHes.
+    PubSubFloor,
     Redisync,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
@@ -38,8 +44,45 @@ pub enum Contender {
 }
 
 impl Contender {
+    /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
     pub const LOCKS: [Contender; 7] = [
         Contender::Floor,
+        Contender::Redisync,
+        Contender::RedisyncFair,
+        Contender::RslockDefault,
+        Contender::RslockBest,
+        Contender::RedisLockDefault,
+        Contender::RedisLockBest,
+    ];
+
+    /// Every contender, in the order the charts give out colours.
+    pub const ALL: [Contender; 9] = [
+        Contender::Floor,
+        Contender::Redisync,
+        Contender::RedisyncFair,
+        Contender::RslockDefault,
+        Contender::RslockBest,
+        Contender::RedisLockDefault,
+        Contender::RedisLockBest,
+        Contender::PollingFloor,
+        Contender::PubSubFloor,
+    ];
+
+    /// Scenario 2 (contended): waiting matters, so the floor that spins is left out.
+    pub const CONTENDED: [Contender; 7] = [
+        Contender::PollingFloor,
+        Contender::Redisync,
+        Contender::RedisyncFair,
+        Contender::RslockDefault,
+        Contender::RslockBest,
+        Contender::RedisLockDefault,
+        Contender::RedisLockBest,
+    ];
+
+    /// Scenario 2b (hand-off with one waiter).
+    pub const HANDOFF: [Contender; 8] = [
+        Contender::PubSubFloor,
+        Contender::PollingFloor,
         Contender::Redisync,
         Contender::RedisyncFair,
         Contender::RslockDefault,
@@ -51,6 +94,8 @@ impl Contender {
     pub fn name(self) -> &'static str {
         match self {
             Contender::Floor => "floor (raw redis-rs)",
+            Contender::PollingFloor => "polling floor (1 ms sleep)",
+            Contender::PubSubFloor => "pub/sub floor (raw redis-rs)",
             Contender::Redisync => "redisync",
             Contender::RedisyncFair => "redisync FairLock",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
@@ -77,7 +122,7 @@ pub async fn lockers(
     let mut lockers: Vec<Box<dyn Locker>> = Vec::new();
     for c in 0..clients {
         match contender {
-            Contender::Floor => {
+            Contender::Floor | Contender::PollingFloor => {
                 let conn = redis::Client::open(url)
                     .expect("url")
                     .get_connection_manager()
@@ -87,6 +132,27 @@ pub async fn lockers(
                     lockers.push(Box::new(FloorLocker {
                         conn: conn.clone(),
                         key: name(c * per_client + t),
+                        token: format!("{c}:{t}"),
+                        pause: (contender == Contender::PollingFloor)
+                            .then_some(Duration::from_millis(1)),
+                    }));
+                }
+            }
+            Contender::PubSubFloor => {
+                let client = redis::Client::open(url).expect("url");
+                let conn = client.get_connection_manager().await.expect("connect");
+                for t in 0..per_client {
+                    let key = name(c * per_client + t);
+                    let channel = format!("{key}:released");
+                    // A subscription per task, kept for the locker's life: the simplest
+                    // correct waiter (subscribe first, then try, then wait).
+                    let mut pubsub = client.get_async_pubsub().await.expect("connect");
+                    pubsub.subscribe(&channel).await.expect("subscribe");
+                    lockers.push(Box::new(PubSubFloorLocker {
+                        conn: conn.clone(),
+                        pubsub,
+                        key,
+                        channel,
                         token: format!("{c}:{t}"),
                     }));
                 }
@@ -144,30 +210,86 @@ struct FloorLocker {
     conn: redis::aio::ConnectionManager,
     key: String,
     token: String,
+    /// Sleep between tries; `None` retries at once.
+    pause: Option<Duration>,
+}
+
+/// The floor's take: `SET key token NX PX lease`; true if taken.
+async fn set_nx(
+    conn: &mut redis::aio::ConnectionManager,
+    key: &str,
+    token: &str,
+) -> Result<bool, String> {
+    let taken: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(LEASE.as_millis() as u64)
+        .query_async(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(taken.is_some())
 }
 
 #[async_trait::async_trait]
 impl Locker for FloorLocker {
     async fn with_lock(&mut self, section: Section) -> Result<(), String> {
-        loop {
-            let taken: Option<String> = redis::cmd("SET")
-                .arg(&self.key)
-                .arg(&self.token)
-                .arg("NX")
-                .arg("PX")
-                .arg(LEASE.as_millis() as u64)
-                .query_async(&mut self.conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            if taken.is_some() {
-                break;
+        while !set_nx(&mut self.conn, &self.key, &self.token).await? {
+            match self.pause {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => tokio::task::yield_now().await,
             }
-            tokio::task::yield_now().await;
         }
         section.await;
         redis::Script::new(COMPARE_AND_DELETE)
             .key(&self.key)
             .arg(&self.token)
+            .invoke_async::<i64>(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// The pub/sub floor's release: compare-and-delete, and tell the waiters.
+const COMPARE_DELETE_PUBLISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0";
+
+/// How long a pub/sub floor waiter waits for a message before trying again anyway: only a
+/// lost message would make it matter, and none is lost on the benchmark's loopback.
+const PUBSUB_FLOOR_RECHECK: Duration = Duration::from_millis(100);
+
+struct PubSubFloorLocker {
+    conn: redis::aio::ConnectionManager,
+    pubsub: redis::aio::PubSub,
+    key: String,
+    channel: String,
+    token: String,
+}
+
+#[async_trait::async_trait]
+impl Locker for PubSubFloorLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        use futures_util::{FutureExt, StreamExt};
+        loop {
+            // Messages of releases before this try say nothing the try does not see (our own
+            // releases publish too): drop them, so that the wait below waits for a new one.
+            {
+                let mut messages = self.pubsub.on_message();
+                while let Some(Some(_)) = messages.next().now_or_never() {}
+            }
+            if set_nx(&mut self.conn, &self.key, &self.token).await? {
+                break;
+            }
+            let mut messages = self.pubsub.on_message();
+            let _ = tokio::time::timeout(PUBSUB_FLOOR_RECHECK, messages.next()).await;
+        }
+        section.await;
+        redis::Script::new(COMPARE_DELETE_PUBLISH)
+            .key(&self.key)
+            .arg(&self.token)
+            .arg(&self.channel)
             .invoke_async::<i64>(&mut self.conn)
             .await
             .map_err(|e| e.to_string())?;

@@ -5,11 +5,16 @@
 //! writes the same figures as JSON.
 //!
 //! ```sh
-//! cargo run --release -p redisync-bench                 # full run, a few minutes
+//! cargo run --release -p redisync-bench                 # full run, about 5 minutes
 //! cargo run --release -p redisync-bench -- --quick      # one short round, to try it out
-//! cargo run --release -p redisync-bench -- --json out.json
+//! cargo run --release -p redisync-bench -- --json out.json --charts docs/benchmarks
+//! cargo run --release -p redisync-bench -- --compare before.json   # before/after table
 //! ```
 
+mod alloc;
+mod charts;
+mod commands;
+mod compare;
 mod lockers;
 mod monitor;
 mod primitives;
@@ -19,14 +24,28 @@ mod scenarios;
 use std::time::{Duration, Instant};
 
 use lockers::Contender;
+use primitives::Op;
 use redisync_test_harness::RedisServer;
 use report::Scenario;
+
+/// Counts the heap while scenario 6 asks it to; otherwise the system allocator as it is.
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
+
+const USAGE: &str = "usage: redisync-bench [--quick] [--json PATH] [--charts DIR | --no-charts] \
+                     [--compare OLD.json] [--only SCENARIO]...";
 
 struct Settings {
     rounds: usize,
     cycles: usize,
     run: Duration,
+    /// Hand-offs measured per contender and round in scenario 2b.
+    handoffs: usize,
     json: String,
+    /// Where the SVG charts go; `None` draws none.
+    charts: Option<String>,
+    /// An older run's JSON to compare the headline figures with.
+    compare: Option<String>,
     /// Run only the scenarios whose numbers start with one of these ("1", "5c").
     only: Vec<String>,
 }
@@ -42,7 +61,10 @@ fn settings() -> Result<Settings, String> {
         rounds: 3,
         cycles: 2000,
         run: Duration::from_secs(3),
+        handoffs: 40,
         json: "target/bench.json".to_owned(),
+        charts: Some("docs/benchmarks".to_owned()),
+        compare: None,
         only: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
@@ -52,16 +74,20 @@ fn settings() -> Result<Settings, String> {
                 settings.rounds = 1;
                 settings.cycles = 300;
                 settings.run = Duration::from_secs(1);
+                settings.handoffs = 10;
             }
             "--json" => settings.json = args.next().ok_or("--json needs a path")?,
+            "--charts" => {
+                settings.charts = Some(args.next().ok_or("--charts needs a directory")?);
+            }
+            "--no-charts" => settings.charts = None,
+            "--compare" => {
+                settings.compare = Some(args.next().ok_or("--compare needs a JSON file")?);
+            }
             "--only" => settings
                 .only
                 .push(args.next().ok_or("--only needs a scenario number")?),
-            "--help" | "-h" => {
-                return Err(
-                    "usage: redisync-bench [--quick] [--json PATH] [--only SCENARIO]...".to_owned(),
-                );
-            }
+            "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
     }
@@ -109,10 +135,31 @@ fn machine() -> Vec<(String, String)> {
     ]
 }
 
+/// Reads and parses the `--compare` file before anything is measured, so that a wrong path
+/// costs seconds, not a whole run.
+fn read_compare(path: &str) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--compare {path}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("--compare {path}: not JSON: {e}"))
+}
+
+/// `order` rotated by `round`: contenders take turns going first, so that no one always runs
+/// on a cold or a hot machine.
+fn turn<T: Copy>(order: &[T], round: usize) -> Vec<T> {
+    let mut order = order.to_vec();
+    if !order.is_empty() {
+        let by = round % order.len();
+        order.rotate_left(by);
+    }
+    order
+}
+
 #[tokio::main]
 async fn main() {
-    let settings = match settings() {
-        Ok(settings) => settings,
+    let (settings, old) = match settings().and_then(|s| {
+        let old = s.compare.as_deref().map(read_compare).transpose()?;
+        Ok((s, old))
+    }) {
+        Ok(parsed) => parsed,
         Err(message) => {
             eprintln!("{message}");
             std::process::exit(2);
@@ -136,30 +183,57 @@ async fn main() {
     let mut all: Vec<Scenario> = Vec::new();
 
     let mut uncontended = Scenario::new(
+        "uncontended",
         "1. Uncontended lock + unlock",
-        "One task, one free lock; per cycle. Requests: commands the client sent, counted with \
-         MONITOR in a pass of their own (commands scripts run inside Redis are not requests).",
+        "One task, one free lock; per cycle. p50 vs floor: this p50 ÷ the floor's, in the same \
+         round. Requests: commands the client sent (MONITOR). Scripts and commands: `INFO \
+         commandstats` over the same 200 counted cycles, after `CONFIG RESETSTAT`; commands \
+         include the ones scripts ran inside Redis, and the last column lists them per cycle. \
+         The counted cycles are a pass of their own, apart from the timed ones.",
+    );
+    let mut ops = Scenario::new(
+        "primitive-ops",
+        "1b. Every primitive: one uncontended operation cycle",
+        "One task, one client, a free primitive; columns as in 1. The latch cycle arms the \
+         latch and opens it again (count 1, one count-down); the semaphores have 1,000 \
+         permits; the watchdog keeps the read, write and expirable holds.",
     );
     let mut contended = Scenario::new(
-        "2. Contended: 4 clients × 8 tasks on one lock, 1 ms hold",
-        "Handoff: from the holder starting its release to the next holder's acquire returning. \
-         Requests include every retry and subscription command, counted with MONITOR in a \
-         1 s pass of their own. Min/max: acquisitions of the least and most lucky task. \
-         Violations: two holders at once (must be 0).",
+        "contended",
+        "2. Contended: 4 clients × 4 tasks on one lock, 1 ms hold",
+        "The 1 ms hold is timed by the OS, not by tokio's millisecond timer (see \
+         BENCHMARKS.md). Handoff: from the holder starting its release to the next holder's \
+         acquire returning. Min/max: acquisitions of the least and the most lucky task, and their \
+         ratio (1 is perfectly fair). Violations: two holders at once (must be 0). Scripts, \
+         commands and PUBLISH: `INFO commandstats` over the timed run (every acquisition is \
+         released once, so PUBLISH/release = PUBLISH per acquisition). Requests include every \
+         retry and subscription command, counted with MONITOR in a 1 s pass of their own.",
+    );
+    let mut handoff = Scenario::new(
+        "handoff",
+        "2b. Hand-off with one waiter: 2 clients, 50 ms hold",
+        "One task per client: one takes the free lock and holds it 50–51 ms (see \
+         BENCHMARKS.md), the other starts \
+         waiting as soon as it is held. Hand-off: from the holder starting its release to \
+         the waiter's acquire returning. p50 vs pub/sub floor: this p50 ÷ the pub/sub \
+         floor's, in the same round. Taken before the release: the waiter got the lock \
+         while the holder still ran its 50 ms (a lease shorter than the hold ran out).",
     );
     let mut many = Scenario::new(
+        "many-locks",
         "3. Many locks: 64 tasks, each on its own lock",
-        "Lock + unlock cycles per second; the EVALSHA ceiling is a trivial script over 4 \
-         multiplexed connections (redisync's default pool), measured in the same run.",
+        "Lock + unlock cycles per second of one client; vs floor: ÷ the floor's, in the same \
+         round. The EVALSHA ceiling is a trivial script over 4 multiplexed connections \
+         (redisync's default pool), measured in the same run. Redis keys + and used_memory +: \
+         `DBSIZE` and `INFO memory` at the end of the run minus before it (the server is \
+         flushed before each run): what the library leaves in Redis at that throughput.",
     );
     for round in 0..settings.rounds {
         eprintln!("round {}/{}", round + 1, settings.rounds);
-        // Contenders take turns going first, so that no one always runs on a cold or a hot
-        // machine.
-        let mut order = Contender::LOCKS.to_vec();
-        let turn = round % order.len();
-        order.rotate_left(turn);
-        for &contender in order.iter().filter(|_| settings.wants("1")) {
+        for contender in turn(&Contender::LOCKS, round)
+            .into_iter()
+            .filter(|_| settings.wants("1"))
+        {
             eprintln!("  uncontended: {}", contender.name());
             scenarios::uncontended(
                 &server,
@@ -169,10 +243,19 @@ async fn main() {
             )
             .await;
         }
-        for &contender in order.iter().filter(|_| settings.wants("2")) {
-            if contender == Contender::Floor {
-                continue; // the floor has no waiting strategy to compare
-            }
+        for op in turn(&Op::ALL, round)
+            .into_iter()
+            .filter(|_| settings.wants("1b"))
+        {
+            let name = op.name();
+            eprintln!("  operation: {name}");
+            primitives::op_cycles(&server, op, settings.cycles / 2, round, ops.figures(&name))
+                .await;
+        }
+        for contender in turn(&Contender::CONTENDED, round)
+            .into_iter()
+            .filter(|_| settings.wants("2"))
+        {
             for count_requests in [false, true] {
                 eprintln!(
                     "  contended{}: {}",
@@ -190,7 +273,7 @@ async fn main() {
                 };
                 let load = scenarios::Load {
                     clients: 4,
-                    per_client: 8,
+                    per_client: 4,
                     hold: Duration::from_millis(1),
                     duration: run,
                 };
@@ -204,10 +287,28 @@ async fn main() {
                 .await;
             }
         }
-        for &contender in order.iter().filter(|_| settings.wants("3")) {
-            if contender == Contender::RedisyncFair {
-                continue; // one waiter per lock: nothing to be fair about
-            }
+        for contender in turn(&Contender::HANDOFF, round)
+            .into_iter()
+            .filter(|_| settings.wants("2b"))
+        {
+            eprintln!("  hand-off: {}", contender.name());
+            scenarios::handoff(
+                &server,
+                contender,
+                settings.handoffs,
+                handoff.figures(contender.name()),
+            )
+            .await;
+        }
+        let many_contenders: Vec<Contender> = Contender::LOCKS
+            .into_iter()
+            // One waiter per lock: nothing to be fair about.
+            .filter(|&c| c != Contender::RedisyncFair)
+            .collect();
+        for contender in turn(&many_contenders, round)
+            .into_iter()
+            .filter(|_| settings.wants("3"))
+        {
             eprintln!("  many locks: {}", contender.name());
             scenarios::many_locks(
                 &server,
@@ -229,34 +330,53 @@ async fn main() {
             .await;
         }
     }
-    all.extend([uncontended, contended, many]);
+    uncontended.ratio_to_own("p50 µs", Contender::Floor.name(), "p50 vs floor");
+    contended.ratio_to_own(
+        "acquisitions/s",
+        Contender::PollingFloor.name(),
+        "vs polling floor",
+    );
+    handoff.ratio_to_own(
+        "handoff p50 µs",
+        Contender::PubSubFloor.name(),
+        "p50 vs pub/sub floor",
+    );
+    many.ratio_to_own("acquisitions/s", Contender::Floor.name(), "vs floor");
+    all.extend([uncontended, ops, contended, handoff, many]);
 
     eprintln!("watchdog scale");
     let mut watchdog = Scenario::new(
+        "watchdog",
         "4. Watchdog: 10,000 locks held",
         "Watchdog timeout 3 s, so one renewal period is 1 s; requests counted with MONITOR over 3 periods.",
     );
     if settings.wants("4") {
         scenarios::watchdog_scale(&server, 10_000, watchdog.figures("redisync")).await;
     }
-    all.push(watchdog);
 
     let mut rw = Scenario::new(
+        "rwlock-read-heavy",
         "5a. Read-write lock, read-heavy: 64 readers and 1 writer over 4 clients",
         "Readers hold 1 ms; the writer holds 1 ms and pauses 10 ms between writes (writer \
          preference on, the default).",
     );
     let mut sem = Scenario::new(
+        "semaphore",
         "5b. Semaphore: 32 tasks over 4 clients, 4 permits, 1 ms hold",
         "",
     );
     let mut latch = Scenario::new(
+        "latch",
         "5c. Count-down latch: 100 waiters over 4 clients",
         "From the last count_down returning to the waiters returning.",
     );
-    let mut multi = Scenario::new(
-        "5d. Multi-lock: lock + unlock of 2 and 8 free locks of one client",
-        "",
+    let mut cache = Scenario::new(
+        "read-cache",
+        "5d. Read-heavy cache: 64 tasks of one client on one read-write lock",
+        "Each task loops `read().await` + `unlock()` on one `ReadWriteLock` handle of one \
+         client, holding nothing in between. vs floor many-locks cycles/s: reads/s ÷ the \
+         floor's lock cycles/s of scenario 3 in the same round (both are the most a client can \
+         do with the lock it needs).",
     );
     for round in 0..settings.rounds {
         eprintln!("primitives round {}/{}", round + 1, settings.rounds);
@@ -270,23 +390,32 @@ async fn main() {
         if settings.wants("5c") {
             primitives::latch(&server, 100, round, latch.figures("redisync")).await;
         }
-        for locks in [2, 8].into_iter().filter(|_| settings.wants("5d")) {
-            primitives::multilock(
-                &server,
-                locks,
-                settings.cycles,
-                multi.figures(&format!("redisync, {locks} locks")),
-            )
-            .await;
+        if settings.wants("5d") {
+            primitives::read_cache(&server, 64, settings.run, cache.figures("redisync")).await;
         }
     }
-    all.extend([rw, sem, latch, multi]);
+    let floor_many = all
+        .iter()
+        .find(|s| s.id == "many-locks")
+        .and_then(|s| s.get(Contender::Floor.name()));
+    cache.ratio_to(
+        "reads/s",
+        floor_many,
+        "acquisitions/s",
+        "vs floor many-locks cycles/s",
+    );
+    all.extend([watchdog, rw, sem, latch, cache]);
 
     eprintln!("memory");
     let mut memory = Scenario::new(
+        "waiter-memory",
         "6. Memory: 10,000 tasks waiting on one lock of one client",
-        "Growth of this process's resident memory while they wait (one Redis request in flight \
-         at a time: only the head of the local queue asks).",
+        "Client memory per waiting task. Heap: bytes this process allocated minus freed while \
+         the waiters were spawned and queued (a counting allocator; the first waiter, which \
+         sets up the client's queue and subscription, is not counted). RSS: growth of the \
+         resident memory over the same time (coarser: the allocator reuses memory freed \
+         earlier in the run). One Redis request is in flight at a time: only the head of \
+         the local queue asks.",
     );
     if settings.wants("6") {
         primitives::memory(&server, 10_000, memory.figures("redisync")).await;
@@ -298,28 +427,53 @@ async fn main() {
         println!("- {key}: {value}");
     }
     println!(
-        "- rounds: {}, run per contender and round: {:?}, uncontended cycles: {}",
-        settings.rounds, settings.run, settings.cycles
+        "- rounds: {}, run per contender and round: {:?}, uncontended cycles: {}, hand-offs per round: {}",
+        settings.rounds, settings.run, settings.cycles, settings.handoffs
     );
     println!("- total time: {:.0} s\n", started.elapsed().as_secs_f64());
     all.retain(|scenario| !scenario.contenders.is_empty());
     for scenario in &all {
         println!("{}", scenario.markdown());
     }
-    let machine_json: Vec<String> = machine
-        .iter()
-        .map(|(k, v)| format!("{}: {}", report::json_string(k), report::json_string(v)))
-        .collect();
-    let json = format!(
-        "{{\"machine\": {{{}}}, \"rounds\": {}, \"scenarios\": [{}]}}\n",
-        machine_json.join(", "),
-        settings.rounds,
-        all.iter()
-            .map(Scenario::json)
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    match std::fs::write(&settings.json, json) {
+    let comparison = match (&old, &settings.compare) {
+        (Some(old), Some(path)) => {
+            let (markdown, json) = compare::compare(old, path, &all);
+            println!("{markdown}");
+            Some(json)
+        }
+        _ => None,
+    };
+    let charts = settings.charts.as_deref().map(|dir| {
+        match charts::write_all(std::path::Path::new(dir), &all) {
+            Ok(files) => {
+                for file in &files {
+                    eprintln!("chart written to {file}");
+                }
+                files
+            }
+            Err(e) => {
+                eprintln!("could not draw the charts: {e}");
+                Vec::new()
+            }
+        }
+    });
+    let json = serde_json::json!({
+        "format": 2,
+        "machine": machine.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str()))).collect::<serde_json::Map<_, _>>(),
+        "rounds": settings.rounds,
+        "settings": {
+            "run_s": settings.run.as_secs_f64(),
+            "cycles": settings.cycles,
+            "handoffs": settings.handoffs,
+            "only": settings.only,
+        },
+        "total_s": started.elapsed().as_secs_f64(),
+        "scenarios": all.iter().map(Scenario::json).collect::<Vec<_>>(),
+        "compare": comparison,
+        "charts": charts,
+    });
+    let text = serde_json::to_string_pretty(&json).unwrap_or_default() + "\n";
+    match std::fs::write(&settings.json, text) {
         Ok(()) => eprintln!("figures written to {}", settings.json),
         Err(e) => eprintln!("could not write {}: {e}", settings.json),
     }

@@ -1,9 +1,10 @@
 //! Counting the commands clients send, with Redis's MONITOR.
 //!
 //! INFO commandstats also counts the commands scripts run inside Redis, so it cannot say how
-//! many requests a library sends. MONITOR shows both, and marks the ones a script ran with
-//! `lua`; counting the others gives the requests. MONITOR slows Redis down, so figures that
-//! need it are measured in passes of their own, apart from the timed ones.
+//! many requests a library sends (see [`crate::commands`] for what it does say). MONITOR
+//! shows both, and marks the ones a script ran with `lua`; counting the others gives the
+//! requests. MONITOR slows Redis down, so figures that need it are measured in passes of
+//! their own, apart from the timed ones.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -62,9 +63,16 @@ impl CommandCounter {
     /// Stops counting once every request sent before this call has been seen, and returns how
     /// many there were.
     pub fn stop(self, server: &RedisServer) -> u64 {
+        self.stop_on(&mut server.connection())
+    }
+
+    /// [`stop`](Self::stop), sending the marker (one `ECHO`) on `conn`: a connection opened
+    /// before the counted stretch, so that its set-up commands are not counted by `INFO
+    /// commandstats`.
+    pub fn stop_on(self, conn: &mut redis::Connection) -> u64 {
         // Requests are monitored in the order Redis runs them: once the marker shows, all
         // earlier ones have been counted.
-        let _ = server.cmd(&["ECHO", &self.marker]);
+        let _: redis::RedisResult<String> = redis::cmd("ECHO").arg(&self.marker).query(conn);
         let _ = self.thread.join();
         self.count.load(Ordering::Relaxed)
     }

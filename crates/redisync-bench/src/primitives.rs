@@ -1,4 +1,5 @@
-//! Scenario 5 (redisync's other primitives) and scenario 6 (memory of waiters).
+//! Scenario 1b (one uncontended operation of every primitive), scenario 5 (redisync's other
+//! primitives under load) and scenario 6 (memory of waiters).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,7 +8,9 @@ use std::time::{Duration, Instant};
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
+use crate::commands::Pass;
 use crate::report::{percentile, Figures};
+use crate::scenarios::{add_counts, redis_footprint};
 
 async fn clients(server: &RedisServer, n: usize) -> Vec<Client> {
     let mut clients = Vec::with_capacity(n);
@@ -168,31 +171,42 @@ fn rss_kib() -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// `waiters` tasks waiting on one held lock of one client: memory they take.
+/// `waiters` tasks waiting on one held lock of one client: memory they take, counted two
+/// ways (heap bytes the process added, and resident memory).
 pub async fn memory(server: &RedisServer, waiters: usize, out: &mut Figures) {
     let client = Client::connect(server.url()).await.expect("connect");
     let holder = client.lock("bench:memory").lock().await.expect("lock");
-    let before = rss_kib().unwrap_or(0);
+    // One waiter first, so that what the first waiter sets up once per client and lock (the
+    // local queue, the subscription) is not counted as every waiter's.
+    let first = {
+        let lock = client.lock("bench:memory");
+        tokio::spawn(async move { lock.lock().await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The join handles are the benchmark's, not the waiters': allocated before counting.
     let mut handles = Vec::with_capacity(waiters);
+    let rss_before = rss_kib().unwrap_or(0);
+    let window = crate::alloc::Window::open();
     for _ in 0..waiters {
         let lock = client.lock("bench:memory");
         handles.push(tokio::spawn(async move { lock.lock().await.map(drop) }));
     }
     // Let every waiter reach its queue place.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = rss_kib().unwrap_or(0);
+    let heap = window.net();
+    drop(window);
+    let rss_after = rss_kib().unwrap_or(0);
+    let rss = rss_after.saturating_sub(rss_before) as f64 * 1024.0;
     out.add("waiting tasks", waiters as f64);
-    out.add(
-        "RSS growth MiB",
-        after.saturating_sub(before) as f64 / 1024.0,
-    );
-    out.add(
-        "bytes per waiter",
-        after.saturating_sub(before) as f64 * 1024.0 / waiters as f64,
-    );
+    out.add("heap bytes per waiter", heap as f64 / waiters as f64);
+    out.add("heap KiB per waiter", heap as f64 / 1024.0 / waiters as f64);
+    out.add("RSS growth MiB", rss / (1024.0 * 1024.0));
+    out.add("RSS bytes per waiter", rss / waiters as f64);
+    first.abort();
     for handle in &handles {
         handle.abort();
     }
+    let _ = first.await;
     for handle in handles {
         let _ = handle.await;
     }
@@ -200,48 +214,174 @@ pub async fn memory(server: &RedisServer, waiters: usize, out: &mut Figures) {
     client.shutdown().await;
 }
 
-/// A multi-lock over `locks` free locks of one client: lock + unlock cycles.
-pub async fn multilock(server: &RedisServer, locks: usize, cycles: usize, out: &mut Figures) {
-    let client = Client::connect(server.url()).await.expect("connect");
-    let multi =
-        client.multi_lock((0..locks).map(|i| client.lock(format!("bench:multi:{locks}:{i}"))));
-    for _ in 0..20 {
-        multi
-            .lock()
-            .await
-            .expect("lock")
-            .unlock()
-            .await
-            .expect("unlock");
+/// One repeatable operation cycle of a primitive, for scenario 1b.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    RwRead,
+    RwWrite,
+    Semaphore,
+    Expirable,
+    Latch,
+    Multi(usize),
+}
+
+impl Op {
+    pub const ALL: [Op; 7] = [
+        Op::RwRead,
+        Op::RwWrite,
+        Op::Semaphore,
+        Op::Expirable,
+        Op::Latch,
+        Op::Multi(2),
+        Op::Multi(8),
+    ];
+
+    pub fn name(self) -> String {
+        match self {
+            Op::RwRead => "rwlock read + unlock".to_owned(),
+            Op::RwWrite => "rwlock write + unlock".to_owned(),
+            Op::Semaphore => "semaphore acquire + release".to_owned(),
+            Op::Expirable => "expirable semaphore acquire + release".to_owned(),
+            Op::Latch => "latch try_set_count(1) + count_down".to_owned(),
+            Op::Multi(n) => format!("multi-lock of {n} locks, lock + unlock"),
+        }
     }
+}
+
+/// The handle an [`Op`] works on.
+enum Handle {
+    Rw(ReadWriteLock),
+    Semaphore(Semaphore),
+    Expirable(ExpirableSemaphore),
+    Latch(CountDownLatch),
+    Multi(MultiLock),
+}
+
+impl Handle {
+    async fn new(client: &Client, op: Op, round: usize) -> Result<Handle, String> {
+        let e = |e: Error| e.to_string();
+        Ok(match op {
+            Op::RwRead | Op::RwWrite => Handle::Rw(client.read_write_lock("bench:op:rw")),
+            Op::Semaphore => {
+                // A fresh name per round: the permits are set once.
+                let sem = client.semaphore(format!("bench:op:sem:{round}"));
+                sem.try_set_permits(1_000).await.map_err(e)?;
+                Handle::Semaphore(sem)
+            }
+            Op::Expirable => {
+                let sem = client.expirable_semaphore(format!("bench:op:expirable:{round}"));
+                sem.try_set_permits(1_000).await.map_err(e)?;
+                Handle::Expirable(sem)
+            }
+            Op::Latch => Handle::Latch(client.count_down_latch(format!("bench:op:latch:{round}"))),
+            Op::Multi(n) => Handle::Multi(
+                client.multi_lock((0..n).map(|i| client.lock(format!("bench:op:multi:{n}:{i}")))),
+            ),
+        })
+    }
+
+    /// One cycle: take and give back (the latch: arm and open), leaving the state as it was.
+    async fn cycle(&self, op: Op) -> Result<(), String> {
+        let e = |e: Error| e.to_string();
+        match (self, op) {
+            (Handle::Rw(rw), Op::RwWrite) => rw.write().await.map_err(e)?.unlock().await.map_err(e),
+            (Handle::Rw(rw), _) => rw.read().await.map_err(e)?.unlock().await.map_err(e),
+            (Handle::Semaphore(sem), _) => {
+                sem.acquire().await.map_err(e)?.release().await.map_err(e)
+            }
+            (Handle::Expirable(sem), _) => {
+                sem.acquire().await.map_err(e)?.release().await.map_err(e)
+            }
+            (Handle::Latch(latch), _) => {
+                if !latch.try_set_count(1).await.map_err(e)? {
+                    return Err("the latch was still armed".to_owned());
+                }
+                latch.count_down().await.map_err(e)
+            }
+            (Handle::Multi(multi), _) => multi.lock().await.map_err(e)?.unlock().await.map_err(e),
+        }
+    }
+}
+
+/// Scenario 1b: one task, one free primitive, `cycles` timed cycles of `op`, then a counting
+/// pass of its own (requests with MONITOR, commands with `INFO commandstats`).
+pub async fn op_cycles(
+    server: &RedisServer,
+    op: Op,
+    cycles: usize,
+    round: usize,
+    out: &mut Figures,
+) {
+    // An empty server: keys an earlier pass left to expire must not expire during this one.
+    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
+    let client = Client::connect(server.url()).await.expect("connect");
+    let handle = match Handle::new(&client, op, round).await {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("    {}: set-up failed: {e}", op.name());
+            return;
+        }
+    };
+    for _ in 0..50 {
+        handle.cycle(op).await.expect("warm-up cycle");
+    }
+    let (keys_before, _) = redis_footprint(server);
     let mut samples = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let started = Instant::now();
-        multi
-            .lock()
-            .await
-            .expect("lock")
-            .unlock()
-            .await
-            .expect("unlock");
+        handle.cycle(op).await.expect("cycle");
         samples.push(started.elapsed().as_secs_f64() * 1e6);
     }
+    let (keys_after, _) = redis_footprint(server);
     out.add("p50 µs", percentile(&samples, 50.0));
     out.add("p99 µs", percentile(&samples, 99.0));
-    let counted = 100;
-    let counter = crate::monitor::CommandCounter::start(server);
+    out.add(
+        "Redis keys + per 1k cycles",
+        (keys_after - keys_before) * 1000.0 / cycles.max(1) as f64,
+    );
+    let counted = 200;
+    let pass = Pass::start(server, true);
     for _ in 0..counted {
-        multi
-            .lock()
-            .await
-            .expect("lock")
-            .unlock()
-            .await
-            .expect("unlock");
+        handle.cycle(op).await.expect("cycle");
+    }
+    add_counts(out, pass, counted, "cycle");
+    drop(handle);
+    client.shutdown().await;
+}
+
+/// Scenario 5d, the read-heavy cache: `tasks` tasks of one client read and unlock one
+/// read-write lock (one handle, shared by the tasks as a cache would share it), for
+/// `duration`, holding nothing in between.
+pub async fn read_cache(server: &RedisServer, tasks: usize, duration: Duration, out: &mut Figures) {
+    let client = Client::connect(server.url()).await.expect("connect");
+    let rw = client.read_write_lock("bench:cache");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::with_capacity(tasks);
+    for _ in 0..tasks {
+        let (rw, stop, reads, failures) =
+            (rw.clone(), stop.clone(), reads.clone(), failures.clone());
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let read = async { rw.read().await?.unlock().await };
+                match read.await {
+                    Ok(()) => reads.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failures.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await.expect("reader");
     }
     out.add(
-        "requests/cycle",
-        counter.stop(server) as f64 / counted as f64,
+        "reads/s",
+        reads.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64(),
     );
+    out.add("failed reads", failures.load(Ordering::Relaxed) as f64);
     client.shutdown().await;
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
+use crate::commands::Pass;
 use crate::lockers::{lockers, Contender, Section};
 use crate::monitor::CommandCounter;
 use crate::report::{percentile, Figures};
@@ -22,6 +23,8 @@ pub async fn uncontended(
     cycles: usize,
     out: &mut Figures,
 ) {
+    // An empty server: keys an earlier pass left to expire must not expire during this one.
+    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
     let url = server.url();
     let mut locker = lockers(contender, &url, 1, 1, |_| "bench:uncontended".to_owned())
         .await
@@ -33,22 +36,70 @@ pub async fn uncontended(
             .await
             .expect("warm-up cycle");
     }
+    let (keys_before, _) = redis_footprint(server);
     let mut samples = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let start = Instant::now();
         locker.with_lock(Box::pin(async {})).await.expect("cycle");
         samples.push(micros(start.elapsed()));
     }
+    let (keys_after, _) = redis_footprint(server);
     out.add("p50 µs", percentile(&samples, 50.0));
     out.add("p99 µs", percentile(&samples, 99.0));
-    // Requests, counted apart from the timed cycles (MONITOR slows Redis down).
+    out.add(
+        "Redis keys + per 1k cycles",
+        (keys_after - keys_before) * 1000.0 / cycles.max(1) as f64,
+    );
+    out.samples.extend(samples);
+    // Requests and commands, counted apart from the timed cycles (MONITOR slows Redis down).
     let counted = 200;
-    let counter = CommandCounter::start(server);
+    let pass = Pass::start(server, true);
     for _ in 0..counted {
         locker.with_lock(Box::pin(async {})).await.expect("cycle");
     }
-    let requests = counter.stop(server);
-    out.add("requests/cycle", requests as f64 / counted as f64);
+    add_counts(out, pass, counted, "cycle");
+}
+
+/// Adds what a counting pass over `ops` operations saw: requests (MONITOR), scripts and
+/// commands (`INFO commandstats`), and the per-command breakdown, all per `unit`.
+pub fn add_counts(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
+    let (commands, requests) = pass.finish();
+    let per = |n: u64| n as f64 / ops.max(1) as f64;
+    if let Some(requests) = requests {
+        out.add(&format!("requests/{unit}"), per(requests));
+    }
+    out.add(&format!("scripts/{unit}"), per(commands.scripts()));
+    out.add(&format!("commands/{unit}"), per(commands.total()));
+    out.text(
+        &format!("commands in Redis per {unit}"),
+        commands.breakdown(ops),
+        &format!("commands/{unit}"),
+    );
+}
+
+/// Waits `d`, timed by the OS (microseconds) rather than by tokio's timer.
+///
+/// Tokio's timer rounds a sleep up to whole milliseconds and fires every sleep that ends in
+/// one tick together: a 1 ms hold would last 1–2 ms, and a holder's release would land on the
+/// very tick a polling waiter of the same process wakes up on, so polling would look instant
+/// (between processes it waits half a poll interval on average). A thread of its own sleeps
+/// instead and wakes the task through a channel.
+async fn os_sleep(d: Duration) {
+    let deadline = Instant::now() + d;
+    let (over, wait) = tokio::sync::oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("bench-hold".to_owned())
+        .spawn(move || {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            let _ = over.send(());
+        });
+    match spawned {
+        Ok(_) => {
+            let _ = wait.await;
+        }
+        // No thread to be had: tokio's timer is the next best.
+        Err(_) => tokio::time::sleep_until(deadline.into()).await,
+    }
 }
 
 /// What the tasks of a contended run record, shared.
@@ -71,7 +122,9 @@ pub struct Load {
 }
 
 /// Scenario 2: `clients × per_client` tasks on one lock, each holding it for `hold`, for
-/// `duration`. With `count_requests`, a pass of its own that only counts requests.
+/// `duration`. With `count_requests`, a pass of its own that only counts requests (MONITOR);
+/// otherwise the timed pass, which also reads `INFO commandstats` (that costs Redis nothing
+/// while it runs).
 pub async fn contended(
     server: &RedisServer,
     contender: Contender,
@@ -94,6 +147,7 @@ pub async fn contended(
     let stop = Arc::new(AtomicBool::new(false));
     let origin = Instant::now();
     let counter = count_requests.then(|| CommandCounter::start(server));
+    let pass = (!count_requests).then(|| Pass::start(server, false));
     let tasks: Vec<_> = lockers
         .into_iter()
         .map(|mut locker| {
@@ -117,7 +171,7 @@ pub async fn contended(
                                 .expect("handoffs")
                                 .push((now - last) as f64 / 1e3);
                         }
-                        tokio::time::sleep(hold).await;
+                        os_sleep(hold).await;
                         shared.held.store(false, Ordering::SeqCst);
                         shared
                             .last_release
@@ -154,19 +208,167 @@ pub async fn contended(
         return;
     }
     let handoffs = shared.handoffs.lock().expect("handoffs").clone();
+    let min = *counts.iter().min().unwrap_or(&0) as f64;
+    let max = *counts.iter().max().unwrap_or(&0) as f64;
     out.add("acquisitions/s", total as f64 / elapsed);
     out.add("handoff p50 µs", percentile(&handoffs, 50.0));
     out.add("handoff p99 µs", percentile(&handoffs, 99.0));
-    out.add("min/task", *counts.iter().min().unwrap_or(&0) as f64);
-    out.add("max/task", *counts.iter().max().unwrap_or(&0) as f64);
+    out.add("min/task", min);
+    out.add("max/task", max);
+    out.add("min/max", if max > 0.0 { min / max } else { 0.0 });
     out.add("failed acquires", failures as f64);
     out.add(
         "exclusion violations",
         shared.violations.load(Ordering::Relaxed) as f64,
     );
+    let mut sorted: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
+    sorted.sort_by(f64::total_cmp);
+    out.series.push(sorted);
+    if let Some(pass) = pass {
+        let (commands, _) = pass.finish();
+        let per = |n: u64| n as f64 / total.max(1) as f64;
+        out.add("scripts/acquisition", per(commands.scripts()));
+        out.add("commands/acquisition", per(commands.total()));
+        // Every acquisition is released once, so this is also PUBLISH per release.
+        out.add("PUBLISH/release", per(commands.get("publish")));
+        out.text(
+            "commands in Redis per acquisition",
+            commands.breakdown(total),
+            "commands/acquisition",
+        );
+    }
 }
 
-/// Scenario 3: `tasks` tasks, each on a lock of its own, for `duration`.
+/// Scenario 2b: hand-off with one waiter. Two clients, one task each; `a` takes the free lock
+/// and holds it 50 ms, `b` starts waiting as soon as `a` holds it. Measured: from `a`
+/// starting its release to `b`'s acquire returning, `handoffs` times.
+pub async fn handoff(
+    server: &RedisServer,
+    contender: Contender,
+    handoffs: usize,
+    out: &mut Figures,
+) {
+    const HOLD: Duration = Duration::from_millis(50);
+    let url = server.url();
+    let mut both = lockers(contender, &url, 2, 1, |_| "bench:handoff".to_owned()).await;
+    let (Some(mut b), Some(mut a)) = (both.pop(), both.pop()) else {
+        return;
+    };
+    let origin = Instant::now();
+    // Nanoseconds since `origin`: when `a` started releasing, when `b` held the lock.
+    let released = Arc::new(AtomicU64::new(0));
+    let acquired = Arc::new(AtomicU64::new(0));
+    let (go_a, mut a_go) = tokio::sync::mpsc::channel::<()>(1);
+    let (a_holds, mut b_go) = tokio::sync::mpsc::channel::<()>(1);
+    let (b_done, mut done) = tokio::sync::mpsc::channel::<bool>(1);
+    let holder = {
+        let released = released.clone();
+        tokio::spawn(async move {
+            let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+            while a_go.recv().await.is_some() {
+                let held = Arc::new(AtomicBool::new(false));
+                // The hold is timed by the OS (see `os_sleep`) and lasts a pseudo-random
+                // 0–1000 µs more (xorshift), so that the release falls anywhere between a
+                // polling waiter's ticks, as it does between processes.
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let hold = HOLD + Duration::from_micros(seed % 1000);
+                // A take that failed before holding (a peer giving up after its tries) is
+                // tried again: the waiter waits for this hold.
+                while !held.load(Ordering::SeqCst) {
+                    let (released, a_holds, held) =
+                        (released.clone(), a_holds.clone(), held.clone());
+                    let section: Section = Box::pin(async move {
+                        held.store(true, Ordering::SeqCst);
+                        let _ = a_holds.send(()).await;
+                        os_sleep(hold).await;
+                        released.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                    });
+                    let _ = a.with_lock(section).await;
+                }
+            }
+        })
+    };
+    let waiter = {
+        let acquired = acquired.clone();
+        tokio::spawn(async move {
+            while b_go.recv().await.is_some() {
+                let mut ok = false;
+                for _ in 0..100 {
+                    let acquired = acquired.clone();
+                    let section: Section = Box::pin(async move {
+                        acquired.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                    });
+                    if b.with_lock(section).await.is_ok() {
+                        ok = true;
+                        break;
+                    }
+                }
+                if b_done.send(ok).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let warm_up = 2;
+    let mut samples = Vec::with_capacity(handoffs);
+    let mut failures = 0u64;
+    let mut early = 0u64;
+    for i in 0..warm_up + handoffs {
+        if go_a.send(()).await.is_err() {
+            break;
+        }
+        match done.recv().await {
+            Some(true) => {}
+            Some(false) => {
+                failures += 1;
+                continue;
+            }
+            None => break,
+        }
+        let (r, q) = (
+            released.load(Ordering::SeqCst),
+            acquired.load(Ordering::SeqCst),
+        );
+        if i < warm_up {
+            continue;
+        }
+        if q < r {
+            // The waiter held the lock before the holder let go: a lease shorter than the
+            // hold (redis-lock's default 10 ms lease) ran out.
+            early += 1;
+        } else {
+            samples.push((q - r) as f64 / 1e3);
+        }
+    }
+    drop(go_a);
+    let _ = holder.await;
+    drop(done);
+    let _ = waiter.await;
+    out.add("handoff p50 µs", percentile(&samples, 50.0));
+    out.add("handoff p99 µs", percentile(&samples, 99.0));
+    out.add("hand-offs", samples.len() as f64);
+    out.add("taken before the release", early as f64);
+    out.add("failed acquires", failures as f64);
+    out.samples.extend(samples);
+}
+
+/// Redis's key count and memory, for what a run leaves in Redis.
+pub fn redis_footprint(server: &RedisServer) -> (f64, f64) {
+    let keys = match server.try_cmd(&["DBSIZE"]) {
+        Ok(redis::Value::Int(n)) => n as f64,
+        _ => f64::NAN,
+    };
+    let memory = server
+        .info_field("memory", "used_memory")
+        .and_then(|m| m.parse::<f64>().ok())
+        .unwrap_or(f64::NAN);
+    (keys, memory)
+}
+
+/// Scenario 3: `tasks` tasks, each on a lock of its own, for `duration`; with what the run
+/// leaves in Redis (keys and memory at the end of the run, minus before it).
 pub async fn many_locks(
     server: &RedisServer,
     contender: Contender,
@@ -174,8 +376,12 @@ pub async fn many_locks(
     duration: Duration,
     out: &mut Figures,
 ) {
+    // Start from an empty server, so that keys an earlier contender left to expire do not
+    // expire during this run and hide what this one adds.
+    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
     let url = server.url();
     let lockers = lockers(contender, &url, 1, tasks, |i| format!("bench:many:{i}")).await;
+    let (keys_before, memory_before) = redis_footprint(server);
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = lockers
         .into_iter()
@@ -199,9 +405,17 @@ pub async fn many_locks(
     for handle in handles {
         total += handle.await.expect("task");
     }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (keys_after, memory_after) = redis_footprint(server);
+    out.add("acquisitions/s", total as f64 / elapsed);
+    out.add("Redis keys +", keys_after - keys_before);
     out.add(
-        "acquisitions/s",
-        total as f64 / started.elapsed().as_secs_f64(),
+        "Redis keys + per 1k cycles",
+        (keys_after - keys_before) * 1000.0 / total.max(1) as f64,
+    );
+    out.add(
+        "Redis used_memory + MiB",
+        (memory_after - memory_before) / (1024.0 * 1024.0),
     );
 }
 

@@ -188,10 +188,17 @@ impl Client {
     /// Dropping the future leaves the local queue and releases the subscription reference at
     /// once. An attempt in flight at that moment is the attempt's own business: primitives
     /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
-    pub async fn acquire<T, F, Fut>(&self, spec: WaitSpec<'_>, attempt: F) -> Result<Option<T>>
+    // Not an `async fn`: one layer less in every waiting task's future (each layer keeps its
+    // own copy of the arguments).
+    pub fn acquire<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        attempt: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
     where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
     {
         let span = tracing::debug_span!(
             "redisync.acquire",
@@ -200,17 +207,22 @@ impl Client {
             waited_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.wait_traced(span, spec, attempt, true).await
+        self.wait_traced(span, spec, attempt, true)
     }
 
     /// Waits for a condition that takes nothing (a latch to open) exactly as
     /// [`acquire`](Self::acquire) waits for a primitive, in a `redisync.wait` span; `check`
     /// plays the attempt's part, and nothing is counted in [`Stats`](crate::Stats). Use a
     /// `shared` spec, so that every waiter returns on the same message.
-    pub async fn wait<T, F, Fut>(&self, spec: WaitSpec<'_>, check: F) -> Result<Option<T>>
+    pub fn wait<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        check: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
     where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
     {
         let span = tracing::debug_span!(
             "redisync.wait",
@@ -218,7 +230,7 @@ impl Client {
             waited_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.wait_traced(span, spec, check, false).await
+        self.wait_traced(span, spec, check, false)
     }
 
     /// Runs the waiting loop in `span`, recording the wait and its outcome; `acquisition`
@@ -235,10 +247,13 @@ impl Client {
         Fut: Future<Output = Result<Attempt<T>>>,
     {
         let started = Instant::now();
-        let result = self
+        // The span lives in the instrumented future only (a copy would be one more in every
+        // waiting task).
+        let mut waiting = std::pin::pin!(self
             .wait_for_turn(spec, attempt, acquisition)
-            .instrument(span.clone())
-            .await;
+            .instrument(span));
+        let result = waiting.as_mut().await;
+        let span = waiting.span();
         span.record("waited_ms", started.elapsed().as_millis() as u64);
         match &result {
             Ok(Some(_)) => {
@@ -273,7 +288,10 @@ impl Client {
             !spec.may_reenter && !spec.shared && shared.queues.has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
         if !others_waiting || no_wait {
-            if let Attempt::Acquired(held) = attempt().await? {
+            // Boxed, as is the head's part below: a task waiting behind the head then keeps
+            // only this function's small state, not an attempt's or the head's (a waiting
+            // task's memory is this future's size).
+            if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
                 return Ok(Some(held));
             }
             if no_wait {
@@ -287,24 +305,35 @@ impl Client {
         let ticket = shared.queues.join(spec.queue);
         let slot = ticket.slot();
         if spec.shared {
-            return self.wait_as_head(&spec, slot, attempt).await;
+            return Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
         }
-        let mut failures = slot.failures.subscribe();
-        failures.borrow_and_update();
-        let head = slot.head.clone().lock_owned();
-        // Biased: a head that failed signals it before it lets the next waiter in, and that
-        // waiter must take the failure, not the turn (it would only meet the same outage).
+        // A task waiting behind the head keeps only this: the head's mutex, and a timer when
+        // it has a deadline. A head that fails records the failure before it lets the next
+        // task in, which then returns it at once, and so on down the queue: waiters behind a
+        // head that met an outage do not each wait a command timeout of their own.
+        let seen_failures = slot.failures.borrow().0;
+        let mut deadline = spec
+            .deadline
+            .map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+        let has_deadline = deadline.is_some();
         let _head = tokio::select! {
             biased;
             _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-            Ok(()) = failures.changed() => {
-                let failure = failures.borrow().1.clone();
-                return Err(failure.unwrap_or(Error::Shutdown));
-            }
-            head = head => head,
-            _ = sleep_until_deadline(spec.deadline) => return Ok(None),
+            head = slot.head.clone().lock_owned() => head,
+            _ = async {
+                if let Some(sleep) = deadline.as_mut() {
+                    sleep.as_mut().await;
+                }
+            }, if has_deadline => return Ok(None),
         };
-        let result = self.wait_as_head(&spec, slot, attempt).await;
+        let failures = slot.failures.borrow().clone();
+        if failures.0 > seen_failures {
+            return Err(failures.1.unwrap_or(Error::Shutdown));
+        }
+        if shared.shutdown.is_set() {
+            return Err(Error::Shutdown);
+        }
+        let result = Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
         if let Err(err) = &result {
             // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an error
             // about this caller's own request (an upgrade refused, a bad argument) does not.
@@ -380,12 +409,5 @@ impl Client {
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
-    }
-}
-
-async fn sleep_until_deadline(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }

@@ -4,11 +4,11 @@
 //! scripts.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec};
+use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec, MAX_SLEEP};
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
@@ -30,33 +30,37 @@ pub(crate) fn place_lifetime(heartbeat: Duration, command_timeout: Duration) -> 
 pub(crate) struct LockKeys {
     pub(crate) hash: String,
     pub(crate) fence: String,
-    /// The channel a release publishes on; for the fair lock, the prefix of each waiter's own
-    /// channel.
-    pub(crate) wake: String,
     attempt_prefix: String,
-    /// The fair lock's waiting queue.
-    pub(crate) queue: Option<QueueKeys>,
+    /// Where its waiters wait.
+    pub(crate) waiting: Waiting,
 }
 
-/// The fair lock's waiting queue (layout in `lua/lock_prelude.lua`).
+/// How the waiters of a lock wait, by kind.
 #[derive(Debug)]
-pub(crate) struct QueueKeys {
-    pub(crate) queue: String,
-    pub(crate) deadlines: String,
+pub(crate) enum Waiting {
+    /// The plain lock: each client registers once, however many of its tasks wait (layout in
+    /// `lua/wake_prelude.lua`), and a release wakes the client that has waited longest on its
+    /// own channel.
+    Clients {
+        /// The registry of waiting clients.
+        waiters: String,
+        /// This client's wake-up channel for the lock.
+        channel: String,
+    },
+    /// The fair lock: every waiting task has a place in Redis's queue (layout in
+    /// `lua/fair_lock_prelude.lua`) and a channel of its own, `<wake prefix><waiter id>`.
+    Queue {
+        queue: String,
+        deadlines: String,
+        wake_prefix: String,
+    },
 }
 
 impl LockKeys {
-    /// The record of acquire attempt `attempt`: written when its hold is given back.
+    /// The record of acquire attempt `attempt`: written when its hold is given back on a path
+    /// where the acquire's outcome was unknown.
     pub(crate) fn attempt_record(&self, attempt: &str) -> String {
         format!("{}{attempt}", self.attempt_prefix)
-    }
-
-    /// Appends the queue's keys to `call` for the fair lock.
-    fn with_queue(&self, call: ScriptCall) -> ScriptCall {
-        match &self.queue {
-            Some(q) => call.key(q.queue.as_str()).key(q.deadlines.as_str()),
-            None => call,
-        }
     }
 }
 
@@ -89,19 +93,21 @@ impl LockCore {
             Kind::Reentrant => LockKeys {
                 hash: space.key("lock"),
                 fence: space.key("fence"),
-                wake: space.key("wake"),
                 attempt_prefix: space.key("attempt:"),
-                queue: None,
+                waiting: Waiting::Clients {
+                    waiters: space.key("waiters"),
+                    channel: space.key(&format!("wake:{}", client.id())),
+                },
             },
             Kind::Fair { .. } => LockKeys {
                 hash: space.key("fair:lock"),
                 fence: space.key("fair:fence"),
-                wake: space.key("fair:wake:"),
                 attempt_prefix: space.key("fair:attempt:"),
-                queue: Some(QueueKeys {
+                waiting: Waiting::Queue {
                     queue: space.key("fair:queue"),
                     deadlines: space.key("fair:deadlines"),
-                }),
+                    wake_prefix: space.key("fair:wake:"),
+                },
             },
         });
         LockCore {
@@ -127,20 +133,39 @@ impl LockCore {
     }
 
     /// The script call that gives back the hold of acquire attempt `attempt` (and for the
-    /// fair lock, its place in the queue), remembering the outcome for `remember`.
+    /// fair lock, its place in the queue), remembering the outcome for `remember`: only a
+    /// give-back of an acquire whose outcome is unknown needs a record
+    /// ([`Duration::ZERO`]: none; see `lua/lock_release.lua`).
     pub(crate) fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        let call = ScriptCall::new(&scripts::RELEASE)
-            .key(keys.hash.as_str())
-            .key(keys.attempt_record(attempt));
-        Ok(keys
-            .with_queue(call)
-            .arg(attempt)
-            .arg(keys.wake.as_str())
-            .arg(redis_millis(remember)))
+        let record = keys.attempt_record(attempt);
+        let remember = match remember.is_zero() {
+            true => 0,
+            false => redis_millis(remember),
+        };
+        Ok(match &keys.waiting {
+            Waiting::Clients { waiters, .. } => ScriptCall::new(&scripts::RELEASE)
+                .key(keys.hash.as_str())
+                .key(record)
+                .key(waiters.as_str())
+                .arg(attempt)
+                .arg(remember),
+            Waiting::Queue {
+                queue,
+                deadlines,
+                wake_prefix,
+            } => ScriptCall::new(&scripts::FAIR_RELEASE)
+                .key(keys.hash.as_str())
+                .key(record)
+                .key(queue.as_str())
+                .key(deadlines.as_str())
+                .arg(attempt)
+                .arg(wake_prefix.as_str())
+                .arg(remember),
+        })
     }
 
-    /// How long a release is remembered: long enough for its retries.
+    /// How long a give-back is remembered: long enough for its retries.
     pub(crate) fn retry_window(&self) -> Duration {
         self.client.command_timeout().saturating_mul(2)
     }
@@ -179,9 +204,20 @@ impl LockCore {
 
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
-        let call = keys
-            .with_queue(ScriptCall::new(&scripts::FORCE_UNLOCK).key(keys.hash.as_str()))
-            .arg(keys.wake.as_str());
+        let call = match &keys.waiting {
+            Waiting::Clients { waiters, .. } => ScriptCall::new(&scripts::FORCE_UNLOCK)
+                .key(keys.hash.as_str())
+                .key(waiters.as_str()),
+            Waiting::Queue {
+                queue,
+                deadlines,
+                wake_prefix,
+            } => ScriptCall::new(&scripts::FAIR_FORCE_UNLOCK)
+                .key(keys.hash.as_str())
+                .key(queue.as_str())
+                .key(deadlines.as_str())
+                .arg(wake_prefix.as_str()),
+        };
         let freed: i64 = self.client.eval(call).await?;
         Ok(freed == 1)
     }
@@ -193,28 +229,19 @@ impl LockCore {
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        let keys = self.keys()?;
+        self.keys()?;
         let lease_for = lease.unwrap_or_else(|| self.client.watchdog_timeout());
         lease_millis(lease_for)?;
         let deadline = wait.map(wait_deadline).transpose()?;
         let granted = match self.kind {
             Kind::Reentrant => {
-                let spec = WaitSpec {
-                    queue: &keys.hash,
-                    channel: &keys.wake,
-                    deadline,
-                    may_reenter: self.live_guards.load(Ordering::Acquire) > 0,
-                    shared: false,
-                };
-                self.client
-                    .acquire(spec, || {
-                        self.attempt(lease_for, self.client.unique_id(), None)
-                    })
+                self.acquire_registered(lease_for, wait, deadline)
                     .instrument(tracing::debug_span!("redisync.lock", name = %self.name))
                     .await?
             }
+            // Boxed: its state would otherwise size every plain lock's future too.
             Kind::Fair { heartbeat } => {
-                self.acquire_in_turn(lease_for, wait, deadline, heartbeat)
+                Box::pin(self.acquire_in_turn(lease_for, wait, deadline, heartbeat))
                     .instrument(tracing::debug_span!("redisync.fair_lock", name = %self.name))
                     .await?
             }
@@ -244,7 +271,9 @@ impl LockCore {
                 sent_at,
             ),
         };
-        let release = self.release_call(attempt, self.retry_window())?;
+        // The acquire was answered, so no late acquire of this attempt exists to refuse, and
+        // the guard judges a repeat itself (see `LockGuard::unlock`): no record is needed.
+        let release = self.release_call(attempt, Duration::ZERO)?;
         let hold = Hold::new(self.client.clone(), release, lease);
         Ok(LockGuard::new(
             self.clone(),
@@ -274,7 +303,7 @@ impl LockCore {
                     "locks acquired together must all use the same client",
                 ));
             }
-            if keys.queue.is_some() {
+            if matches!(keys.waiting, Waiting::Queue { .. }) {
                 return Err(Error::invalid("fair locks cannot be acquired together"));
             }
             if !hashes.insert(keys.hash.as_str()) {
@@ -341,7 +370,9 @@ impl LockCore {
         deadline: Option<Instant>,
         heartbeat: Duration,
     ) -> Result<Option<(String, u64, Instant)>> {
-        let keys = self.keys()?;
+        let Waiting::Queue { wake_prefix, .. } = &self.keys()?.waiting else {
+            return Err(Error::invalid("a plain lock has no waiting queue"));
+        };
         lease_millis(heartbeat).map_err(|_| {
             Error::invalid(format!(
                 "a fair lock's heartbeat must be within 10 ms and 2^53 ms, found {heartbeat:?}"
@@ -349,7 +380,7 @@ impl LockCore {
         })?;
         // One id for every attempt of this call: it is the waiter's place in the queue.
         let waiter = self.client.unique_id();
-        let channel = format!("{}{waiter}", keys.wake);
+        let channel = format!("{wake_prefix}{waiter}");
         let queues = wait != Some(Duration::ZERO);
         let place = queues.then(|| place_lifetime(heartbeat, self.client.command_timeout()));
         let give_back = self.release_call(&waiter, lease.saturating_add(self.retry_window()))?;
@@ -374,7 +405,7 @@ impl LockCore {
                 if queues && leave.give_back.is_none() {
                     leave.give_back = Some(give_back.clone());
                 }
-                let attempt = self.attempt(lease, waiter.clone(), place);
+                let attempt = self.fair_attempt(lease, waiter.clone(), place);
                 async move {
                     Ok(match attempt.await? {
                         Attempt::Busy { retry_in } => Attempt::Busy {
@@ -398,46 +429,180 @@ impl LockCore {
         }
     }
 
-    /// One acquire request under attempt id `attempt`; for the fair lock, `place` is how long
-    /// the caller's place in the queue lasts (None: never queue). If its caller goes away,
-    /// whatever it got is given back.
+    /// The plain lock's wait: only the head of this client's local queue asks Redis; when it
+    /// finds the lock taken, Redis registers the client as waiting, and the release that frees
+    /// the lock wakes the client that has waited longest (see `lua/wake_prelude.lua`).
+    async fn acquire_registered(
+        self: &Arc<Self>,
+        lease: Duration,
+        wait: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(String, u64, Instant)>> {
+        let keys = self.keys()?;
+        let Waiting::Clients { channel, .. } = &keys.waiting else {
+            return Err(Error::invalid("a fair lock waits in its queue"));
+        };
+        // A live waiter asks again at least every `MAX_SLEEP`; its registration outlasts that.
+        let registration = (wait != Some(Duration::ZERO))
+            .then(|| MAX_SLEEP.saturating_add(self.client.command_timeout().saturating_mul(2)));
+        let state = Arc::new(Mutex::new(Registration::default()));
+        let withdraw = Withdraw {
+            core: self.clone(),
+            registration: registration.unwrap_or_default(),
+            state: state.clone(),
+        };
+        let spec = WaitSpec {
+            queue: &keys.hash,
+            channel,
+            deadline,
+            may_reenter: self.live_guards.load(Ordering::Acquire) > 0,
+            shared: false,
+        };
+        let waiting = self.client.acquire(spec, || {
+            let earlier = {
+                let mut state = lock(&state);
+                state.in_flight = true;
+                // Counted as registered from the moment an attempt that may register is
+                // sent: one cut off on the wire may still register the client.
+                let earlier = state.registered;
+                state.registered = earlier || registration.is_some();
+                earlier
+            };
+            let attempt = self.attempt(lease, self.client.unique_id(), &withdraw, earlier);
+            let state = state.clone();
+            async move {
+                let outcome = attempt.await;
+                let mut state = lock(&state);
+                state.in_flight = false;
+                if let Ok(Attempt::Acquired(_)) = &outcome {
+                    // The grant took the registration out (or there was none).
+                    state.registered = false;
+                }
+                outcome
+            }
+        });
+        WithdrawAfter {
+            wait: Box::pin(waiting),
+            withdrawal: Withdrawal(withdraw.clone()),
+        }
+        .await
+    }
+
+    /// One acquire request of the plain lock under attempt id `attempt`, for the wait whose
+    /// registration `withdraw` takes back (its `registration` is how long the client's
+    /// registration as a waiter lasts if the lock is taken; zero: never register);
+    /// `registered` says whether an earlier attempt of the same wait may have registered it.
+    /// If its caller goes away, whatever it got is given back.
     fn attempt(
         &self,
         lease: Duration,
         attempt: String,
-        place: Option<Duration>,
+        withdraw: &Withdraw,
+        registered: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
-        let sent_at = Instant::now();
         let request = self.keys().and_then(|keys| {
+            let Waiting::Clients { waiters, channel } = &keys.waiting else {
+                return Err(Error::invalid("a fair lock waits in its queue"));
+            };
+            let registration = match withdraw.registration.is_zero() {
+                true => 0,
+                false => redis_millis(withdraw.registration),
+            };
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.hash.as_str())
                 .key(keys.fence.as_str())
-                .key(keys.attempt_record(&attempt));
-            let mut call = keys
-                .with_queue(call)
+                .key(keys.attempt_record(&attempt))
+                .key(waiters.as_str())
                 .arg(self.owner.as_str())
                 .arg(redis_millis(lease))
-                .arg(attempt.as_str());
-            if keys.queue.is_some() {
-                call = call
-                    .arg(place.map_or(0, redis_millis))
-                    .arg(keys.wake.as_str());
-            }
+                .arg(attempt.as_str())
+                .arg(channel.as_str())
+                .arg(registration)
+                .arg(if registered { "1" } else { "0" });
+            Ok((call, Some(withdraw.clone())))
+        });
+        self.send_attempt(request, attempt, lease)
+    }
+
+    /// The call that takes this client out of the lock's registry of waiters.
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        let Waiting::Clients { waiters, channel } = &keys.waiting else {
+            return Err(Error::invalid("a fair lock waits in its queue"));
+        };
+        Ok(ScriptCall::new(&scripts::WITHDRAW)
+            .key(keys.hash.as_str())
+            .key(waiters.as_str())
+            .arg(channel.as_str()))
+    }
+
+    /// One acquire request of the fair lock for waiter `waiter`; `place` is how long the
+    /// caller's place in the queue lasts (None: never queue). If its caller goes away,
+    /// whatever it got is given back.
+    fn fair_attempt(
+        &self,
+        lease: Duration,
+        waiter: String,
+        place: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
+    {
+        let request = self.keys().and_then(|keys| {
+            let Waiting::Queue {
+                queue,
+                deadlines,
+                wake_prefix,
+            } = &keys.waiting
+            else {
+                return Err(Error::invalid("a plain lock has no waiting queue"));
+            };
+            Ok(ScriptCall::new(&scripts::FAIR_ACQUIRE)
+                .key(keys.hash.as_str())
+                .key(keys.fence.as_str())
+                .key(keys.attempt_record(&waiter))
+                .key(queue.as_str())
+                .key(deadlines.as_str())
+                .arg(self.owner.as_str())
+                .arg(redis_millis(lease))
+                .arg(waiter.as_str())
+                .arg(place.map_or(0, redis_millis))
+                .arg(wake_prefix.as_str()))
+            .map(|call| (call, None))
+        });
+        self.send_attempt(request, waiter, lease)
+    }
+
+    /// Sends an acquire `request` of attempt `attempt`; if its caller goes away, whatever it
+    /// got is given back, and a client it may have registered as waiting withdraws.
+    fn send_attempt(
+        &self,
+        request: Result<(ScriptCall, Option<Withdraw>)>,
+        attempt: String,
+        lease: Duration,
+    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
+    {
+        let sent_at = Instant::now();
+        let request = request.and_then(|(call, withdraw)| {
             // Remembered past the lease, so a grant that could still run is refused.
             let give_back =
                 self.release_call(&attempt, lease.saturating_add(self.retry_window()))?;
-            Ok(self.client.eval_acquire_leased(
-                call,
-                give_back,
-                |reply: &Vec<i64>| {
-                    matches!(
-                        AcquireReply::decode(reply),
-                        Ok(AcquireReply::Acquired { .. })
-                    )
-                },
-                Some(lease),
-            ))
+            let client = self.client.clone();
+            let retry = self.client.retry_for_lease(sent_at, Some(lease));
+            Ok(self
+                .client
+                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
+                    let reply = reply.map(|reply| AcquireReply::decode(&reply));
+                    // Unknown: give back whatever it got, or forbid the grant.
+                    let granted = matches!(reply, None | Some(Ok(AcquireReply::Acquired { .. })));
+                    if granted {
+                        tracing::debug!("giving back an abandoned acquire");
+                        client.spawn_release(give_back, retry);
+                    }
+                    if let Some(withdraw) = withdraw {
+                        let acquired = matches!(reply, Some(Ok(AcquireReply::Acquired { .. })));
+                        withdraw.abandoned_attempt_ended(acquired);
+                    }
+                }))
         });
         async move {
             let reply = request?.await?;
@@ -448,6 +613,107 @@ impl LockCore {
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
         }
+    }
+}
+
+/// Locks `mutex`, also after a panic elsewhere poisoned it: the state it guards is a few
+/// flags, valid at every step.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where one wait of the plain lock stands with the client's registration in Redis.
+#[derive(Debug, Default)]
+struct Registration {
+    /// The client may be registered by this wait: an attempt that registers when it finds
+    /// the lock taken was sent, and none has acquired since.
+    registered: bool,
+    /// An attempt is on the wire.
+    in_flight: bool,
+    /// The wait is over (its local queue place given up).
+    ended: bool,
+}
+
+/// Takes a client out of a lock's registry of waiters once a wait that may have registered
+/// it ends without the lock, passing on a wake-up that may have been meant for it. If an
+/// attempt is on the wire when the wait ends, the withdrawal waits for it to end (sent at
+/// once, it could overtake the attempt, which would then register the client again).
+#[derive(Clone)]
+struct Withdraw {
+    core: Arc<LockCore>,
+    /// How long a registration lasts by itself; zero for a wait that never registers.
+    registration: Duration,
+    state: Arc<Mutex<Registration>>,
+}
+
+impl Withdraw {
+    /// The wait ended (its local queue place is already given up).
+    fn wait_ended(&self) {
+        let mut state = lock(&self.state);
+        state.ended = true;
+        if state.registered && !state.in_flight {
+            drop(state);
+            self.send();
+        }
+    }
+
+    /// An attempt whose caller went away got its reply (or will never get one).
+    fn abandoned_attempt_ended(&self, acquired: bool) {
+        let mut state = lock(&self.state);
+        state.in_flight = false;
+        if acquired {
+            state.registered = false;
+        }
+        if state.registered && state.ended {
+            drop(state);
+            self.send();
+        }
+    }
+
+    /// Withdraws in the background, unless other tasks of the client still wait for the
+    /// lock: they keep the registration, and the next of them asks Redis at once.
+    fn send(&self) {
+        let client = &self.core.client;
+        let Ok(call) = self.core.withdraw_call() else {
+            return;
+        };
+        if client.has_local_waiters(call.first_key()) {
+            return;
+        }
+        // Pointless once the registration has lapsed by itself.
+        let retry = client.retry_for_lease(Instant::now(), Some(self.registration));
+        client.spawn_release(call, retry);
+    }
+}
+
+/// A wait, then its [`Withdrawal`]: fields drop in declaration order, so the wait (with the
+/// local queue place it holds) is gone before the withdrawal asks whether other local tasks
+/// still wait.
+struct WithdrawAfter<F> {
+    wait: std::pin::Pin<Box<F>>,
+    #[allow(dead_code)] // Only dropped.
+    withdrawal: Withdrawal,
+}
+
+impl<F: std::future::Future> std::future::Future for WithdrawAfter<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.wait.as_mut().poll(cx)
+    }
+}
+
+/// Tells a plain lock's [`Withdraw`] that its wait ended, however it ended.
+struct Withdrawal(Withdraw);
+
+impl Drop for Withdrawal {
+    fn drop(&mut self) {
+        self.0.wait_ended();
     }
 }
 

@@ -139,9 +139,14 @@ impl LockGuard {
 
     /// Releases this hold and reports whether it was still ours.
     ///
-    /// Renewal stops before the request is sent. A release retried after a lost reply is
-    /// recognised by its attempt id, so it neither releases twice nor reports a false
-    /// [`NotOwner`](redisync_core::Error::NotOwner).
+    /// Renewal stops before the request is sent. A release is idempotent: it gives back only
+    /// the hold of this guard's attempt, so one sent again after a broken connection never
+    /// releases twice. Redis keeps no record of it (a record per release would make Redis's
+    /// memory grow with the release rate); a repeat that finds the hold gone is taken as the
+    /// answer to the first try when the hold was still ours, as far as the client knew, when
+    /// that try was sent, so it reports no false [`NotOwner`](redisync_core::Error::NotOwner).
+    /// The one case that then goes unreported is a hold force-unlocked, within the same
+    /// moment, before a first try whose reply was lost.
     ///
     /// # Errors
     ///
@@ -170,6 +175,10 @@ impl LockGuard {
             name = %self.core.name,
             token = self.token,
         );
-        self.hold.release(span).await.and_then(decode_release)
+        let released = self.hold.release_confirmed(span).await?;
+        match released.reply {
+            -1 if released.repeated => Ok(()),
+            reply => decode_release(reply),
+        }
     }
 }

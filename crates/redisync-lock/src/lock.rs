@@ -29,18 +29,32 @@ use crate::guard::LockGuard;
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it); expires with the lease |
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it); exists exactly while the lock is held, and expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
-/// | `<prefix>:{<name>}:attempt:<attempt>` | string | outcome of giving back one acquire attempt's hold, kept briefly: a retried release gets the same answer, and an acquire whose caller gave up can no longer grant |
-/// | `<prefix>:{<name>}:wake` | channel | a release that frees the lock publishes here |
+/// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); expires unless a waiter registers again within about 10 s |
+/// | `<prefix>:{<name>}:attempt:<attempt>` | string | only for an acquire whose outcome was unknown and that was given back (its caller went away, or the connection broke): the give-back's outcome, kept for the lease plus two command timeouts, so that the acquire can no longer grant if Redis runs it late |
+/// | `<prefix>:{<name>}:wake:<client id>` | channel | one per waiting client: the release that frees the lock publishes on the channel of the client that has waited longest, and only when some client waits |
 ///
-/// # Round trips
+/// A release keeps no record: a release that is sent again after a broken connection, and
+/// finds the hold already gone, is judged by the client (see [`LockGuard::unlock`]). So the
+/// keys a busy lock leaves in Redis do not grow with its rate of releases.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | uncontended acquire, re-entry, release | 1 each |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up |
-/// | introspection, `force_unlock` | 1 |
+/// # Round trips and work in Redis
+///
+/// | operation | round trips | commands run inside Redis |
+/// |---|---|---|
+/// | uncontended acquire | 1 | 5: `EXISTS` (attempt record), `HLEN`, `INCR` (fence), `HSET`, `PEXPIRE` |
+/// | re-entry | 1 | 6: `EXISTS`, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
+/// | release, nobody waiting | 1 | 3: `HMGET`, `DEL`, `ZRANGE` (no `PUBLISH`) |
+/// | release with clients waiting | 1 | 5: as above, then `ZREM` and one `PUBLISH` to one client |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up | a failed attempt also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) |
+/// | a wait given up while its client is registered, by the client's last waiting task | + 1 in the background (`lock_withdraw`) | |
+/// | introspection, `force_unlock` | 1 | |
+///
+/// A contended hand-off costs about three scripts whatever the number of waiting clients:
+/// the release, the woken client's acquire, and the registration of that client's next
+/// waiting task. Clients take turns in the order they registered, and within a client tasks
+/// take turns in the order they asked, so no client or task starves.
 ///
 /// # Examples
 ///

@@ -4,27 +4,32 @@ use std::time::Duration;
 
 use redisync_core::{Error, LuaScript, Result};
 
-/// A lock script; those that grant holds or may take the fair lock's queue start with the
-/// shared helpers.
+/// A lock script, with the preludes it builds on (`lock` for lock_prelude, `wake` for the
+/// registry of waiting clients, `fair` for the fair lock's queue), in that order.
 macro_rules! script {
     ($name:literal) => {
         LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
     };
-    ($name:literal, with_queue) => {
+    ($name:literal, $($prelude:literal),+) => {
         LuaScript::new(
             $name,
             concat!(
-                include_str!("../../../lua/lock_prelude.lua"),
+                $(include_str!(concat!("../../../lua/", $prelude, "_prelude.lua")),)+
                 include_str!(concat!("../../../lua/", $name, ".lua"))
             ),
         )
     };
 }
 
-pub(crate) static ACQUIRE: LuaScript = script!("lock_acquire", with_queue);
-pub(crate) static RELEASE: LuaScript = script!("lock_release", with_queue);
-pub(crate) static FORCE_UNLOCK: LuaScript = script!("lock_force_unlock", with_queue);
-pub(crate) static ACQUIRE_ALL: LuaScript = script!("lock_acquire_all", with_queue);
+pub(crate) static ACQUIRE: LuaScript = script!("lock_acquire", "lock", "wake");
+pub(crate) static RELEASE: LuaScript = script!("lock_release", "lock", "wake");
+pub(crate) static WITHDRAW: LuaScript = script!("lock_withdraw", "lock", "wake");
+pub(crate) static FORCE_UNLOCK: LuaScript = script!("lock_force_unlock", "lock", "wake");
+pub(crate) static FAIR_ACQUIRE: LuaScript = script!("fair_lock_acquire", "lock", "fair_lock");
+pub(crate) static FAIR_RELEASE: LuaScript = script!("fair_lock_release", "lock", "fair_lock");
+pub(crate) static FAIR_FORCE_UNLOCK: LuaScript =
+    script!("fair_lock_force_unlock", "lock", "fair_lock");
+pub(crate) static ACQUIRE_ALL: LuaScript = script!("lock_acquire_all", "lock");
 pub(crate) static SET_LEASE: LuaScript = script!("lock_set_lease");
 pub(crate) static RENEW: LuaScript = script!("lock_renew");
 pub(crate) static STATUS: LuaScript =

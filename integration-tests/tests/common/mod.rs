@@ -15,9 +15,20 @@ pub fn lock_key(name: &str) -> String {
     format!("redisync:{{{name}}}:lock")
 }
 
-/// The lock's wake-up channel for the default prefix.
-pub fn wake_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:wake")
+/// The wake-up channel of `client` for the plain lock `name`, for the default prefix: each
+/// waiting client listens on its own.
+pub fn wake_channel(name: &str, client: &Client) -> String {
+    format!("redisync:{{{name}}}:wake:{}", client.id())
+}
+
+/// How many subscribers the wake-up channels of the plain lock `name` have, over every
+/// client (for the default prefix).
+pub fn wake_subscribers(server: &RedisServer, name: &str) -> u64 {
+    let pattern = format!("redisync:{{{name}}}:wake:*");
+    strings(&server.cmd(&["PUBSUB", "CHANNELS", &pattern]))
+        .iter()
+        .map(|channel| server.numsub(channel))
+        .sum()
 }
 
 /// Whether `key` exists on `server`.

@@ -1,0 +1,54 @@
+-- fair_lock_acquire: take a fair lock in arrival order, or re-enter it if the caller already
+-- holds it. (Prefixed with lock_prelude.lua and fair_lock_prelude.lua.)
+--
+-- KEYS[1]  lock hash (layout in lock_prelude)
+-- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted
+-- KEYS[3]  attempt record of this waiter; exists only if the waiter was already given back
+--          (fair_lock_release ran for it first: its caller gave up), so it must not grant
+-- KEYS[4]  queue of waiters, see fair_lock_prelude
+-- KEYS[5]  waiter deadlines, see fair_lock_prelude
+-- ARGV[1]  owner id of the caller
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  waiter id: unique per acquire call, the same for all its attempts
+-- ARGV[4]  how long the caller keeps its place in the queue without another attempt, in ms;
+--          0 = take the lock only if nobody waits, never queue (try_lock)
+-- ARGV[5]  wake-up channel prefix of waiters
+--
+-- Returns {1, token, count} when acquired (count > 1 on a re-entry, which keeps the token of
+-- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
+-- lease in ms; -1 if it has none, -2 if the lock is free but another waiter goes first), or
+-- {-1} when the waiter was given back before this attempt ran.
+-- A re-entry never shortens the hold (see reenter) and never queues: the caller holds the
+-- lock already.
+
+if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {-1}
+end
+local now = now_us()
+if tonumber(ARGV[4]) > 0 then
+    -- The caller is alive right now: its heartbeat counts before anyone is judged dead, so a
+    -- stall of Redis itself cannot cost a live waiter its place.
+    redis.call('ZADD', KEYS[5], 'XX', math.floor(now / 1000) + tonumber(ARGV[4]), ARGV[3])
+end
+tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
+local holder = lock_holder(KEYS[1])
+if holder and holder[1] == ARGV[1] then
+    local count = reenter(KEYS[1], ARGV[2], ARGV[3])
+    leave_queue(KEYS[4], KEYS[5], ARGV[3])
+    return {1, tonumber(holder[2]), count}
+end
+if not holder then
+    local head = head_waiter(KEYS[4])
+    if not head or head == ARGV[3] then
+        local token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+        leave_queue(KEYS[4], KEYS[5], ARGV[3])
+        return {1, token, 1}
+    end
+    -- Free, but it is the head's turn: make sure the head knows (its wake-up may have been
+    -- for a waiter found dead just now).
+    wake_head(KEYS[4], ARGV[5])
+end
+if tonumber(ARGV[4]) > 0 then
+    join_queue(KEYS[4], KEYS[5], ARGV[3], now, tonumber(ARGV[4]))
+end
+return {0, redis.call('PTTL', KEYS[1])}

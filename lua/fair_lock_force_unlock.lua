@@ -1,0 +1,20 @@
+-- fair_lock_force_unlock: free a fair lock whoever holds it, and wake the head waiter.
+-- (Prefixed with lock_prelude.lua and fair_lock_prelude.lua.)
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  queue of waiters, see fair_lock_prelude
+-- KEYS[3]  waiter deadlines, see fair_lock_prelude
+-- ARGV[1]  wake-up channel prefix of waiters
+--
+-- Returns 1 if the lock was held, 0 if it was already free; WRONGTYPE (nothing deleted) if
+-- a key holds foreign data. The fencing counter is kept, so tokens never repeat; waiters keep
+-- their places.
+
+local held = lock_holder(KEYS[1])
+tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+if not held then
+    return 0
+end
+redis.call('DEL', KEYS[1])
+wake_head(KEYS[2], ARGV[1])
+return 1

@@ -1,0 +1,38 @@
+-- fair_lock_release: give back the hold one waiter got, if it got one, and take the waiter out
+-- of the queue. (Prefixed with lock_prelude.lua and fair_lock_prelude.lua.)
+--
+-- Used by unlock and by a dropped guard (with no record: ARGV[3] = 0), and by a waiter whose
+-- caller went away, whether or not Redis has run its attempts yet (with a record).
+--
+-- KEYS[1]  lock hash (layout in lock_prelude)
+-- KEYS[2]  attempt record: the result of the first release of this waiter, so that a repeat
+--          gets the same answer; its existence also forbids a late attempt of this waiter
+--          from granting or queueing (see fair_lock_acquire). Only written when ARGV[3] > 0.
+-- KEYS[3]  queue of waiters, see fair_lock_prelude
+-- KEYS[4]  waiter deadlines, see fair_lock_prelude
+-- ARGV[1]  waiter id whose hold (and place) to give back
+-- ARGV[2]  wake-up channel prefix of waiters
+-- ARGV[3]  how long to keep the attempt record, in ms; 0 = keep none (see lock_release)
+--
+-- Returns 1 when the lock became free, 0 when the hold was given back and the owner still
+-- holds the lock through other holds, -1 when the waiter holds nothing. Whenever the lock is
+-- free afterwards, the head waiter is woken (also when a woken waiter gives up: the next one
+-- must not sleep on).
+
+local remember = ARGV[3] ~= '0'
+if remember then
+    local recorded = redis.call('GET', KEYS[2])
+    if recorded then
+        return tonumber(recorded)
+    end
+end
+tidy_queue(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
+local result = release_hold(KEYS[1], ARGV[1])
+leave_queue(KEYS[3], KEYS[4], ARGV[1])
+if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
+    wake_head(KEYS[3], ARGV[2])
+end
+if remember then
+    redis.call('SET', KEYS[2], result, 'PX', ARGV[3])
+end
+return result
