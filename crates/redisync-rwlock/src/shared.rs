@@ -45,6 +45,8 @@ use crate::scripts::{self, SharedCheck};
 /// `checked_at` of a shared hold nobody has checked yet.
 const UNCHECKED: u64 = u64::MAX;
 
+/// Locks `mutex`; a panic elsewhere while it was held leaves counts that are still usable, so
+/// poisoning is ignored rather than spread.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
