@@ -494,7 +494,7 @@ impl LockCore {
     /// `registered` says whether an earlier attempt of the same wait may have registered it.
     /// If its caller goes away, whatever it got is given back.
     fn attempt(
-        &self,
+        self: &Arc<Self>,
         lease: Duration,
         attempt: String,
         withdraw: &Withdraw,
@@ -541,7 +541,7 @@ impl LockCore {
     /// caller's place in the queue lasts (None: never queue). If its caller goes away,
     /// whatever it got is given back.
     fn fair_attempt(
-        &self,
+        self: &Arc<Self>,
         lease: Duration,
         waiter: String,
         place: Option<Duration>,
@@ -575,34 +575,36 @@ impl LockCore {
     /// Sends an acquire `request` of attempt `attempt`; if its caller goes away, whatever it
     /// got is given back, and a client it may have registered as waiting withdraws.
     fn send_attempt(
-        &self,
+        self: &Arc<Self>,
         request: Result<(ScriptCall, Option<Withdraw>)>,
         attempt: String,
         lease: Duration,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
         let sent_at = Instant::now();
-        let request = request.and_then(|(call, withdraw)| {
-            // Remembered past the lease, so a grant that could still run is refused.
-            let give_back =
-                self.release_call(&attempt, lease.saturating_add(self.retry_window()))?;
-            let client = self.client.clone();
-            let retry = self.client.retry_for_lease(sent_at, Some(lease));
-            Ok(self
-                .client
+        let request = request.map(|(call, withdraw)| {
+            let core = self.clone();
+            let abandoned = attempt.clone();
+            self.client
                 .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
                     let reply = reply.map(|reply| AcquireReply::decode(&reply));
-                    // Unknown: give back whatever it got, or forbid the grant.
+                    // Unknown: give back whatever it got, or forbid the grant. Remembered past
+                    // the lease, so a grant that could still run is refused. (Built only here:
+                    // most attempts never need it.)
                     let granted = matches!(reply, None | Some(Ok(AcquireReply::Acquired { .. })));
-                    if granted {
+                    let remember = lease.saturating_add(core.retry_window());
+                    if let (true, Ok(give_back)) =
+                        (granted, core.release_call(&abandoned, remember))
+                    {
                         tracing::debug!("giving back an abandoned acquire");
-                        client.spawn_release(give_back, retry);
+                        let retry = core.client.retry_for_lease(sent_at, Some(lease));
+                        core.client.spawn_release(give_back, retry);
                     }
                     if let Some(withdraw) = withdraw {
                         let acquired = matches!(reply, Some(Ok(AcquireReply::Acquired { .. })));
                         withdraw.abandoned_attempt_ended(acquired);
                     }
-                }))
+                })
         });
         async move {
             let reply = request?.await?;
