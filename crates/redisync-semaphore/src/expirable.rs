@@ -13,12 +13,16 @@ use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
+use crate::waiters::{self, LocalWaiters, Turn, Waiter};
 
 /// The Redis names of one expirable semaphore.
 #[derive(Debug)]
 struct XKeys {
     permits: String,
     deadlines: String,
+    /// The waiting clients (see [`waiters`]).
+    waiters: String,
+    /// This client's wake-up channel.
     channel: String,
     queue: String,
     record_prefix: String,
@@ -35,6 +39,8 @@ struct XCore {
     client: Client,
     name: String,
     keys: Result<XKeys>,
+    /// What this client's tasks waiting on the semaphore share, across its handles.
+    local: Arc<LocalWaiters>,
 }
 
 impl XCore {
@@ -42,16 +48,24 @@ impl XCore {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
-    /// The call that returns permit `id`, remembering the outcome under `record` for `keep`.
-    fn release_call(&self, id: &str, record: String, keep: Duration) -> Result<ScriptCall> {
+    /// The call that returns permit `id`. It keeps no record: a repeat answers as for a
+    /// permit that is gone.
+    fn release_call(&self, id: &str) -> Result<ScriptCall> {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::X_RELEASE)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
-            .key(record)
-            .arg(id)
+            .key(keys.waiters.as_str())
+            .arg(id))
+    }
+
+    /// The call that takes this client out of the waiters (passing a wake-up on).
+    fn withdraw_call(&self, keys: &XKeys) -> ScriptCall {
+        ScriptCall::new(&scripts::X_WITHDRAW)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str())
+            .key(keys.waiters.as_str())
             .arg(keys.channel.as_str())
-            .arg(redis_millis(keep)))
     }
 }
 
@@ -125,15 +139,21 @@ impl ExpirableSemaphore {
         let keys = client.key_space(&name).map(|space| XKeys {
             permits: space.key("expirable-semaphore"),
             deadlines: space.key("expirable-semaphore:leases"),
-            channel: space.key("expirable-semaphore:wake"),
+            waiters: space.key("expirable-semaphore:waiters"),
+            channel: waiters::client_channel(&space.key("expirable-semaphore:wake:"), client),
             queue: space.key("expirable-semaphore:queue"),
             record_prefix: space.key("expirable-semaphore:permit:"),
         });
+        let local = match &keys {
+            Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
+            Err(_) => Arc::default(),
+        };
         ExpirableSemaphore {
             core: Arc::new(XCore {
                 client: client.clone(),
                 name,
                 keys,
+                local,
             }),
         }
     }
@@ -146,8 +166,8 @@ impl ExpirableSemaphore {
         let call = ScriptCall::new(&scripts::X_TRY_SET)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
-            .arg(n)
-            .arg(keys.channel.as_str());
+            .key(keys.waiters.as_str())
+            .arg(n);
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 
@@ -159,8 +179,8 @@ impl ExpirableSemaphore {
         let call = ScriptCall::new(&scripts::X_ADD)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
-            .arg(n)
-            .arg(keys.channel.as_str());
+            .key(keys.waiters.as_str())
+            .arg(n);
         self.core.client.eval::<i64>(call).await?;
         Ok(())
     }
@@ -235,14 +255,12 @@ impl ExpirableSemaphore {
     /// Returns the permit with this id to the pool. Returns `false` if the id is unknown, was
     /// already released, or its lease ended (it is back in the pool already): a permit is
     /// never returned twice.
+    ///
+    /// Redis keeps no record of the call. If the connection breaks while the call is on the
+    /// wire, it is sent again, and a permit the first send returned is then found gone:
+    /// `false`, although this call returned it.
     pub async fn release_by_id(&self, id: &str) -> Result<bool> {
-        // A record of this call only: its own retries agree, later calls see the truth.
-        let record = self.core.keys()?.record(&self.core.client.unique_id());
-        let call = self.core.release_call(
-            id,
-            record,
-            self.core.client.command_timeout().saturating_mul(2),
-        )?;
+        let call = self.core.release_call(id)?;
         Ok(self.core.client.eval_idempotent::<i64>(call).await? == 1)
     }
 
@@ -256,6 +274,7 @@ impl ExpirableSemaphore {
         let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
         lease_millis(lease_for)?;
         let deadline = wait.map(wait_deadline).transpose()?;
+        // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
             queue: &keys.queue,
             channel: &keys.channel,
@@ -263,11 +282,26 @@ impl ExpirableSemaphore {
             may_reenter: false,
             shared: false,
         };
+        let mut waiter = (wait != Some(Duration::ZERO)).then(|| {
+            Waiter::new(
+                core.local.clone(),
+                &core.client,
+                &keys.channel,
+                core.withdraw_call(keys),
+                &keys.queue,
+            )
+        });
         let granted = core
             .client
-            .acquire(spec, || self.attempt(lease_for))
+            .acquire(spec, || {
+                let turn = waiter
+                    .as_mut()
+                    .map_or_else(Turn::first_try, Waiter::next_turn);
+                self.attempt(lease_for, turn)
+            })
             .instrument(tracing::debug_span!("redisync.expirable_semaphore", name = %core.name))
             .await?;
+        drop(waiter);
         let Some((id, sent_at)) = granted else {
             return Ok(None);
         };
@@ -280,11 +314,7 @@ impl ExpirableSemaphore {
                 sent_at,
             ),
         };
-        let release = core.release_call(
-            &id,
-            keys.record(&id),
-            core.client.command_timeout().saturating_mul(2),
-        )?;
+        let release = core.release_call(&id)?;
         Ok(Some(ExpirablePermit {
             name: core.name.clone(),
             hold: Hold::new(core.client.clone(), release, lease),
@@ -292,40 +322,73 @@ impl ExpirableSemaphore {
         }))
     }
 
-    /// One acquire request; the attempt id is the permit id. If its caller goes away, the
-    /// permit it may get is returned.
+    /// One acquire request, doing `turn` with the client's place among the waiters; the
+    /// attempt id is the permit id. If its caller goes away, the permit it may get is
+    /// returned, and the client is withdrawn from the waiters if no task of it waits any more.
     fn attempt(
         &self,
         lease: Duration,
+        turn: Turn,
     ) -> impl Future<Output = Result<Attempt<(String, Instant)>>> + Send + 'static {
         let core = self.core.clone();
         let sent_at = Instant::now();
         let id = core.client.unique_id();
-        let request = core.keys().and_then(|keys| {
+        let request = core.keys().map(|keys| {
             let call = ScriptCall::new(&scripts::X_ACQUIRE)
                 .key(keys.permits.as_str())
                 .key(keys.deadlines.as_str())
                 .key(keys.record(&id))
+                .key(keys.waiters.as_str())
                 .arg(id.as_str())
                 .arg(redis_millis(lease))
-                .arg(keys.channel.as_str());
-            // Outlives any late run of this acquire, so it is refused.
+                .arg(turn.channel.as_str())
+                .arg(turn.requeue_arg())
+                .arg(waiters::registry_ttl(&core.client));
+            // A give-back record outlives any late run of this acquire, so it is refused.
             let keep = core
                 .client
                 .abandoned_request_grace()
                 .saturating_add(core.client.command_timeout());
-            let give_back = core.release_call(&id, keys.record(&id), keep)?;
-            Ok(core.client.eval_acquire_leased(
-                call,
-                give_back,
-                |reply: &Vec<i64>| matches!(PermitReply::decode(reply), Ok(PermitReply::Acquired)),
-                Some(lease),
-            ))
+            let give_back = ScriptCall::new(&scripts::X_GIVE_BACK)
+                .key(keys.permits.as_str())
+                .key(keys.deadlines.as_str())
+                .key(keys.record(&id))
+                .key(keys.waiters.as_str())
+                .arg(id.as_str())
+                .arg(redis_millis(keep));
+            let withdraw = core.withdraw_call(keys);
+            let (client, local, registers) =
+                (core.client.clone(), core.local.clone(), turn.registers());
+            let channel = keys.channel.clone();
+            let retry = core.client.retry_for_lease(sent_at, Some(lease));
+            core.client
+                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
+                    // Withdrawn only if this attempt may have registered and no task of the
+                    // client waits any more; it may have registered after the withdrawal its
+                    // task made when it left.
+                    let withdraws = registers && local.none_waiting();
+                    match reply.as_deref().map(PermitReply::decode) {
+                        Some(Ok(PermitReply::Busy { .. })) if withdraws => {
+                            waiters::spawn_withdraw(&client, withdraw)
+                        }
+                        Some(Ok(PermitReply::Busy { .. } | PermitReply::GivenBack) | Err(_)) => {}
+                        // Took the permit, or may have: return it (or forbid the grant).
+                        Some(Ok(PermitReply::Acquired)) | None => {
+                            tracing::debug!("giving back an abandoned expirable semaphore acquire");
+                            let channel = if withdraws { channel.as_str() } else { "" };
+                            client.spawn_release(give_back.arg(channel), retry);
+                        }
+                    }
+                })
         });
+        let local = self.core.local.clone();
         async move {
             let reply = request?.await?;
             Ok(match PermitReply::decode(&reply)? {
-                PermitReply::Acquired => Attempt::Acquired((id, sent_at)),
+                PermitReply::Acquired => {
+                    turn.acquired(&local);
+                    Attempt::Acquired((id, sent_at))
+                }
                 PermitReply::Busy { retry_in } => Attempt::Busy {
                     retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
                 },
@@ -348,8 +411,7 @@ impl DistributedPrimitive for ExpirableSemaphore {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::X_DELETE)
             .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str())
-            .arg(keys.channel.as_str());
+            .key(keys.deadlines.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }
@@ -393,7 +455,10 @@ impl ExpirablePermit {
     /// # Errors
     ///
     /// [`Error::NotOwner`] if the permit was no longer held (its lease ended, or it was
-    /// released by id): nothing is changed. A retry after a lost reply gets the first answer.
+    /// released by id): nothing is changed. Redis keeps no record of the release: when a
+    /// broken connection made the client send it again and the repeat finds the permit gone,
+    /// the first send returned it (the permit was not known lost when it left), so that is
+    /// `Ok`.
     /// [`Error::Redis`] / [`Error::Timeout`] if Redis did not confirm the release within the
     /// command timeout (it goes on in the background: see below).
     ///
@@ -410,9 +475,13 @@ impl ExpirablePermit {
     /// If the future is dropped before it completes, the release still runs in the background.
     pub async fn release(self) -> Result<()> {
         let span = tracing::debug_span!("redisync.expirable_semaphore.release", name = %self.name, id = %self.id);
-        match self.hold.release(span).await? {
-            1 => Ok(()),
-            _ => Err(Error::NotOwner),
+        // The release keeps no record: a repeat after a lost reply finds the permit gone. The
+        // permit was ours when the first try left, so that try returned it.
+        let confirmed = self.hold.release_confirmed(span).await?;
+        if confirmed.reply == 1 || confirmed.repeated {
+            Ok(())
+        } else {
+            Err(Error::NotOwner)
         }
     }
 }

@@ -12,6 +12,7 @@
 mod expirable;
 mod scripts;
 mod semaphore;
+mod waiters;
 
 pub use expirable::{ExpirablePermit, ExpirableSemaphore};
 pub use scripts::MAX_PERMITS;

@@ -1,7 +1,7 @@
 //! [`Semaphore`]: a classic counting semaphore whose permits live in Redis.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
@@ -10,6 +10,7 @@ use redisync_core::{
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, permit_count};
+use crate::waiters::{self, LocalWaiters, Turn, Waiter};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
@@ -20,6 +21,9 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 struct SemKeys {
     permits: String,
     generation: String,
+    /// The waiting clients (see [`waiters`]).
+    waiters: String,
+    /// This client's wake-up channel.
     channel: String,
     queue: String,
     attempt_prefix: String,
@@ -30,6 +34,8 @@ struct SemCore {
     client: Client,
     name: String,
     keys: Result<SemKeys>,
+    /// What this client's tasks waiting on the semaphore share, across its handles.
+    local: Arc<LocalWaiters>,
 }
 
 impl SemCore {
@@ -42,9 +48,18 @@ impl SemCore {
         Ok(ScriptCall::new(&scripts::ADD)
             .key(keys.permits.as_str())
             .key(keys.generation.as_str())
+            .key(keys.waiters.as_str())
             .arg(n)
-            .arg(keys.channel.as_str())
             .arg(self.client.unique_id()))
+    }
+
+    /// The call that takes this client out of the waiters (passing a wake-up on).
+    fn withdraw_call(&self, keys: &SemKeys) -> ScriptCall {
+        ScriptCall::new(&scripts::WITHDRAW)
+            .key(keys.permits.as_str())
+            .key(keys.generation.as_str())
+            .key(keys.waiters.as_str())
+            .arg(keys.channel.as_str())
     }
 }
 
@@ -129,15 +144,21 @@ impl Semaphore {
         let keys = client.key_space(&name).map(|space| SemKeys {
             permits: space.key("semaphore"),
             generation: space.key("semaphore:generation"),
-            channel: space.key("semaphore:wake"),
+            waiters: space.key("semaphore:waiters"),
+            channel: waiters::client_channel(&space.key("semaphore:wake:"), client),
             queue: space.key("semaphore:queue"),
             attempt_prefix: space.key("semaphore:attempt:"),
         });
+        let local = match &keys {
+            Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
+            Err(_) => Arc::default(),
+        };
         Semaphore {
             core: Arc::new(SemCore {
                 client: client.clone(),
                 name,
                 keys,
+                local,
             }),
         }
     }
@@ -150,8 +171,8 @@ impl Semaphore {
         let call = ScriptCall::new(&scripts::TRY_SET)
             .key(keys.permits.as_str())
             .key(keys.generation.as_str())
+            .key(keys.waiters.as_str())
             .arg(n)
-            .arg(keys.channel.as_str())
             .arg(self.core.client.unique_id());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
@@ -262,6 +283,7 @@ impl Semaphore {
         // One local queue per size: a waiter for many permits must not hold back waiters for
         // fewer while enough for them are free.
         let queue = format!("{}:{n}", keys.queue);
+        // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
             queue: &queue,
             channel: &keys.channel,
@@ -269,11 +291,26 @@ impl Semaphore {
             may_reenter: false,
             shared: false,
         };
+        let mut waiter = (wait != Some(Duration::ZERO)).then(|| {
+            Waiter::new(
+                core.local.clone(),
+                &core.client,
+                &keys.channel,
+                core.withdraw_call(keys),
+                &queue,
+            )
+        });
         let granted = core
             .client
-            .acquire(spec, || self.attempt(count))
+            .acquire(spec, || {
+                let turn = waiter
+                    .as_mut()
+                    .map_or_else(Turn::first_try, Waiter::next_turn);
+                self.attempt(count, turn)
+            })
             .instrument(tracing::debug_span!("redisync.semaphore", name = %core.name, permits = n))
             .await?;
+        drop(waiter);
         let Some(attempt) = granted else {
             return Ok(None);
         };
@@ -281,11 +318,8 @@ impl Semaphore {
             .key(keys.permits.as_str())
             .key(format!("{}{attempt}", keys.attempt_prefix))
             .key(keys.generation.as_str())
-            .arg(count)
-            .arg(keys.channel.as_str())
-            .arg(redis_millis(
-                core.client.command_timeout().saturating_mul(2),
-            ));
+            .key(keys.waiters.as_str())
+            .arg(count);
         let forget =
             ScriptCall::new(&scripts::FORGET).key(format!("{}{attempt}", keys.attempt_prefix));
         Ok(Some(SemaphorePermit {
@@ -297,11 +331,13 @@ impl Semaphore {
         }))
     }
 
-    /// One acquire request for `n` permits; if its caller goes away, whatever it took is given
-    /// back.
+    /// One acquire request for `n` permits, doing `turn` with the client's place among the
+    /// waiters. If its caller goes away, whatever it took is given back, and the client is
+    /// withdrawn from the waiters if no task of it waits any more.
     fn attempt(
         &self,
         n: i64,
+        turn: Turn,
     ) -> impl std::future::Future<Output = Result<Attempt<String>>> + Send + 'static {
         let core = self.core.clone();
         let attempt = core.client.unique_id();
@@ -317,20 +353,48 @@ impl Semaphore {
                 .key(keys.permits.as_str())
                 .key(record.as_str())
                 .key(keys.generation.as_str())
-                .arg(n);
+                .key(keys.waiters.as_str())
+                .arg(n)
+                .arg(turn.channel.as_str())
+                .arg(turn.requeue_arg())
+                .arg(waiters::registry_ttl(&core.client));
             let give_back = ScriptCall::new(&scripts::GIVE_BACK)
                 .key(keys.permits.as_str())
                 .key(record)
                 .key(keys.generation.as_str())
+                .key(keys.waiters.as_str())
                 .arg(n)
-                .arg(keys.channel.as_str())
                 .arg(keep);
+            let withdraw = core.withdraw_call(keys);
+            let (client, local, registers) =
+                (core.client.clone(), core.local.clone(), turn.registers());
+            let channel = keys.channel.clone();
+            let retry = core.client.retry_for_lease(Instant::now(), None);
             core.client
-                .eval_acquire(call, give_back, |reply: &i64| *reply == 1)
+                .eval_undoable(call, move |reply: Option<i64>| async move {
+                    // Withdrawn only if this attempt may have registered and no task of the
+                    // client waits any more; it may have registered after the withdrawal its
+                    // task made when it left.
+                    let withdraws = registers && local.none_waiting();
+                    match reply {
+                        Some(0) if withdraws => waiters::spawn_withdraw(&client, withdraw),
+                        Some(0 | -1) => {}
+                        // Took permits, or may have: give them back (or forbid the grant).
+                        _ => {
+                            tracing::debug!("giving back an abandoned semaphore acquire");
+                            let channel = if withdraws { channel.as_str() } else { "" };
+                            client.spawn_release(give_back.arg(channel), retry);
+                        }
+                    }
+                })
         });
+        let local = self.core.local.clone();
         async move {
             Ok(match request?.await? {
-                1 => Attempt::Acquired(attempt),
+                1 => {
+                    turn.acquired(&local);
+                    Attempt::Acquired(attempt)
+                }
                 0 | -1 => Attempt::Busy {
                     retry_in: Some(RECHECK),
                 },
@@ -353,8 +417,7 @@ impl DistributedPrimitive for Semaphore {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::DELETE)
             .key(keys.permits.as_str())
-            .key(keys.generation.as_str())
-            .arg(keys.channel.as_str());
+            .key(keys.generation.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }
