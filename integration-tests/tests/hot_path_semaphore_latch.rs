@@ -664,6 +664,9 @@ async fn a_release_whose_reply_was_lost_is_applied_once_and_reported_released() 
     for kind in [Kind::Classic, Kind::Expirable] {
         let name = format!("lost-reply-{kind:?}");
         kind.set(&direct, &name, 3).await;
+        // A cycle first, so that Redis has the scripts (a first EVALSHA answers NOSCRIPT).
+        let permit = kind.acquire(&direct, &name, None).await.unwrap().unwrap();
+        permit.release().await.unwrap();
         let permit = kind.acquire(&c, &name, None).await.unwrap().unwrap();
         assert_eq!(kind.available(&direct, &name).await, 2);
         // The release runs in Redis, its reply is lost; then the connection breaks, and the
@@ -675,6 +678,8 @@ async fn a_release_whose_reply_was_lost_is_applied_once_and_reported_released() 
             server.command_calls("evalsha") > scripts
         })
         .await;
+        // It did return the permit.
+        assert_eq!(kind.available(&direct, &name).await, 3, "{kind:?}");
         assert!(
             proxy.drop_replies(false) >= 1,
             "the connection that lost the reply"
@@ -688,7 +693,7 @@ async fn a_release_whose_reply_was_lost_is_applied_once_and_reported_released() 
             "{kind:?}: the repeat's answer: {outcome:?}"
         );
         assert!(
-            server.command_calls("evalsha") >= scripts + 2,
+            server.command_calls("evalsha") >= scripts + 3,
             "{kind:?}: the release was sent again"
         );
         // Once, and nothing kept for it.
