@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, Retry, ScriptCall, WaitSpec,
+    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, Retry,
+    ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -134,12 +135,16 @@ impl LatchCore {
                 .arg(registry_ttl(&self.client))
                 .arg(arming);
             let core = self.clone();
-            self.client
-                .eval_undoable(call, move |_: Option<(String, String)>| async move {
+            // Not `eval_undoable`: registering is no acquire, and needs no replica's
+            // acknowledgement (with replica sync on, an unacknowledged one stands).
+            Abandonable::new(
+                self.client.eval::<(String, String)>(call),
+                move |_| async move {
                     if core.openings.waiting.load(Ordering::Acquire) == 0 {
                         core.withdraw();
                     }
-                })
+                },
+            )
         });
         async move { parse_status(request?.await?) }
     }
@@ -181,7 +186,8 @@ fn parse_status((count, arming): (String, String)) -> Result<(u64, String)> {
 /// * [`try_set_count`](Self::try_set_count) arms an open latch; an armed one is left alone.
 /// * [`count_down`](Self::count_down) never takes the count below zero, and is applied once
 ///   even when it is retried after a lost reply. The count-down that reaches zero opens the
-///   latch with one message that wakes every waiter on every client.
+///   latch with one message that wakes every waiter on every client; it publishes nothing
+///   when nobody waits (waiting clients register in the latch's `waiters`).
 /// * [`wait`](Self::wait) and [`wait_for`](Self::wait_for) return once the latch is open.
 ///   A waiter also re-reads the latch at least every [`RECHECK`], so a lost message, a
 ///   reconnect or a Redis restart never parks it for longer. Waiters of one client share
@@ -200,17 +206,25 @@ fn parse_status((count, arming): (String, String)) -> Result<(u64, String)> {
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it) |
-/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for [`COUNT_DOWN_MEMORY`] after its latest run (each retry that finds it keeps it that long again) so that its retries are not applied twice |
+/// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it), `prior` (`1` if it was armed while the count-downs of the arming before were still remembered), and one field per count-down applied to this arming (its request id → its outcome), so that a retry is not applied twice |
+/// | `<prefix>:{<name>}:latch:count_down:opened` | hash | the latch hash of the arming that opened (or was deleted) last, kept for [`COUNT_DOWN_MEMORY`] after that, so that a count-down retried after the opening, even once the latch is armed again, is not applied twice |
+/// | `<prefix>:{<name>}:latch:waiters` | sorted set | the clients with tasks waiting, so that an opening publishes only when somebody waits; deleted by the opening, and expires 5 s plus two command timeouts after the last one registered |
 /// | `<prefix>:{<name>}:latch:wake` | channel | the latch opened |
 ///
-/// # Round trips
+/// What a latch keeps is bounded by its count (the count-downs of the current arming and of
+/// the one before), never by how many count-downs it has seen over time.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | every call, and a wait on an open latch | 1 |
-/// | a wait on an armed latch | 1 + 1 after subscribing + 1 when woken (and at least one per [`RECHECK`]) |
-/// | *n* waiters of one client on an armed latch | *n* on arrival; then, for all of them together, 1 per wake-up or [`RECHECK`] |
+/// # Round trips and commands
+///
+/// | operation | round trips | Redis commands run |
+/// |---|---|---|
+/// | `count_down` on an armed latch | 1 | 4 (`EVALSHA`; `HMGET`, `HINCRBY`, `HSET`), + `HGET` after a `prior` arming |
+/// | `count_down` that opens the latch | 1 | + `RENAME`, `PEXPIRE`, `DEL`, and `PUBLISH` if somebody waits |
+/// | `try_set_count` on an open latch | 1 | 4 (`EVALSHA`; `EXISTS` ×2, `HSET`) |
+/// | a wait on an open latch, `count` on one | 1 | 2 (`EVALSHA`; `EXISTS`) |
+/// | a wait on an armed latch | 1 + 1 after subscribing + 1 when woken (and at least one per [`RECHECK`]) | |
+/// | *n* waiters of one client on an armed latch | *n* on arrival; then, for all of them together, 1 per wake-up or [`RECHECK`] | |
+/// | every other call | 1 | |
 ///
 /// # Examples
 ///
@@ -311,10 +325,15 @@ impl CountDownLatch {
     /// confirmed it within the command timeout the call returns [`Error::Redis`] or
     /// [`Error::Timeout`], and the count-down goes on in the background until Redis confirms
     /// it or the client shuts down (then it gets one last attempt; see [`Client::shutdown`]):
-    /// do not count down again. Redis remembers a count-down for [`COUNT_DOWN_MEMORY`] (or a
-    /// few command timeouts, if longer); a count-down still unconfirmed when that is nearly
-    /// over is given up rather than risk applying it twice, and counted in
-    /// [`Stats::unconfirmed_releases`](redisync_core::Stats::unconfirmed_releases).
+    /// do not count down again. Redis remembers a count-down in the latch while its arming is
+    /// armed, and for [`COUNT_DOWN_MEMORY`] (or a few command timeouts, if longer) after the
+    /// arming opened; a count-down still unconfirmed when that is nearly over is given up
+    /// rather than risk applying it twice, and counted in
+    /// [`Stats::unconfirmed_releases`](redisync_core::Stats::unconfirmed_releases). Only
+    /// the last opened arming is remembered: a count-down whose reply was lost, retried only
+    /// after its arming opened *and* the latch was armed and opened once more, would count
+    /// the arming after that down too. (Redis would otherwise keep something per count-down
+    /// for minutes, however many there are.)
     ///
     /// # Cancel safety
     ///

@@ -81,8 +81,8 @@ impl XCore {
 ///   watchdog timeout; Redisson's lease-less permits leak for ever instead.
 /// * [`acquire_with_lease`](Self::acquire_with_lease) permits go back to the pool by
 ///   themselves when the lease ends.
-/// * Expired permits return to the pool inside every script (lazily), and a waiter wakes by
-///   itself at the nearest permit deadline, even when nobody releases.
+/// * Expired permits return to the pool lazily, when a script needs them, and a waiter wakes
+///   by itself at the nearest permit deadline, even when nobody releases.
 /// * [`release_by_id`](Self::release_by_id) returns `false` for an unknown or expired id; no
 ///   release ever returns a permit twice.
 ///
@@ -92,15 +92,23 @@ impl XCore {
 /// |---|---|---|
 /// | `<prefix>:{<name>}:expirable-semaphore` | string | available permits (may be negative) |
 /// | `<prefix>:{<name>}:expirable-semaphore:leases` | sorted set | permit id → end of its lease (server ms) |
-/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | outcome of one release, kept briefly, under the permit's id (idempotent retries; an acquire given back before it ran cannot take the permit) or, for `release_by_id`, under the call's own id |
-/// | `<prefix>:{<name>}:expirable-semaphore:wake` | channel | permits were added, released or reclaimed |
+/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | `given back`, for a few command timeouts, only where the caller of an acquire went away before its outcome was known and it had not taken the permit: the acquire can no longer take one if it runs late. Releases keep nothing |
+/// | `<prefix>:{<name>}:expirable-semaphore:waiters` | sorted set | the waiting clients' channels, longest waiting first (see [wake-ups](crate#wake-ups)); expires 5 s plus two command timeouts (15 s by default) after the last one registered |
+/// | `<prefix>:{<name>}:expirable-semaphore:wake:<client id>` | channel | one client's wake-up: permits were added, released or reclaimed |
 ///
-/// # Round trips
+/// Expired permits go back to the pool when an acquire finds it empty, when permits are
+/// added, and when they are released or given back themselves. Nothing is kept per release:
+/// what the semaphore keeps is bounded by its permits and the clients waiting.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | uncontended acquire, release, and every other call | 1 |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (at least one a second, and at the nearest lease end) |
+/// # Round trips and commands
+///
+/// | operation | round trips | Redis commands run |
+/// |---|---|---|
+/// | uncontended acquire | 1 | 5 (`EVALSHA`; `MGET`, `TIME`, `ZADD`, `DECR`) |
+/// | release | 1 | 6 (`EVALSHA`; `ZSCORE`, `INCR`, `ZREM`, `ZRANGE`, `TIME`), + `ZREM` and `PUBLISH` for a client woken |
+/// | acquire + release, uncontended | 2 | 11 |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second, and at the nearest lease end) | about 3 scripts per acquisition, whatever the number of clients |
+/// | every other call | 1 | |
 ///
 /// # Examples
 ///

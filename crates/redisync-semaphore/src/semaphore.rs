@@ -83,11 +83,16 @@ impl SemCore {
 /// only to that generation: permits taken before a delete go nowhere, rather than inflating
 /// the new semaphore.
 ///
-/// Waiting: an acquire for `n` permits re-checks whenever permits are added or released, so it
-/// gets in once enough have been returned, in one step or in several; and at least every
-/// second regardless, so a lost message never parks it. Within one client, waiters for the
-/// same number of permits queue and only the first asks Redis. Across clients there is no
-/// queue: a waiter for many permits can be overtaken by others taking fewer.
+/// Waiting: a client with tasks waiting registers once in the semaphore's queue of waiting
+/// clients, and each release wakes as many clients as it returns permits, those that have
+/// waited longest, rather than every waiting client (see [wake-ups](crate#wake-ups)): a hand-off
+/// costs the same requests with 2 waiting clients or 200, and clients take turns (one that
+/// got in goes to the back of the queue if more of its tasks wait). Within one client,
+/// waiters for the same number of permits queue and only the first asks Redis. A woken
+/// acquire for `n` permits that finds fewer goes back to the end of the queue, so a waiter for
+/// many permits can be overtaken by others taking fewer, and, until the next release, a
+/// waiter for fewer behind it may wait for its re-check. Every waiter re-checks at least
+/// second regardless, so a lost message never parks it.
 ///
 /// Counts are limited to ±2^53 ([`MAX_PERMITS`](crate::MAX_PERMITS)); larger ones are
 /// [`Error::InvalidArgument`].
@@ -98,15 +103,22 @@ impl SemCore {
 /// |---|---|---|
 /// | `<prefix>:{<name>}:semaphore` | string | available permits (may be negative) |
 /// | `<prefix>:{<name>}:semaphore:generation` | string | a unique id of this incarnation of the semaphore, written by whichever call creates the permits count and deleted with it (absent on semaphores created before generations existed); one without a count is foreign data, so remove both when removing a semaphore by hand |
-/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits: `granted:<generation>` while they are out (no expiry), then `released` or `given back` briefly; a release is applied once however often it is retried, and an acquire given back before it ran cannot take any |
-/// | `<prefix>:{<name>}:semaphore:wake` | channel | permits were added or released |
+/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | one acquire's permits, `granted:<generation>` while they are out (no expiry: they are outstanding that long), deleted when they come back, so a release is applied once however often it is retried. Only the give-back of an acquire whose caller went away before its outcome was known leaves `given back` behind, for a few command timeouts, so that the acquire can no longer take permits if it runs late |
+/// | `<prefix>:{<name>}:semaphore:waiters` | sorted set | the waiting clients' channels, longest waiting first; expires 5 s plus two command timeouts (15 s by default) after the last one registered |
+/// | `<prefix>:{<name>}:semaphore:wake:<client id>` | channel | one client's wake-up: permits were added or released |
 ///
-/// # Round trips
+/// Nothing is kept per release: what the semaphore keeps is bounded by the permits out and
+/// the clients waiting.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | uncontended acquire, release, and every other call | 1 |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (and at least one a second) |
+/// # Round trips and commands
+///
+/// | operation | round trips | Redis commands run |
+/// |---|---|---|
+/// | uncontended acquire | 1 | 4 (`EVALSHA`; `MGET`, `DECRBY`, `SET`) |
+/// | release | 1 | 5 (`EVALSHA`; `MGET`, `DEL`, `INCRBY`, `ZRANGE`), + `ZREM` and `PUBLISH` per client woken |
+/// | acquire + release, uncontended | 2 | 9 |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second) | about 3 scripts per acquisition (the woken client's acquire, the release, the next local waiter registering again), whatever the number of clients |
+/// | every other call | 1 | |
 ///
 /// # Examples
 ///
