@@ -218,7 +218,9 @@ mod tests {
             assert_eq!(mentions, rewritable, "{}", path.display());
             publishing += rewritable;
         }
-        assert!(publishing > 10, "found only {publishing} publish calls");
+        // The scan found the scripts (fewer publish calls is the point of addressed wake-ups,
+        // so no larger floor).
+        assert!(publishing > 0, "found no publish call");
         static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
     }
