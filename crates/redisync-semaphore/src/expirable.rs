@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
-    WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, Retry,
+    ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
-use crate::waiters::{self, LocalWaiters, Turn, Waiter};
+use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
 
 /// The Redis names of one expirable semaphore.
 #[derive(Debug)]
@@ -59,13 +59,61 @@ impl XCore {
             .arg(id))
     }
 
-    /// The call that takes this client out of the waiters (passing a wake-up on).
-    fn withdraw_call(&self, keys: &XKeys) -> ScriptCall {
-        ScriptCall::new(&scripts::X_WITHDRAW)
+    /// Undoes an acquire attempt for permit `id` whose caller went away, given its reply
+    /// (`None`: unknown): returns the permit if it took it (or forbids it from taking one;
+    /// retried as `retry` says), and withdraws the client from the waiters if the attempt may
+    /// have registered it and no task of the client waits any more (the withdrawal its task
+    /// made when it left may have come first).
+    fn undo_attempt(&self, reply: Option<Vec<i64>>, id: &str, registers: bool, retry: Retry) {
+        let withdraws = registers && self.local.none_waiting();
+        match reply.as_deref().map(PermitReply::decode) {
+            Some(Ok(PermitReply::Busy { .. })) if withdraws => waiters::spawn_withdraw(self),
+            Some(Ok(PermitReply::Busy { .. } | PermitReply::GivenBack) | Err(_)) => {}
+            // Took the permit, or may have: return it (or forbid the grant).
+            Some(Ok(PermitReply::Acquired)) | None => {
+                let Ok(keys) = self.keys() else {
+                    return;
+                };
+                tracing::debug!("giving back an abandoned expirable semaphore acquire");
+                // A give-back record outlives any late run of the acquire, so it is refused.
+                let keep = self
+                    .client
+                    .abandoned_request_grace()
+                    .saturating_add(self.client.command_timeout());
+                let give_back = ScriptCall::new(&scripts::X_GIVE_BACK)
+                    .key(keys.permits.as_str())
+                    .key(keys.deadlines.as_str())
+                    .key(keys.record(id))
+                    .key(keys.waiters.as_str())
+                    .arg(id)
+                    .arg(redis_millis(keep))
+                    .arg(if withdraws { keys.channel.as_str() } else { "" });
+                self.client.spawn_release(give_back, retry);
+            }
+        }
+    }
+}
+
+impl Waited for XCore {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn local(&self) -> &LocalWaiters {
+        &self.local
+    }
+
+    fn channel(&self) -> Result<&str> {
+        Ok(&self.keys()?.channel)
+    }
+
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::X_WITHDRAW)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
             .key(keys.waiters.as_str())
-            .arg(keys.channel.as_str())
+            .arg(keys.channel.as_str()))
     }
 }
 
@@ -290,15 +338,7 @@ impl ExpirableSemaphore {
             may_reenter: false,
             shared: false,
         };
-        let mut waiter = (wait != Some(Duration::ZERO)).then(|| {
-            Waiter::new(
-                core.local.clone(),
-                &core.client,
-                &keys.channel,
-                core.withdraw_call(keys),
-                &keys.queue,
-            )
-        });
+        let mut waiter = (wait != Some(Duration::ZERO)).then(|| Waiter::new(core, &keys.queue));
         let granted = core
             .client
             .acquire(spec, || {
@@ -352,41 +392,11 @@ impl ExpirableSemaphore {
                 .arg(turn.channel.as_str())
                 .arg(turn.requeue_arg())
                 .arg(waiters::registry_ttl(&core.client));
-            // A give-back record outlives any late run of this acquire, so it is refused.
-            let keep = core
-                .client
-                .abandoned_request_grace()
-                .saturating_add(core.client.command_timeout());
-            let give_back = ScriptCall::new(&scripts::X_GIVE_BACK)
-                .key(keys.permits.as_str())
-                .key(keys.deadlines.as_str())
-                .key(keys.record(&id))
-                .key(keys.waiters.as_str())
-                .arg(id.as_str())
-                .arg(redis_millis(keep));
-            let withdraw = core.withdraw_call(keys);
-            let (client, local, registers) =
-                (core.client.clone(), core.local.clone(), turn.registers());
-            let channel = keys.channel.clone();
+            let (undo_core, undo_id, registers) = (core.clone(), id.clone(), turn.registers());
             let retry = core.client.retry_for_lease(sent_at, Some(lease));
             core.client
                 .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    // Withdrawn only if this attempt may have registered and no task of the
-                    // client waits any more; it may have registered after the withdrawal its
-                    // task made when it left.
-                    let withdraws = registers && local.none_waiting();
-                    match reply.as_deref().map(PermitReply::decode) {
-                        Some(Ok(PermitReply::Busy { .. })) if withdraws => {
-                            waiters::spawn_withdraw(&client, withdraw)
-                        }
-                        Some(Ok(PermitReply::Busy { .. } | PermitReply::GivenBack) | Err(_)) => {}
-                        // Took the permit, or may have: return it (or forbid the grant).
-                        Some(Ok(PermitReply::Acquired)) | None => {
-                            tracing::debug!("giving back an abandoned expirable semaphore acquire");
-                            let channel = if withdraws { channel.as_str() } else { "" };
-                            client.spawn_release(give_back.arg(channel), retry);
-                        }
-                    }
+                    undo_core.undo_attempt(reply, &undo_id, registers, retry);
                 })
         });
         let local = self.core.local.clone();

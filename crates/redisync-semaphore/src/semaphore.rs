@@ -1,16 +1,17 @@
 //! [`Semaphore`]: a classic counting semaphore whose permits live in Redis.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, ScriptCall, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, Retry, ScriptCall,
+    WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, permit_count};
-use crate::waiters::{self, LocalWaiters, Turn, Waiter};
+use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
@@ -43,6 +44,39 @@ impl SemCore {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
+    /// Undoes an acquire attempt whose caller went away, given its reply (`None`: unknown):
+    /// gives back what it took (or forbids it from taking anything), and withdraws the client
+    /// from the waiters if the attempt may have registered it and no task of the client
+    /// waits any more (the withdrawal its task made when it left may have come first).
+    fn undo_attempt(&self, reply: Option<i64>, record: String, n: i64, registers: bool) {
+        let withdraws = registers && self.local.none_waiting();
+        match reply {
+            Some(0) if withdraws => waiters::spawn_withdraw(self),
+            Some(0 | -1) => {}
+            // Took permits, or may have: give them back (or forbid the grant).
+            _ => {
+                let Ok(keys) = self.keys() else {
+                    return;
+                };
+                tracing::debug!("giving back an abandoned semaphore acquire");
+                // A give-back record outlives any late run of the acquire.
+                let keep = self
+                    .client
+                    .abandoned_request_grace()
+                    .saturating_add(self.client.command_timeout());
+                let give_back = ScriptCall::new(&scripts::GIVE_BACK)
+                    .key(keys.permits.as_str())
+                    .key(record)
+                    .key(keys.generation.as_str())
+                    .key(keys.waiters.as_str())
+                    .arg(n)
+                    .arg(redis_millis(keep))
+                    .arg(if withdraws { keys.channel.as_str() } else { "" });
+                self.client.spawn_release(give_back, Retry::UntilConfirmed);
+            }
+        }
+    }
+
     fn add_call(&self, n: i64) -> Result<ScriptCall> {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::ADD)
@@ -52,14 +86,28 @@ impl SemCore {
             .arg(n)
             .arg(self.client.unique_id()))
     }
+}
 
-    /// The call that takes this client out of the waiters (passing a wake-up on).
-    fn withdraw_call(&self, keys: &SemKeys) -> ScriptCall {
-        ScriptCall::new(&scripts::WITHDRAW)
+impl Waited for SemCore {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn local(&self) -> &LocalWaiters {
+        &self.local
+    }
+
+    fn channel(&self) -> Result<&str> {
+        Ok(&self.keys()?.channel)
+    }
+
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::WITHDRAW)
             .key(keys.permits.as_str())
             .key(keys.generation.as_str())
             .key(keys.waiters.as_str())
-            .arg(keys.channel.as_str())
+            .arg(keys.channel.as_str()))
     }
 }
 
@@ -303,15 +351,7 @@ impl Semaphore {
             may_reenter: false,
             shared: false,
         };
-        let mut waiter = (wait != Some(Duration::ZERO)).then(|| {
-            Waiter::new(
-                core.local.clone(),
-                &core.client,
-                &keys.channel,
-                core.withdraw_call(keys),
-                &queue,
-            )
-        });
+        let mut waiter = (wait != Some(Duration::ZERO)).then(|| Waiter::new(core, &queue));
         let granted = core
             .client
             .acquire(spec, || {
@@ -355,12 +395,6 @@ impl Semaphore {
         let attempt = core.client.unique_id();
         let request = core.keys().map(|keys| {
             let record = format!("{}{attempt}", keys.attempt_prefix);
-            // A give-back record outlives any late run of this acquire.
-            let keep = redis_millis(
-                core.client
-                    .abandoned_request_grace()
-                    .saturating_add(core.client.command_timeout()),
-            );
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.permits.as_str())
                 .key(record.as_str())
@@ -370,34 +404,10 @@ impl Semaphore {
                 .arg(turn.channel.as_str())
                 .arg(turn.requeue_arg())
                 .arg(waiters::registry_ttl(&core.client));
-            let give_back = ScriptCall::new(&scripts::GIVE_BACK)
-                .key(keys.permits.as_str())
-                .key(record)
-                .key(keys.generation.as_str())
-                .key(keys.waiters.as_str())
-                .arg(n)
-                .arg(keep);
-            let withdraw = core.withdraw_call(keys);
-            let (client, local, registers) =
-                (core.client.clone(), core.local.clone(), turn.registers());
-            let channel = keys.channel.clone();
-            let retry = core.client.retry_for_lease(Instant::now(), None);
+            let (undo_core, registers) = (core.clone(), turn.registers());
             core.client
                 .eval_undoable(call, move |reply: Option<i64>| async move {
-                    // Withdrawn only if this attempt may have registered and no task of the
-                    // client waits any more; it may have registered after the withdrawal its
-                    // task made when it left.
-                    let withdraws = registers && local.none_waiting();
-                    match reply {
-                        Some(0) if withdraws => waiters::spawn_withdraw(&client, withdraw),
-                        Some(0 | -1) => {}
-                        // Took permits, or may have: give them back (or forbid the grant).
-                        _ => {
-                            tracing::debug!("giving back an abandoned semaphore acquire");
-                            let channel = if withdraws { channel.as_str() } else { "" };
-                            client.spawn_release(give_back.arg(channel), retry);
-                        }
-                    }
+                    undo_core.undo_attempt(reply, record, n, registers);
                 })
         });
         let local = self.core.local.clone();

@@ -29,7 +29,7 @@
 //! registered.
 
 use redisync_core::duration::redis_millis;
-use redisync_core::{Client, ScriptCall};
+use redisync_core::{Client, Result, ScriptCall};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -105,36 +105,37 @@ impl Turn {
     }
 }
 
+/// What a semaphore's shared core offers the waits on it.
+pub(crate) trait Waited: Send + Sync + 'static {
+    /// The client the semaphore handle belongs to.
+    fn client(&self) -> &Client;
+    /// What this client's tasks waiting on the semaphore share.
+    fn local(&self) -> &LocalWaiters;
+    /// This client's wake-up channel for the semaphore.
+    fn channel(&self) -> Result<&str>;
+    /// The call that takes this client out of the semaphore's waiters, passing a wake-up on.
+    fn withdraw_call(&self) -> Result<ScriptCall>;
+}
+
 /// One task's wait on a semaphore. Counts the task among its client's waiting tasks while it
 /// lives, gives each attempt its [`Turn`], and, when the client's last waiting task leaves
-/// while the client may be registered, withdraws the client in the background.
-pub(crate) struct Waiter {
-    local: Arc<LocalWaiters>,
-    client: Client,
-    channel: String,
-    withdraw: ScriptCall,
+/// while the client may be registered, withdraws the client in the background. It keeps
+/// only a reference to the semaphore's core: a task waiting behind its client's head costs
+/// little memory, and the withdrawal is built only when it is sent.
+pub(crate) struct Waiter<C: Waited> {
+    core: Arc<C>,
     /// Whether the next attempt is the wait's first try, made before subscribing (core skips
     /// it when local waiters are queued already).
     first_try: bool,
 }
 
-impl Waiter {
-    /// Starts a wait on `local`'s semaphore; `withdraw` takes the client out of its waiters,
-    /// `channel` is the client's wake-up channel, `queue` the local queue the wait joins.
-    pub(crate) fn new(
-        local: Arc<LocalWaiters>,
-        client: &Client,
-        channel: &str,
-        withdraw: ScriptCall,
-        queue: &str,
-    ) -> Self {
-        local.waiting.fetch_add(1, Ordering::AcqRel);
+impl<C: Waited> Waiter<C> {
+    /// Starts a wait on `core`'s semaphore, in the local queue `queue`.
+    pub(crate) fn new(core: &Arc<C>, queue: &str) -> Self {
+        core.local().waiting.fetch_add(1, Ordering::AcqRel);
         Waiter {
-            first_try: !client.has_local_waiters(queue),
-            local,
-            client: client.clone(),
-            channel: channel.to_owned(),
-            withdraw,
+            first_try: !core.client().has_local_waiters(queue),
+            core: core.clone(),
         }
     }
 
@@ -143,37 +144,41 @@ impl Waiter {
         if std::mem::take(&mut self.first_try) {
             return Turn::first_try();
         }
+        let local = self.core.local();
         // Pessimistic: from here the client may be registered until an attempt that gets in
         // says otherwise, or the withdrawal.
-        self.local.registered.store(true, Ordering::Release);
+        local.registered.store(true, Ordering::Release);
         Turn {
-            channel: self.channel.clone(),
-            requeue: self.local.waiting.load(Ordering::Acquire) > 1,
+            channel: self.core.channel().unwrap_or_default().to_owned(),
+            requeue: local.waiting.load(Ordering::Acquire) > 1,
         }
     }
 }
 
-impl Drop for Waiter {
+impl<C: Waited> Drop for Waiter<C> {
     fn drop(&mut self) {
-        let last = self.local.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last && self.local.registered.swap(false, Ordering::AcqRel) {
-            spawn_withdraw(&self.client, self.withdraw.clone());
+        let local = self.core.local();
+        let last = local.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last && local.registered.swap(false, Ordering::AcqRel) {
+            spawn_withdraw(&*self.core);
         }
     }
 }
 
-/// Sends a withdrawal in the background, once: if it fails, the client's entry is dropped by
-/// the next wake-up that reaches it (nobody listens on its channel any more) or with the
-/// registry.
-pub(crate) fn spawn_withdraw(client: &Client, withdraw: ScriptCall) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let request = client.eval::<i64>(withdraw);
-        runtime.spawn(async move {
-            if let Err(err) = request.await {
-                tracing::debug!(error = %err, "withdrawing a waiting client failed");
-            }
-        });
-    }
+/// Sends `core`'s withdrawal in the background, once: if it fails, the client's entry is
+/// dropped by the next wake-up that reaches it (nobody listens on its channel any more) or
+/// with the registry.
+pub(crate) fn spawn_withdraw(core: &impl Waited) {
+    let (Ok(withdraw), Ok(runtime)) = (core.withdraw_call(), tokio::runtime::Handle::try_current())
+    else {
+        return;
+    };
+    let request = core.client().eval::<i64>(withdraw);
+    runtime.spawn(async move {
+        if let Err(err) = request.await {
+            tracing::debug!(error = %err, "withdrawing a waiting client failed");
+        }
+    });
 }
 
 /// The client's wake-up channel for a semaphore whose channels start with `prefix`.
