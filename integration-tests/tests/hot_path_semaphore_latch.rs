@@ -704,6 +704,36 @@ async fn a_release_whose_reply_was_lost_is_applied_once_and_reported_released() 
             "{kind:?}: a record was left"
         );
     }
+
+    // release_by_id likewise: its repeat finds the permit gone, and says it was returned.
+    let name = "lost-reply-by-id";
+    Kind::Expirable.set(&direct, name, 1).await;
+    let held = direct
+        .expirable_semaphore(name)
+        .acquire_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let id = held.id().to_owned();
+    proxy.drop_replies(true);
+    let scripts = server.command_calls("evalsha");
+    let by_id = {
+        let sem = c.expirable_semaphore(name);
+        tokio::spawn(async move { sem.release_by_id(&id).await })
+    };
+    eventually("release_by_id ran", SETTLE, || {
+        server.command_calls("evalsha") > scripts
+    })
+    .await;
+    assert_eq!(Kind::Expirable.available(&direct, name).await, 1);
+    assert!(proxy.drop_replies(false) >= 1);
+    let returned = tokio::time::timeout(SETTLE, by_id)
+        .await
+        .expect("release_by_id returns")
+        .unwrap();
+    assert!(matches!(returned, Ok(true)), "release_by_id: {returned:?}");
+    assert!(server.command_calls("evalsha") >= scripts + 3, "sent again");
+    assert_eq!(Kind::Expirable.available(&direct, name).await, 1, "once");
+    assert!(matches!(held.release().await, Err(Error::NotOwner)));
     common::assert_idle(&[&c, &direct]);
 }
 

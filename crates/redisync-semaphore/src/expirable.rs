@@ -312,12 +312,18 @@ impl ExpirableSemaphore {
     /// already released, or its lease ended (it is back in the pool already): a permit is
     /// never returned twice.
     ///
-    /// Redis keeps no record of the call. If the connection breaks while the call is on the
-    /// wire, it is sent again, and a permit the first send returned is then found gone:
-    /// `false`, although this call returned it.
+    /// Redis keeps no record of the call. When a broken connection made the client send it
+    /// again and the repeat finds the permit gone, the first send may have returned it: that
+    /// is reported as `true`, as for [`ExpirablePermit::release`] (an id that was unknown
+    /// anyway then reads `true` too).
     pub async fn release_by_id(&self, id: &str) -> Result<bool> {
         let call = self.core.release_call(id)?;
-        Ok(self.core.client.eval_idempotent::<i64>(call).await? == 1)
+        let confirmed = self
+            .core
+            .client
+            .eval_idempotent_confirmed::<i64>(call)
+            .await?;
+        Ok(confirmed.reply == 1 || confirmed.repeated)
     }
 
     async fn take(
