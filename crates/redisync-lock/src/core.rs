@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec, MAX_SLEEP};
+use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec, RECHECK};
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
@@ -442,9 +442,13 @@ impl LockCore {
         let Waiting::Clients { channel, .. } = &keys.waiting else {
             return Err(Error::invalid("a fair lock waits in its queue"));
         };
-        // A live waiter asks again at least every `MAX_SLEEP`; its registration outlasts that.
-        let registration = (wait != Some(Duration::ZERO))
-            .then(|| MAX_SLEEP.saturating_add(self.client.command_timeout().saturating_mul(2)));
+        // A registered waiter asks again at least every `RECHECK` (see below); its
+        // registration outlasts a few of those.
+        let registration = (wait != Some(Duration::ZERO)).then(|| {
+            RECHECK
+                .saturating_mul(5)
+                .saturating_add(self.client.command_timeout().saturating_mul(2))
+        });
         let state = Arc::new(Mutex::new(Registration::default()));
         let withdraw = Withdraw {
             core: self.clone(),
@@ -474,11 +478,21 @@ impl LockCore {
                 let outcome = attempt.await;
                 let mut state = lock(&state);
                 state.in_flight = false;
-                if let Ok(Attempt::Acquired(_)) = &outcome {
-                    // The grant took the registration out (or there was none).
-                    state.registered = false;
+                match outcome {
+                    Ok(Attempt::Acquired(held)) => {
+                        // The grant took the registration out (or there was none).
+                        state.registered = false;
+                        Ok(Attempt::Acquired(held))
+                    }
+                    // Registered: the release wakes this client when its turn comes. It asks
+                    // again now and then all the same, which registers it again: a wake-up
+                    // lost with a stopped client, or a registration lost with a failed-over
+                    // primary, costs at most that long.
+                    Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
+                        retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
+                    }),
+                    Err(err) => Err(err),
                 }
-                outcome
             }
         });
         WithdrawAfter {
@@ -684,8 +698,11 @@ impl Withdraw {
         if client.has_local_waiters(call.first_key()) {
             return;
         }
-        // Pointless once the registration has lapsed by itself.
-        let retry = client.retry_for_lease(Instant::now(), Some(self.registration));
+        // Retried for one command timeout at most, never for long: a withdrawal that landed
+        // after another task of the client registered again would take that registration
+        // out (the re-check bounds the harm: see `RECHECK`). If it fails, the entry lapses by
+        // itself, or is skipped by the next wake-up once nobody listens on it.
+        let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
         client.spawn_release(call, retry);
     }
 }

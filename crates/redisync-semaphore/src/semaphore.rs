@@ -15,7 +15,7 @@ use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
-pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+pub(crate) use redisync_core::RECHECK;
 
 /// The Redis names of one semaphore.
 #[derive(Debug)]
