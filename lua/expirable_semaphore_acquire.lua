@@ -1,29 +1,41 @@
--- expirable_semaphore_acquire: take one permit with an id and a lease.
--- (Prefixed with expirable_semaphore_prelude.lua.)
+-- expirable_semaphore_acquire: take one permit with an id and a lease. (Prefixed with
+-- wake_prelude.lua, semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines
 -- KEYS[3]  record of this permit id; if it exists the acquire was given back before it ran
+-- KEYS[4]  waiters (see wake_prelude.lua)
 -- ARGV[1]  permit id (the acquire attempt's id)
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  channel to publish on (when expired permits are reclaimed)
+-- ARGV[3]  the client's wake-up channel, '' for a first try (see after_attempt)
+-- ARGV[4]  '1' if more tasks of the client wait, '0' otherwise (see after_attempt)
+-- ARGV[5]  how long the waiters registry lasts at least, in ms
 --
 -- Returns {1} when the permit was taken, {0, wait} when none is free (wait = ms until the
--- nearest lease ends by itself, -1 if no permit is leased), {-1} when the attempt had been
--- given back.
+-- nearest lease ends by itself, -1 if no permit is leased; a waiting client is registered),
+-- {-1} when the attempt had been given back. Expired permits are reclaimed only when the
+-- pool is empty: while it has permits, taking one needs no more.
 
-if redis.call('EXISTS', KEYS[3]) == 1 then
+local values = redis.call('MGET', KEYS[1], KEYS[3])
+if values[2] then
     return {-1}
 end
 local now = now_ms()
-reclaim(KEYS[1], KEYS[2], now, ARGV[3])
-if pool(KEYS[1]) < 1 then
+local available, reclaimed = tonumber(values[1]), 0
+if not available or available < 1 then
+    -- Also where MGET read foreign data as nil or a string that is no count: pool() raises.
+    available, reclaimed = reclaim(KEYS[1], KEYS[2], now)
+end
+if available < 1 then
+    after_attempt(KEYS[4], ARGV[3], ARGV[4], ARGV[5], false)
     local nearest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if nearest[2] then
         return {0, math.max(1, tonumber(nearest[2]) - now)}
     end
     return {0, -1}
 end
-redis.call('DECR', KEYS[1])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('DECR', KEYS[1])
+after_attempt(KEYS[4], ARGV[3], ARGV[4], ARGV[5], true)
+wake_waiters(KEYS[4], reclaimed, available - 1)
 return {1}

@@ -1,11 +1,17 @@
--- expirable_semaphore_prelude: helpers shared by the expirable semaphore's scripts; prepended
--- to each of them that works on permits. Not an operation of its own.
+-- expirable_semaphore_prelude: the expirable semaphore's layout and the helpers its scripts
+-- share; prepended to each of them that works on permits (after semaphore_wake_prelude.lua
+-- where a script frees permits). Not an operation of its own.
 --
--- Layout (KEYS[1] and KEYS[2] of those scripts):
---   permits    string: the number of available permits (may be negative)
+-- Layout:
+--   permits    string: the number of available permits in the pool (may be negative)
 --   deadlines  sorted set: <permit id> -> end of that permit's lease (server ms)
--- A permit whose lease ended goes back to the pool the next time any script runs, so a
--- crashed holder's permits come back without anyone releasing them.
+--   record     string, one per acquire attempt given back before Redis may have run it:
+--              'given back', expiring, so that the attempt can no longer take a permit. No
+--              other call leaves anything behind.
+--   waiters    sorted set: the clients waiting, see wake_prelude.lua
+-- A permit whose lease ended goes back to the pool lazily: when an acquire finds the pool
+-- empty, when permits are added, and when it is released or given back itself; so a crashed
+-- holder's permits come back without anyone releasing them.
 
 -- Server time in milliseconds: leases are judged by Redis's clock, never a client's.
 local function now_ms()
@@ -23,14 +29,15 @@ local function pool(permits)
     return count
 end
 
--- Returns expired permits to the pool and wakes waiters if there were any. Checks the pool
--- first, so that every script that writes reports foreign data.
-local function reclaim(permits, deadlines, now, channel)
-    pool(permits)
+-- Returns expired permits to the pool (checking the pool first, so that every script that
+-- writes reports foreign data). Returns the permits available afterwards and how many came
+-- back; waking waiters for them is the caller's part.
+local function reclaim(permits, deadlines, now)
+    local available = pool(permits)
     local expired = redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now)
     if expired > 0 then
-        redis.call('INCRBY', permits, expired)
-        redis.call('PUBLISH', channel, expired)
+        available = redis.call('INCRBY', permits, expired)
     end
+    return available, expired
 end
 

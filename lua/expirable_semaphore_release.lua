@@ -1,28 +1,28 @@
--- expirable_semaphore_release: return a permit by id; idempotent. Also the give-back of an
--- acquire whose caller went away: its record then stops a late run of that acquire.
--- (Prefixed with expirable_semaphore_prelude.lua.)
+-- expirable_semaphore_release: return a permit by id. Keeps no record: a repeat finds the
+-- permit gone and answers 0, and nothing is ever returned twice. (Prefixed with
+-- wake_prelude.lua, semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines
--- KEYS[3]  record of this permit id: the outcome of its first release
+-- KEYS[3]  waiters (see wake_prelude.lua)
 -- ARGV[1]  permit id
--- ARGV[2]  channel to publish on
--- ARGV[3]  how long to keep the record, in ms
 --
--- Returns 1 when the permit was returned, 0 when it was unknown or its lease had ended (it
--- is back in the pool already: nothing is returned twice). A retry gets the first answer.
+-- Returns 1 when the permit was held and is returned now, 0 when it was unknown, returned
+-- already, or its lease had ended (such a permit goes back to the pool now, as it would have
+-- anyway). A returned permit wakes one waiting client. The caller tells a repeat's 0 from a
+-- stale release's (see Client::eval_until_confirmed).
 
-local recorded = redis.call('GET', KEYS[3])
-if recorded then
-    return tonumber(recorded)
+local ends = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not ends then
+    -- Nothing to return, but foreign data under the pool is still reported.
+    pool(KEYS[1])
+    return 0
 end
-local now = now_ms()
-reclaim(KEYS[1], KEYS[2], now, ARGV[2])
-local result = 0
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-    redis.call('INCR', KEYS[1])
-    redis.call('PUBLISH', ARGV[2], 1)
-    result = 1
+-- INCR first: on foreign data it fails before anything changed.
+local available = redis.call('INCR', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+wake_waiters(KEYS[3], 1, available)
+if tonumber(ends) > now_ms() then
+    return 1
 end
-redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
-return result
+return 0

@@ -1,12 +1,14 @@
 -- expirable_semaphore_try_set_permits: initialise the pool, only if it does not exist yet.
+-- (Prefixed with wake_prelude.lua, semaphore_wake_prelude.lua and
+-- expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines
+-- KEYS[3]  waiters (see wake_prelude.lua)
 -- ARGV[1]  permits to start with (>= 0)
--- ARGV[2]  channel to publish on
 --
--- Returns 1 if initialised, 0 if the semaphore already existed (nothing changed); WRONGTYPE
--- if either key holds foreign data.
+-- Returns 1 if initialised (waking as many waiting clients as it has permits), 0 if the
+-- semaphore already existed (nothing changed); WRONGTYPE if either key holds foreign data.
 
 pool(KEYS[1])
 redis.call('ZCARD', KEYS[2])
@@ -14,7 +16,5 @@ if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then
     return 0
 end
 redis.call('SET', KEYS[1], ARGV[1])
-if tonumber(ARGV[1]) > 0 then
-    redis.call('PUBLISH', ARGV[2], ARGV[1])
-end
+wake_waiters(KEYS[3], ARGV[1], ARGV[1])
 return 1

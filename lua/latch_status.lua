@@ -1,11 +1,13 @@
--- latch_status: read the count and arming of a latch (read-only).
+-- latch_status: read the count and arming of a latch (read-only): a waiter's first look, and
+-- count().
 --
 -- KEYS[1]  latch hash (see latch_prelude)
 --
--- Returns {count, arming} while the latch is closed, {'0', ''} when it is open.
+-- Returns {count, arming} while the latch is closed, {'0', ''} when it is open. Where a latch
+-- is open, one EXISTS answers.
 
-local count, arming = read_latch(KEYS[1])
-if count then
-    return {count, arming}
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    return {'0', ''}
 end
-return {'0', ''}
+local count, arming = read_latch(KEYS[1])
+return {count, arming}

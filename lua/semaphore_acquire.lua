@@ -1,23 +1,30 @@
--- semaphore_acquire: take n permits at once, or none. (Prefixed with semaphore_prelude.lua.)
+-- semaphore_acquire: take n permits at once, or none. (Prefixed with wake_prelude.lua,
+-- semaphore_wake_prelude.lua and semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  attempt record of this attempt: 'granted:<generation>' from here until the permits
 --          are released, given back or forgotten (no expiry: the permits are outstanding that
 --          long); if it already exists the attempt was given back before it ran
 -- KEYS[3]  generation
+-- KEYS[4]  waiters (see wake_prelude.lua)
 -- ARGV[1]  n, the permits to take (>= 1)
+-- ARGV[2]  the client's wake-up channel, '' for a first try (see after_attempt)
+-- ARGV[3]  '1' if more tasks of the client wait, '0' otherwise (see after_attempt)
+-- ARGV[4]  how long the waiters registry lasts at least, in ms
 --
--- Returns 1 when the n permits were taken, 0 when fewer than n are available (nothing taken),
--- -1 when the attempt had been given back before it ran; a WRONGTYPE error when the keys hold
--- foreign data.
+-- Returns 1 when the n permits were taken, 0 when fewer than n are available (nothing taken;
+-- a waiting client is registered), -1 when the attempt had been given back before it ran; a
+-- WRONGTYPE error when the keys hold foreign data.
 
-if redis.call('EXISTS', KEYS[2]) == 1 then
+local available, generation, state = read_semaphore(KEYS[1], KEYS[3], KEYS[2])
+if state then
     return -1
 end
-local available, generation = read_semaphore(KEYS[1], KEYS[3])
 if not available or available < tonumber(ARGV[1]) then
+    after_attempt(KEYS[4], ARGV[2], ARGV[3], ARGV[4], false)
     return 0
 end
 redis.call('DECRBY', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], 'granted:' .. generation)
+after_attempt(KEYS[4], ARGV[2], ARGV[3], ARGV[4], true)
 return 1

@@ -1,5 +1,6 @@
--- semaphore_prelude: helpers shared by the classic semaphore's scripts that take, return,
--- forget or delete permits; prepended to each of them. Not an operation of its own.
+-- semaphore_prelude: the classic semaphore's layout and the helpers its scripts share;
+-- prepended to each script that reads the semaphore (after semaphore_wake_prelude.lua where
+-- a script frees permits). Not an operation of its own.
 --
 -- Layout:
 --   permits     string: the number of available permits (may be negative)
@@ -9,29 +10,41 @@
 --               foreign data.
 --   record      string, one per acquire attempt: 'granted:<generation>' while its permits
 --               are out ('granted:' when the semaphore had no generation; older redisync
---               versions wrote 'granted'), then 'released' or 'given back' for a while
+--               versions wrote 'granted'), deleted when they come back or are forgotten.
+--               Only an attempt given back before Redis may have run it leaves a record
+--               behind: 'given back', expiring, so that it can no longer take permits. (Older
+--               versions also left 'released' records, which expire.)
+--   waiters     sorted set: the clients waiting, see wake_prelude.lua
 -- Permits go back only to the generation they were taken from, so a semaphore deleted and
 -- created again is not inflated by permits taken from its predecessor.
 
--- The available permits (nil when the semaphore does not exist) and its generation ('' when
--- it has none). Foreign data under either key is a WRONGTYPE error: GET raises it for other
--- types, and a count that is not a number or a generation without a count is checked here.
--- (Two GETs rather than one MGET, which reads other types as nil and is not among the
--- commands DEPLOYMENT.md's ACL grants.)
-local function read_semaphore(permits, generation)
-    local count = redis.call('GET', permits)
-    local current = redis.call('GET', generation)
+-- The available permits (nil when the semaphore does not exist), its generation ('' when it
+-- has none) and, when `record` is given, the state of that attempt record (nil if none), in
+-- one read. MGET reads a key of another type as nil, so foreign data is looked for where it
+-- reads nil, and reported as WRONGTYPE, as is a count that is not a number or a generation
+-- without a count.
+local function read_semaphore(permits, generation, record)
+    local values
+    if record then
+        values = redis.call('MGET', permits, generation, record)
+    else
+        values = redis.call('MGET', permits, generation)
+    end
+    local count, current = values[1], values[2]
     if not count then
-        if current then
-            error(redis.error_reply('WRONGTYPE the generation key exists without permits'))
+        if current or redis.call('EXISTS', permits, generation) > 0 then
+            error(redis.error_reply('WRONGTYPE the semaphore keys hold foreign data'))
         end
-        return nil, ''
+        return nil, '', values[3]
     end
     local available = tonumber(count)
     if not available then
         error(redis.error_reply('WRONGTYPE the permits key holds no count'))
     end
-    return available, current or ''
+    if not current and redis.call('EXISTS', generation) == 1 then
+        error(redis.error_reply('WRONGTYPE the generation key holds foreign data'))
+    end
+    return available, current or '', values[3]
 end
 
 -- The generation the permits of a record in `state` were taken from; nil unless they are out.
@@ -39,13 +52,14 @@ local function taken_from(state)
     return state and string.match(state, '^granted:?(.*)$')
 end
 
--- Returns n permits taken from `generation` and wakes waiters, unless the semaphore was
--- deleted since (it stays deleted) or is another generation now (the permits were not its).
-local function give_permits_back(permits, generation_key, generation, n, channel)
-    local available, current = read_semaphore(permits, generation_key)
+-- Returns n permits taken from `generation` to the semaphore read_semaphore found
+-- (`available` permits of generation `current`), unless it is gone (deleted since: it stays
+-- deleted) or another generation now (the permits were not its). Returns the permits freed
+-- and the permits available afterwards.
+local function return_permits(permits, available, current, generation, n)
     if available and current == generation then
-        redis.call('INCRBY', permits, n)
-        redis.call('PUBLISH', channel, n)
+        return tonumber(n), redis.call('INCRBY', permits, n)
     end
+    return 0, available or 0
 end
 

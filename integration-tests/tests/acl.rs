@@ -12,9 +12,9 @@ use redisync_test_harness::RedisServer;
 /// The rule set from DEPLOYMENT.md ("ACL"), for the default prefix.
 const RULES: &str = "on >s3cret resetkeys ~redisync:* resetchannels &redisync:* -@all \
     +evalsha +script|load +ping +subscribe +unsubscribe +hello +select \
-    +decr +decrby +del +exists +get +hdel +hget +hgetall +hincrby +hlen +hmget +hset +incr \
-    +incrby +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
-    +zrangebyscore +zrem +zremrangebyscore +zscore";
+    +decr +decrby +del +exists +get +hdel +hget +hgetall +hincrby +hlen +hmget +hset \
+    +incr +incrby +mget +pexpire +pexpireat +pttl +publish +rename +set +time +type +zadd \
+    +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore";
 
 fn restricted_url(server: &RedisServer) -> String {
     let mut args = vec!["ACL", "SETUSER", "app"];

@@ -607,7 +607,7 @@ async fn every_semaphore_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:semaphore:wake")],
+        channels: vec![format!("redisync:{{{name}}}:semaphore:wake:{}", c.id())],
         calls: vec![
             call!("acquire", sem, got, |s| s.acquire()),
             call!("acquire_many(2)", sem, got, |s| s.acquire_many(2)),
@@ -639,7 +639,10 @@ async fn every_expirable_semaphore_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:expirable-semaphore:wake")],
+        channels: vec![format!(
+            "redisync:{{{name}}}:expirable-semaphore:wake:{}",
+            c.id()
+        )],
         calls: vec![
             call!("acquire", sem, got, |s| s.acquire()),
             call!("acquire_with_lease", sem, got, |s| s

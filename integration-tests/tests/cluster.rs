@@ -424,7 +424,7 @@ async fn semaphores_wake_a_waiter_of_the_other_client_on_release() {
     let other = b.semaphore(name);
     assert!(other.try_acquire().await.expect("try_acquire").is_none());
     let waiter = tokio::spawn(async move { other.acquire().await });
-    let channel = format!("redisync:{{{name}}}:semaphore:wake");
+    let channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
     await_shard_subscriber(&cluster, *master, &channel).await;
     let mut listener = ShardListener::new(&cluster, *master, &channel);
     assert_still_waiting("the semaphore waiter", ms(100), &waiter).await;
@@ -444,7 +444,7 @@ async fn semaphores_wake_a_waiter_of_the_other_client_on_release() {
     let other = b.expirable_semaphore(name);
     assert!(other.try_acquire().await.expect("try_acquire").is_none());
     let waiter = tokio::spawn(async move { other.acquire().await });
-    let channel = format!("redisync:{{{name}}}:expirable-semaphore:wake");
+    let channel = format!("redisync:{{{name}}}:expirable-semaphore:wake:{}", b.id());
     await_shard_subscriber(&cluster, *master, &channel).await;
     let mut listener = ShardListener::new(&cluster, *master, &channel);
     assert_still_waiting("the expirable semaphore waiter", ms(100), &waiter).await;
@@ -550,12 +550,13 @@ const KINDS: &[(&str, &[&str], &str)] = &[
     (
         "sem",
         &["semaphore", "semaphore:generation", "semaphore:attempt:*"],
-        "semaphore:wake",
+        // Each waiting client listens on a channel of its own, `semaphore:wake:<client id>`.
+        "semaphore:wake:",
     ),
     (
         "xsem",
         &["expirable-semaphore", "expirable-semaphore:leases"],
-        "expirable-semaphore:wake",
+        "expirable-semaphore:wake:",
     ),
     ("latch", &["latch"], "latch:wake"),
 ];
@@ -1089,9 +1090,9 @@ async fn with_a_cluster_of_its_own_replica_sync_waits_for_the_replica_of_the_own
 /// "Redis Cluster" section lists.
 const CLUSTER_RULES: &str = "on >s3cret resetkeys ~redisync:* resetchannels &redisync:* -@all \
     +evalsha +script|load +ping +subscribe +unsubscribe +hello +select \
-    +decr +decrby +del +exists +get +hdel +hexists +hget +hgetall +hincrby +hlen +hmget +hset +incr \
-    +incrby +pexpire +pexpireat +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
-    +zrangebyscore +zrem +zremrangebyscore +zscore \
+    +decr +decrby +del +exists +get +hdel +hget +hgetall +hincrby +hlen +hmget +hset \
+    +incr +incrby +mget +pexpire +pexpireat +pttl +publish +rename +set +time +type +zadd \
+    +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore \
     +eval +cluster|slots +asking +spublish +ssubscribe +sunsubscribe";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1151,7 +1152,7 @@ async fn a_user_with_the_documented_cluster_rules_can_lock_and_wait() {
     let permit = semaphore.acquire().await.expect("acquire");
     let other = b.semaphore(&name);
     let waiter = tokio::spawn(async move { other.acquire().await });
-    let channel = format!("redisync:{{{name}}}:semaphore:wake");
+    let channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
     await_shard_subscriber(&cluster, master, &channel).await;
     let mut listener = ShardListener::new(&cluster, master, &channel);
     permit.release().await.expect("release");

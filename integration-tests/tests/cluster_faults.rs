@@ -1139,10 +1139,8 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     let started = Instant::now();
     let cluster = start_cluster(&[]).await;
     let name = "sl";
-    let sem_channel = format!("redisync:{{{name}}}:semaphore:wake");
     let latch_channel = format!("redisync:{{{name}}}:latch:wake");
-    let slot = cluster.slot_of(&sem_channel);
-    assert_eq!(cluster.slot_of(&latch_channel), slot);
+    let slot = cluster.slot_of(&latch_channel);
     let source = cluster.master_for_slot(slot);
     let target = cluster
         .masters()
@@ -1152,6 +1150,9 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
 
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
     let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    // A semaphore waiter listens on its client's own channel.
+    let sem_channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
+    assert_eq!(cluster.slot_of(&sem_channel), slot);
     let sem = a.semaphore(name);
     assert!(sem.try_set_permits(1).await.expect("set permits"));
     let permit = sem.acquire().await.expect("acquire");

@@ -49,8 +49,26 @@ fn latch_channel(name: &str) -> String {
     format!("redisync:{{{name}}}:latch:wake")
 }
 
-fn record_pattern(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch:count_down:*")
+/// Where the count-downs of the arming that opened last are remembered.
+fn opened_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:latch:count_down:opened")
+}
+
+/// The clients with tasks waiting on the latch.
+fn waiters_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:latch:waiters")
+}
+
+/// The count-downs remembered in the hash `key` (the latch, or [`opened_key`]): request id →
+/// outcome.
+fn remembered(server: &RedisServer, key: &str) -> BTreeMap<String, String> {
+    let value = server.cmd(&["HGETALL", key]);
+    let mut fields = redis::from_redis_value_ref::<BTreeMap<String, String>>(&value)
+        .unwrap_or_else(|e| panic!("HGETALL: unexpected reply {value:?}: {e}"));
+    for layout in ["count", "arming", "prior"] {
+        fields.remove(layout);
+    }
+    fields
 }
 
 const PRELUDE_LUA: &str = include_str!("../../lua/latch_prelude.lua");
@@ -62,28 +80,31 @@ fn latch_script(body: &str) -> String {
     format!("{PRELUDE_LUA}{body}")
 }
 
-/// An `EVAL` of `latch_count_down.lua` under the request record `record`, kept for 60 s.
-fn raw_count_down(name: &str, record: &str) -> redis::Cmd {
+/// An `EVAL` of `latch_count_down.lua` with the request id `request`.
+fn raw_count_down(name: &str, request: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(latch_script(COUNT_DOWN_LUA))
-        .arg(2)
+        .arg(3)
         .arg(latch_key(name))
-        .arg(record)
-        .arg(latch_channel(name))
-        // A retry keeps the record this long again; short, so the test sees records expire.
-        .arg(RAW_RECORD_KEEP_MS);
+        .arg(opened_key(name))
+        .arg(waiters_key(name))
+        .arg(request)
+        // An arming this opens is remembered this long; short, so the test sees it go.
+        .arg(RAW_OPENED_KEEP_MS)
+        .arg(latch_channel(name));
     cmd
 }
 
-/// How long [`raw_count_down`] keeps its record, in ms.
-const RAW_RECORD_KEEP_MS: u64 = 2_000;
+/// How long an arming [`raw_count_down`] opens is remembered, in ms.
+const RAW_OPENED_KEEP_MS: u64 = 2_000;
 
 /// An `EVAL` of `latch_try_set_count.lua` with the arming id `arming`.
 fn raw_try_set_count(name: &str, count: u64, arming: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(latch_script(TRY_SET_COUNT_LUA))
-        .arg(1)
+        .arg(2)
         .arg(latch_key(name))
+        .arg(opened_key(name))
         .arg(count)
         .arg(arming);
     cmd
@@ -293,6 +314,7 @@ async fn wait_for_returns_false_after_about_the_timeout() {
     let c = client(&server).await;
     let latch = c.count_down_latch(name);
     assert!(latch.try_set_count(2).await.expect("arm"));
+    let armed_fields = latch_fields(&server, name);
 
     for timeout in [ms(300), ms(700)] {
         let started = Instant::now();
@@ -320,7 +342,7 @@ async fn wait_for_returns_false_after_about_the_timeout() {
 
     // Waiting changes nothing.
     assert_eq!(latch.count().await.expect("count"), 2);
-    assert_eq!(latch_fields(&server, name).len(), 2);
+    assert_eq!(latch_fields(&server, name), armed_fields);
 
     // Once open, a zero timeout is enough.
     latch.count_down().await.expect("count_down");
@@ -446,8 +468,13 @@ async fn the_count_never_goes_below_zero() {
     }
     assert_eq!(latch.count().await.expect("count"), 0);
     assert!(!exists(&server, &latch_key(name)), "the latch key is left");
-    // Every count-down left its record, and none of them a stray count.
-    assert_eq!(keys(&server, &record_pattern(name)).len(), CLIENTS * EACH);
+    // The arming remembers the count-downs applied to it, and only those: the others found
+    // it open and changed nothing. Nothing else is left.
+    assert_eq!(remembered(&server, &opened_key(name)).len(), COUNT as usize);
+    assert_eq!(
+        keys(&server, &format!("redisync:{{{name}}}:*")),
+        vec![opened_key(name)]
+    );
     assert!(latch.try_set_count(3).await.expect("re-arm"));
     assert_eq!(latch.count().await.expect("count"), 3);
     assert_eq!(
@@ -658,7 +685,7 @@ async fn eight_waiters_and_eight_count_downs_from_eight_clients() {
         assert_eq!(seen, 0, "waiter {i} returned on a count of {seen}");
     }
     assert!(!exists(&server, &latch_key(name)));
-    assert_eq!(keys(&server, &record_pattern(name)).len(), N);
+    assert_eq!(remembered(&server, &opened_key(name)).len(), N);
     subscribed(&server, name, 0).await;
     let all: Vec<&Client> = clients.iter().collect();
     assert_idle(&all);
@@ -891,13 +918,16 @@ async fn bad_input_is_an_invalid_argument_and_touches_nothing() {
     let latch = c.count_down_latch(longest.as_str());
     assert!(latch.try_set_count(1).await.expect("arm the longest name"));
     assert!(latch.delete().await.expect("delete"));
-    // Only the good calls on "bad" left keys: the latch and its count-down's record.
+    assert!(remembered(&server, &opened_key(&longest)).is_empty());
+    server.cmd(&["DEL", &opened_key(&longest)]);
+    // Only the good calls on "bad" left keys: the latch, which remembers its count-down.
     assert_eq!(
         keys(&server, "*"),
         keys(&server, "redisync:{bad}:*"),
         "a bad call wrote to Redis"
     );
-    assert_eq!(keys(&server, &record_pattern(name)).len(), 1);
+    assert_eq!(keys(&server, "*"), vec![latch_key(name)]);
+    assert_eq!(remembered(&server, &latch_key(name)).len(), 1);
     assert_idle(&[&c]);
 }
 
@@ -1202,10 +1232,10 @@ async fn a_cancelled_wait_leaves_no_subscription_or_queue() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 14. A count-down is applied once; its record expires.
+// 14. A count-down is applied once; what Redis keeps for that is bounded.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_count_down_applies_once_and_its_record_expires() {
+async fn each_count_down_applies_once_and_is_remembered_by_its_arming() {
     let server = RedisServer::start();
     let name = "once";
     let command_timeout = ms(300);
@@ -1220,90 +1250,87 @@ async fn each_count_down_applies_once_and_its_record_expires() {
         "two count-downs, one each"
     );
 
-    // Each left a record, kept a little longer than a retry could arrive.
-    let records = keys(&server, &record_pattern(name));
-    assert_eq!(records.len(), 2, "{records:?}");
-    let keep = COUNT_DOWN_MEMORY;
-    for record in &records {
-        let ttl = int(&server, &["PTTL", record]);
-        assert!(
-            ttl > (keep - Duration::from_secs(60)).as_millis() as i64
-                && ttl <= keep.as_millis() as i64,
-            "{record}: PTTL {ttl}, want about {}",
-            keep.as_millis()
-        );
-        assert_eq!(text(&server.cmd(&["GET", record])), "0", "{record}");
-    }
+    // The armed latch remembers both in itself; no key per count-down.
+    let requests = remembered(&server, &latch_key(name));
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert!(
+        requests.values().all(|outcome| outcome == "0"),
+        "{requests:?}"
+    );
+    assert_eq!(keys(&server, "*"), vec![latch_key(name)]);
 
     // A retry of either (a request whose reply was lost is sent again under its id) changes
     // nothing and answers what the first run answered.
     let mut con = server.connection();
-    for record in &records {
-        let outcome: i64 = raw_count_down(name, record).query(&mut con).expect("retry");
-        assert_eq!(outcome, 0, "a retry of {record}");
+    for request in requests.keys() {
+        let outcome: i64 = raw_count_down(name, request)
+            .query(&mut con)
+            .expect("retry");
+        assert_eq!(outcome, 0, "a retry of {request}");
     }
     assert_eq!(
         latch.count().await.expect("count"),
         1,
         "a retry counted down again"
     );
-    // ...and keeps the record alive for retries still to come.
-    for record in &records {
-        let ttl = int(&server, &["PTTL", record]);
-        assert!(
-            ttl > 0 && ttl <= RAW_RECORD_KEEP_MS as i64,
-            "{record}: PTTL {ttl} after a retry that asked for {RAW_RECORD_KEEP_MS} ms"
-        );
-    }
 
-    // The opening count-down's record says so, for its retries.
+    // The opening count-down: the arming's count-downs are remembered for COUNT_DOWN_MEMORY
+    // after it opened, the opening one saying so.
     latch.count_down().await.expect("the last count_down");
     assert_eq!(latch.count().await.expect("count"), 0);
-    let opening: Vec<String> = keys(&server, &record_pattern(name))
-        .into_iter()
-        .filter(|key| !records.contains(key))
+    let opened = remembered(&server, &opened_key(name));
+    assert_eq!(opened.len(), 3, "{opened:?}");
+    let opening: Vec<&String> = opened
+        .iter()
+        .filter(|(_, outcome)| *outcome == "1")
+        .map(|(request, _)| request)
         .collect();
-    assert_eq!(opening.len(), 1, "{opening:?}");
-    assert_eq!(text(&server.cmd(&["GET", &opening[0]])), "1");
-    // Re-armed: a late retry of the opening count-down does not count the new arming down.
+    assert_eq!(opening.len(), 1, "{opened:?}");
+    let ttl = int(&server, &["PTTL", &opened_key(name)]);
+    let keep = COUNT_DOWN_MEMORY.as_millis() as i64;
+    assert!(
+        ttl > keep - 60_000 && ttl <= keep,
+        "PTTL {ttl}, want about {keep}"
+    );
+    // Re-armed: late retries of the opened arming's count-downs do not count the new arming
+    // down, and answer what they answered first.
     assert!(latch.try_set_count(2).await.expect("re-arm"));
-    let outcome: i64 = raw_count_down(name, &opening[0])
-        .query(&mut con)
-        .expect("late retry");
-    assert_eq!(outcome, 1, "the retry answers the first run's outcome");
+    for (request, first) in &opened {
+        let outcome: i64 = raw_count_down(name, request)
+            .query(&mut con)
+            .expect("late retry");
+        assert_eq!(outcome.to_string(), *first, "a late retry of {request}");
+    }
     assert_eq!(
         latch.count().await.expect("count"),
         2,
         "a retry counted the new arming down"
     );
 
-    // Retried above with a 2 s memory.
-    let records_retried: Vec<String> = records.iter().chain(&opening).cloned().collect();
-
-    // A count-down on an open latch records "nothing changed".
+    // A count-down on an open latch changes nothing and leaves nothing.
     let open = c.count_down_latch("open");
     open.count_down().await.expect("count_down");
-    let records = keys(&server, &record_pattern("open"));
-    assert_eq!(records.len(), 1);
-    assert_eq!(text(&server.cmd(&["GET", &records[0]])), "-1");
+    assert!(keys(&server, "redisync:{open}:*").is_empty());
 
-    // The records expire: every one has a TTL of at most the memory, and those the retries
-    // above kept for 2 s are gone after that.
-    for record in keys(&server, "redisync:*:latch:count_down:*") {
-        let ttl = int(&server, &["PTTL", &record]);
-        assert!(
-            ttl > 0 && ttl <= COUNT_DOWN_MEMORY.as_millis() as i64,
-            "{record}: PTTL {ttl}"
-        );
+    // Bounded: however many armings open, Redis keeps the latch, the last opened arming's
+    // count-downs, and nothing else.
+    for _ in 0..20 {
+        latch.count_down().await.expect("count_down");
+        latch.count_down().await.expect("count_down");
+        assert_eq!(latch.count().await.expect("count"), 0);
+        assert!(latch.try_set_count(2).await.expect("re-arm"));
     }
-    let retried = records_retried.clone();
-    eventually("the retried count-down records expire", SETTLE, || {
-        retried
-            .iter()
-            .all(|record| !common::exists(&server, record))
+    assert_eq!(keys(&server, "*"), vec![latch_key(name), opened_key(name)]);
+    assert_eq!(remembered(&server, &opened_key(name)).len(), 2);
+    // The last opened arming is forgotten after the memory (2 s for the raw count-down).
+    latch.count_down().await.expect("count_down");
+    let request = "test:opens-with-a-short-memory";
+    let outcome: i64 = raw_count_down(name, request).query(&mut con).expect("open");
+    assert_eq!(outcome, 1);
+    eventually("the opened arming is forgotten", SETTLE, || {
+        !exists(&server, &opened_key(name))
     })
     .await;
-    assert_eq!(latch.count().await.expect("count"), 2);
     assert_idle(&[&c]);
 }
 

@@ -328,7 +328,7 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
     let server = RedisServer::start();
     let a = client(&server).await;
     let b = client(&server).await;
-    let guard = a.lock("retry").lock().await.unwrap();
+    let _guard = a.lock("retry").lock().await.unwrap();
     let mut conn = server.connection();
     let fields: Vec<String> = redis::cmd("HKEYS")
         .arg(lock_key("retry"))

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_idle, assert_invalid, assert_wrong_type, client, client_with_watchdog, cut_after,
-    cut_at_await, eventually, exists, int, join_all, ms, text, zcard,
+    cut_at_await, eventually, exists, int, join_all, ms, strings, text, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -35,8 +35,15 @@ fn sem_key(name: &str) -> String {
     format!("redisync:{{{name}}}:semaphore")
 }
 
+/// The start of the classic semaphore's wake-up channels: each waiting client listens on
+/// its own, this followed by its id.
 fn sem_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore:wake")
+    format!("redisync:{{{name}}}:semaphore:wake:")
+}
+
+/// The classic semaphore's registry of waiting clients.
+fn waiters_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:semaphore:waiters")
 }
 
 fn generation_key(name: &str) -> String {
@@ -62,10 +69,12 @@ fn granted_records(server: &RedisServer, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// A classic semaphore script, with the prelude the crate puts before it.
+/// A classic semaphore script, with the preludes the crate puts before it.
 fn classic_script(source: &str) -> redis::Script {
     redis::Script::new(&format!(
-        "{}{source}",
+        "{}{}{}{source}",
+        include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/semaphore_wake_prelude.lua"),
         include_str!("../../lua/semaphore_prelude.lua")
     ))
 }
@@ -78,8 +87,19 @@ fn leases_key(name: &str) -> String {
     format!("redisync:{{{name}}}:expirable-semaphore:leases")
 }
 
+/// The start of the expirable semaphore's wake-up channels (see [`sem_channel`]).
 fn xsem_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:expirable-semaphore:wake")
+    format!("redisync:{{{name}}}:expirable-semaphore:wake:")
+}
+
+/// Subscribers of the wake-up channels starting with `prefix`, whichever client's.
+fn wake_subscribers(server: &RedisServer, prefix: &str) -> u64 {
+    let channels = server.cmd(&["PUBSUB", "CHANNELS", &format!("{prefix}*")]);
+    redis::from_redis_value_ref::<Vec<String>>(&channels)
+        .unwrap()
+        .iter()
+        .map(|channel| server.numsub(channel))
+        .sum()
 }
 
 /// The raw counter under `key`, `None` if the key does not exist.
@@ -143,6 +163,14 @@ impl Kind {
         match self {
             Kind::Classic => sem_channel(name),
             Kind::Expirable => xsem_channel(name),
+        }
+    }
+
+    /// The registry of waiting clients.
+    fn waiters(self, name: &str) -> String {
+        match self {
+            Kind::Classic => waiters_key(name),
+            Kind::Expirable => format!("redisync:{{{name}}}:expirable-semaphore:waiters"),
         }
     }
 
@@ -298,7 +326,7 @@ async fn permit_arithmetic_follows_the_contract() {
         })
     };
     eventually("the acquire waits", SETTLE, || {
-        server.numsub(&sem_channel(name)) == 1
+        wake_subscribers(&server, &sem_channel(name)) == 1
     })
     .await;
     sem.add_permits(2).await.unwrap(); // back to 0: still nothing to take
@@ -315,7 +343,7 @@ async fn permit_arithmetic_follows_the_contract() {
     permit.release().await.unwrap();
     assert_eq!(sem.available_permits().await.unwrap(), 1);
     eventually("the waiter unsubscribed", SETTLE, || {
-        server.numsub(&sem_channel(name)) == 0
+        wake_subscribers(&server, &sem_channel(name)) == 0
     })
     .await;
     assert_idle(&[&other]);
@@ -468,7 +496,7 @@ async fn release_from_another_client_wakes_a_blocked_acquire_within_100ms() {
             (Instant::now(), permit)
         });
         eventually("the waiter is subscribed", SETTLE, || {
-            server.numsub(&sem_channel(name)) == 1
+            wake_subscribers(&server, &sem_channel(name)) == 1
         })
         .await;
         let released_at = Instant::now();
@@ -489,7 +517,7 @@ async fn release_from_another_client_wakes_a_blocked_acquire_within_100ms() {
         assert_eq!(releaser.available_permits().await.unwrap(), 0);
         permit.forget();
         eventually("the waiter unsubscribed", SETTLE, || {
-            server.numsub(&sem_channel(name)) == 0
+            wake_subscribers(&server, &sem_channel(name)) == 0
         })
         .await;
         assert_idle(&[&waiter_client, &releaser_client]);
@@ -524,7 +552,7 @@ async fn acquire_many_gathers_single_releases_from_another_client() {
             (Instant::now(), permit)
         });
         eventually("the waiter is subscribed", SETTLE, || {
-            server.numsub(&sem_channel(name)) == 1
+            wake_subscribers(&server, &sem_channel(name)) == 1
         })
         .await;
         let mut last_release = Instant::now();
@@ -560,7 +588,7 @@ async fn acquire_many_gathers_single_releases_from_another_client() {
         assert_eq!(releaser.available_permits().await.unwrap(), 4);
         assert!(releaser.drain_permits().await.unwrap() == 4);
         eventually("the waiter unsubscribed", SETTLE, || {
-            server.numsub(&sem_channel(name)) == 0
+            wake_subscribers(&server, &sem_channel(name)) == 0
         })
         .await;
     }
@@ -580,7 +608,7 @@ async fn spawn_waiter(
         (Instant::now(), permit, c)
     });
     eventually("the waiter is subscribed", SETTLE, || {
-        server.numsub(&kind.channel(name)) == 1
+        wake_subscribers(server, &kind.channel(name)) == 1
     })
     .await;
     task
@@ -663,7 +691,7 @@ async fn timed_acquires_give_up_after_the_wait_or_get_permits_in_time() {
     assert_eq!(sem.available_permits().await.unwrap(), 2);
     assert_idle(&[&c]);
     eventually("no subscriber is left", SETTLE, || {
-        server.numsub(&sem_channel(name)) == 0
+        wake_subscribers(&server, &sem_channel(name)) == 0
     })
     .await;
 
@@ -696,7 +724,7 @@ async fn timed_acquires_give_up_after_the_wait_or_get_permits_in_time() {
         })
     };
     eventually("the timed acquire waits", SETTLE, || {
-        server.numsub(&sem_channel(name)) == 1
+        wake_subscribers(&server, &sem_channel(name)) == 1
     })
     .await;
     let released_at = Instant::now();
@@ -744,7 +772,7 @@ async fn timed_acquires_give_up_after_the_wait_or_get_permits_in_time() {
         tokio::spawn(async move { xsem.try_acquire_for(Duration::from_secs(5)).await })
     };
     eventually("the timed acquire waits", SETTLE, || {
-        server.numsub(&xsem_channel(name)) == 1
+        wake_subscribers(&server, &xsem_channel(name)) == 1
     })
     .await;
     held.release().await.unwrap();
@@ -758,7 +786,8 @@ async fn timed_acquires_give_up_after_the_wait_or_get_permits_in_time() {
     permit.release().await.unwrap();
     assert_eq!(xsem.available_permits().await.unwrap(), 1);
     eventually("no subscriber is left", SETTLE, || {
-        server.numsub(&sem_channel(name)) == 0 && server.numsub(&xsem_channel(name)) == 0
+        wake_subscribers(&server, &sem_channel(name)) == 0
+            && wake_subscribers(&server, &xsem_channel(name)) == 0
     })
     .await;
     assert_idle(&[&c, &other]);
@@ -828,7 +857,7 @@ async fn eight_by_eight_on_three_permits(kind: Kind) {
     assert_eq!(raw_count(&server, &kind.key(name)), Some(PERMITS as i64));
     assert_eq!(kind.leases(&server, name), 0);
     eventually("every waiter unsubscribed", SETTLE, || {
-        server.numsub(&kind.channel(name)) == 0
+        wake_subscribers(&server, &kind.channel(name)) == 0
     })
     .await;
     for c in &clients {
@@ -1007,7 +1036,7 @@ async fn a_shut_down_clients_permit_returns_within_its_lease() {
         tokio::spawn(async move { holder.acquire().await })
     };
     eventually("both waiters wait", SETTLE, || {
-        server.numsub(&xsem_channel(name)) == 2
+        wake_subscribers(&server, &xsem_channel(name)) == 2
     })
     .await;
     holder_client.shutdown().await;
@@ -1164,16 +1193,19 @@ async fn release_by_id_frees_live_permits_once_and_never_inflates_the_pool() {
     // Released by id, then dropped: the background release changes nothing.
     assert!(sem.release_by_id(leased.id()).await.unwrap());
     assert_eq!(sem.available_permits().await.unwrap(), INITIAL);
-    let leased_record = format!(
-        "redisync:{{{name}}}:expirable-semaphore:permit:{}",
-        leased.id()
-    );
-    assert!(!exists(&server, &leased_record));
+    // Nothing else sends scripts now (no hold is renewed): the next one Redis runs is the
+    // dropped permit's release, which keeps no record.
+    let scripts = server.command_calls("evalsha");
     drop(leased);
     eventually("the dropped permit's release ran", SETTLE, || {
-        exists(&server, &leased_record)
+        server.command_calls("evalsha") > scripts
     })
     .await;
+    assert_eq!(
+        strings(&server.cmd(&["KEYS", "*:permit:*"])),
+        Vec::<String>::new(),
+        "no release leaves a record"
+    );
     assert_eq!(sem.available_permits().await.unwrap(), INITIAL);
     // Released, then released by id: false.
     let p = sem.acquire().await.unwrap();
@@ -1248,19 +1280,22 @@ impl Sweep<'_> {
             self.kind.channel(self.name()),
             self.name().to_owned(),
         );
+        let waiters = self.kind.waiters(&name);
         let settled = wait_until(SETTLE, || {
             raw_count(self.server, &key) == Some(available)
                 && self.kind.leases(self.server, &name) == leases
-                && self.server.numsub(&channel) == 0
+                && wake_subscribers(self.server, &channel) == 0
+                && !exists(self.server, &waiters)
         })
         .await;
         assert!(
             settled,
             "after {what}: {:?} permits (want {available}), {} leases (want {leases}), {} \
-             subscribers",
+             subscribers, registered waiters: {}",
             raw_count(self.server, &key),
             self.kind.leases(self.server, &name),
-            self.server.numsub(&channel)
+            wake_subscribers(self.server, &channel),
+            exists(self.server, &waiters)
         );
     }
 
@@ -1418,7 +1453,7 @@ impl Sweep<'_> {
             let mut call = Box::pin(self.sem.call(self.call));
             let waiting = async {
                 eventually("the call waits", SETTLE, || {
-                    self.server.numsub(&channel) == 1
+                    wake_subscribers(self.server, &channel) == 1
                 })
                 .await
             };
@@ -1738,7 +1773,7 @@ async fn foreign_data_under_the_keys_is_wrong_type() {
         assert!(!matches!(sem.try_set_permits(1).await, Ok(true)));
         let found = server.cmd(&["TYPE", &key]);
         assert_eq!(redis::from_redis_value_ref::<String>(&found).unwrap(), kind);
-        assert_eq!(server.numsub(&sem_channel(name)), 0);
+        assert_eq!(wake_subscribers(&server, &sem_channel(name)), 0);
     }
 
     // An expirable semaphore's pool or leases holding foreign data.
@@ -1765,7 +1800,7 @@ async fn foreign_data_under_the_keys_is_wrong_type() {
         assert_wrong_type(&what("add_permits"), sem.add_permits(1).await);
         assert_wrong_type(&what("release_by_id"), sem.release_by_id("some-id").await);
         assert!(!matches!(sem.try_set_permits(1).await, Ok(true)));
-        assert_eq!(server.numsub(&xsem_channel(name)), 0);
+        assert_eq!(wake_subscribers(&server, &xsem_channel(name)), 0);
     }
     assert_idle(&[&c]);
 }
@@ -1830,7 +1865,8 @@ async fn a_deleted_semaphore_stays_deleted_when_old_permits_come_back() {
 #[tokio::test]
 async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() {
     // The release of a classic permit is retried until Redis confirms it; a retry must never
-    // return the permits again, even after the first release's record has expired.
+    // return the permits again, however late it comes, although Redis keeps no record of the
+    // release.
     let server = RedisServer::start();
     let a = client(&server).await;
     let sem = a.semaphore("once");
@@ -1847,6 +1883,7 @@ async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() 
     };
     permit.release().await.unwrap();
     assert_eq!(sem.available_permits().await.unwrap(), 3);
+    assert!(!exists(&server, &record), "the release leaves no record");
     let release = classic_script(include_str!("../../lua/semaphore_release.lua"));
     let mut conn = server.connection();
     let retry = |conn: &mut redis::Connection| -> i64 {
@@ -1854,16 +1891,20 @@ async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() 
             .key(sem_key("once"))
             .key(&record)
             .key(generation_key("once"))
+            .key(waiters_key("once"))
             .arg(2)
-            .arg("redisync:{once}:semaphore:wake")
-            .arg(10_000)
             .invoke(conn)
             .unwrap()
     };
     assert_eq!(retry(&mut conn), 0, "a retry returns nothing");
-    server.cmd(&["DEL", &record]); // the 'released' record expired
+    tokio::time::sleep(ms(100)).await;
     assert_eq!(retry(&mut conn), 0, "a late retry returns nothing either");
     assert_eq!(sem.available_permits().await.unwrap(), 3);
+    assert_eq!(
+        int(&server, &["DBSIZE"]),
+        2,
+        "only the count and the generation are left"
+    );
 }
 
 #[tokio::test]
@@ -2006,7 +2047,11 @@ async fn a_give_back_returns_permits_only_to_the_generation_they_were_taken_from
             .key(sem_key(name))
             .key(attempt_key(name, attempt))
             .key(generation_key(name))
+            .key(waiters_key(name))
             .arg(1)
+            .arg("")
+            .arg("0")
+            .arg(10_000)
             .invoke(&mut conn)
             .unwrap()
     };
@@ -2016,9 +2061,10 @@ async fn a_give_back_returns_permits_only_to_the_generation_they_were_taken_from
             .key(sem_key(name))
             .key(attempt_key(name, attempt))
             .key(generation_key(name))
+            .key(waiters_key(name))
             .arg(1)
-            .arg(sem_channel(name))
             .arg(10_000)
+            .arg("")
             .invoke(&mut conn)
             .unwrap()
     };
@@ -2067,9 +2113,8 @@ async fn a_semaphore_created_before_generations_keeps_working() {
             .key(sem_key(name))
             .key(attempt_key(name, "before"))
             .key(generation_key(name))
+            .key(waiters_key(name))
             .arg(1)
-            .arg(sem_channel(name))
-            .arg(10_000)
             .invoke(&mut conn)
             .unwrap()
     };

@@ -813,6 +813,20 @@ impl Client {
         eval_idempotent(self.shared().clone(), call, Mode::Caller)
     }
 
+    /// [`eval_idempotent`](Self::eval_idempotent) for a call that keeps no record of itself
+    /// in Redis, which answers a repeat as if it found nothing to do: the reply comes with
+    /// whether a try before the one that answered may have run (see
+    /// [`Confirmed`](crate::Confirmed)). Nothing goes on in the background.
+    pub fn eval_idempotent_confirmed<T>(
+        &self,
+        call: ScriptCall,
+    ) -> impl Future<Output = Result<crate::Confirmed<T>>> + Send + 'static
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        eval_idempotent_confirmed(self.shared().clone(), call, Mode::Caller)
+    }
+
     /// Runs an idempotent give-back on a background task and forgets it: the release path of
     /// a dropped guard or of a cancelled acquire that got its hold. Never blocks. Retried until
     /// Redis confirms it (see [`spawn_release`](Self::spawn_release) with

@@ -43,7 +43,7 @@ pub(crate) async fn run_script(
     call: &ScriptCall,
     then: Option<redis::Cmd>,
 ) -> Result<Vec<Value>> {
-    let slot = keys::slot(call.keys.first().map_or("", String::as_str));
+    let slot = keys::slot(call.first_key());
     let mut target = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
     let mut asking = false;
     let mut with_source = false;

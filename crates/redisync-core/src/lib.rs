@@ -60,7 +60,7 @@ pub use retry::{Confirmed, Retry};
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;
-pub use wait::{Attempt, WaitSpec, MAX_SLEEP};
+pub use wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
 
 /// Re-exported so primitive crates use the same `async_trait` as core.
 pub use async_trait::async_trait;

@@ -101,11 +101,19 @@ impl LuaScript {
 #[derive(Debug, Clone)]
 pub struct ScriptCall {
     pub(crate) script: &'static LuaScript,
-    pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<Vec<u8>>,
+    // Shared, so that the copies a call needs on its way (a retry loop, a give-back handed to
+    // the background) cost a reference count, not a copy of every key and argument.
+    payload: std::sync::Arc<Payload>,
     /// An acquire: with replica sync, one that no replica acknowledged fails (and is then
     /// given back) instead of succeeding.
     pub(crate) rollback_unreplicated: bool,
+}
+
+/// A call's keys and arguments.
+#[derive(Debug, Clone, Default)]
+struct Payload {
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
 }
 
 impl ScriptCall {
@@ -113,22 +121,23 @@ impl ScriptCall {
     pub fn new(script: &'static LuaScript) -> Self {
         ScriptCall {
             script,
-            keys: Vec::new(),
-            args: Vec::new(),
+            payload: std::sync::Arc::default(),
             rollback_unreplicated: false,
         }
     }
 
     /// Appends a key (`KEYS[i]`).
     pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.keys.push(key.into());
+        std::sync::Arc::make_mut(&mut self.payload)
+            .keys
+            .push(key.into());
         self
     }
 
     /// Appends an argument (`ARGV[i]`). Values that encode as several Redis arguments (such as
     /// vectors) append each of them.
     pub fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        arg.write_redis_args(&mut self.args);
+        arg.write_redis_args(&mut std::sync::Arc::make_mut(&mut self.payload).args);
         self
     }
 
@@ -139,7 +148,7 @@ impl ScriptCall {
 
     /// The first key of the call (the primitive's main key, which names it), or `""`.
     pub fn first_key(&self) -> &str {
-        self.keys.first().map_or("", String::as_str)
+        self.payload.keys.first().map_or("", String::as_str)
     }
 
     pub(crate) fn rolls_back_unreplicated(&self) -> bool {
@@ -162,11 +171,11 @@ impl ScriptCall {
     }
 
     fn keys_and_args(&self, mut cmd: redis::Cmd) -> redis::Cmd {
-        cmd.arg(self.keys.len());
-        for key in &self.keys {
+        cmd.arg(self.payload.keys.len());
+        for key in &self.payload.keys {
             cmd.arg(key.as_str());
         }
-        for arg in &self.args {
+        for arg in &self.payload.args {
             cmd.arg(arg.as_slice());
         }
         cmd
@@ -176,10 +185,10 @@ impl ScriptCall {
     /// `NOSCRIPT`); a cluster client runs scripts through `crate::cluster` instead.
     pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {
         let mut invocation = self.script.compiled(false).prepare_invoke();
-        for key in &self.keys {
+        for key in &self.payload.keys {
             invocation.key(key.as_str());
         }
-        for arg in &self.args {
+        for arg in &self.payload.args {
             invocation.arg(arg.as_slice());
         }
         invocation
@@ -209,7 +218,9 @@ mod tests {
             assert_eq!(mentions, rewritable, "{}", path.display());
             publishing += rewritable;
         }
-        assert!(publishing > 10, "found only {publishing} publish calls");
+        // The scan found the scripts (fewer publish calls is the point of addressed wake-ups,
+        // so no larger floor).
+        assert!(publishing > 0, "found no publish call");
         static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
     }

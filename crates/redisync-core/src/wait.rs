@@ -56,6 +56,11 @@ pub enum Attempt<T> {
 /// re-checks at least this often even if every message is lost.
 pub const MAX_SLEEP: Duration = Duration::from_secs(10);
 
+/// How often a waiter whose client is registered for an addressed wake-up re-checks (and so
+/// registers again) even if no wake-up comes: a wake-up lost with a stopped client, or a
+/// registration lost with a failed-over primary, costs the others at most this much.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
 /// Where waiters of one primitive meet.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitSpec<'a> {

@@ -1,20 +1,23 @@
 //! [`CountDownLatch`]: a count in Redis that waiters on any client wait to see reach zero.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Result, Retry, ScriptCall, WaitSpec,
+    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, Retry,
+    ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts;
 
-/// How long Redis remembers a count-down, so that a retry after a lost reply (or an outage)
-/// is not applied twice: the window in which a count-down Redis has not confirmed is still
-/// sent again.
+/// How long Redis remembers the count-downs applied to an arming after it opened, so that a
+/// retry after a lost reply (or an outage) is not applied twice: the window in which a
+/// count-down Redis has not confirmed is still sent again. (While the latch is armed, Redis
+/// remembers them in the latch itself.)
 pub const COUNT_DOWN_MEMORY: Duration = Duration::from_secs(5 * 60);
 
 /// [`COUNT_DOWN_MEMORY`], or a few command timeouts of `client` if that is longer.
@@ -33,14 +36,28 @@ pub const MAX_COUNT: u64 = i64::MAX as u64;
 /// published while the client was reconnecting, costs a waiter at most this much.
 pub const RECHECK: Duration = Duration::from_secs(1);
 
+/// How long the latch's waiters registry lasts at least after a client last registered: a
+/// waiter registers again with every re-check (at least every [`RECHECK`]), so only a
+/// registry whose clients all vanished expires.
+fn registry_ttl(client: &Client) -> u64 {
+    redis_millis(
+        RECHECK
+            .saturating_mul(5)
+            .saturating_add(client.command_timeout().saturating_mul(2)),
+    )
+}
+
 /// The Redis names of one latch.
 #[derive(Debug)]
 struct LatchKeys {
     latch: String,
+    /// The count-downs of the arming that opened last.
+    opened: String,
+    /// The clients with tasks waiting, so that an opening publishes only for somebody.
+    registry: String,
     channel: String,
     /// Local only: where this client's waiters of the latch share one subscription.
-    waiters: String,
-    count_down_prefix: String,
+    queue: String,
 }
 
 #[derive(Debug)]
@@ -48,15 +65,21 @@ struct LatchCore {
     client: Client,
     name: String,
     keys: Result<LatchKeys>,
-    /// What this client's waiters of the latch know has opened, shared by all its handles.
+    /// What this client's waiters of the latch share, across all its handles.
     openings: Arc<Openings>,
 }
 
-/// The armings of one latch that a waiter of this client has seen open (most recent last,
-/// a few kept): a local waiter of one of them returns without asking Redis again.
+/// What this client's waiters of one latch share: the armings a waiter has seen open (most
+/// recent last, a few kept), so that a local waiter of one of them returns without asking
+/// Redis again; and how many wait, to withdraw the client from the latch's waiters when the
+/// last gives up.
 #[derive(Debug, Default)]
 struct Openings {
     armings: Mutex<VecDeque<String>>,
+    /// Tasks of this client waiting on the latch.
+    waiting: AtomicUsize,
+    /// Whether the client may be registered among the latch's waiters in Redis.
+    registered: AtomicBool,
 }
 
 impl Openings {
@@ -92,12 +115,65 @@ impl LatchCore {
                 ScriptCall::new(&scripts::STATUS).key(keys.latch.as_str()),
             )
         });
-        async move {
-            let (count, arming) = request?.await?;
-            let count = count.parse::<u64>().map_err(|_| Error::WrongType)?;
-            Ok((count, arming))
-        }
+        async move { parse_status(request?.await?) }
     }
+
+    /// [`status`](Self::status) for a subscribed waiter of `arming` (`""`: any): while the
+    /// latch stays armed with it, the client is registered among the latch's waiters. If the
+    /// caller goes away while the request is on the wire and no task of the client waits any
+    /// more, the client is withdrawn once the request is done (it may register after the
+    /// withdrawal its task made when it left).
+    fn registering_status(
+        self: &Arc<Self>,
+        arming: &str,
+    ) -> impl std::future::Future<Output = Result<(u64, String)>> + Send + 'static {
+        let request = self.keys().map(|keys| {
+            let call = ScriptCall::new(&scripts::WAIT)
+                .key(keys.latch.as_str())
+                .key(keys.registry.as_str())
+                .arg(self.client.id())
+                .arg(registry_ttl(&self.client))
+                .arg(arming);
+            let core = self.clone();
+            // Not `eval_undoable`: registering is no acquire, and needs no replica's
+            // acknowledgement (with replica sync on, an unacknowledged one stands).
+            Abandonable::new(
+                self.client.eval::<(String, String)>(call),
+                move |_| async move {
+                    if core.openings.waiting.load(Ordering::Acquire) == 0 {
+                        core.withdraw();
+                    }
+                },
+            )
+        });
+        async move { parse_status(request?.await?) }
+    }
+
+    /// Takes the client out of the latch's waiters in the background, once: if that fails,
+    /// the entry goes with the next opening or the registry's expiry.
+    fn withdraw(&self) {
+        let (Ok(keys), Ok(runtime)) = (self.keys(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let call = ScriptCall::new(&scripts::WITHDRAW)
+            .key(keys.registry.as_str())
+            .arg(self.client.id());
+        let request = self.client.eval::<i64>(call);
+        runtime.spawn(async move {
+            if let Err(err) = request.await {
+                tracing::debug!(error = %err, "withdrawing a latch waiter failed");
+            }
+        });
+    }
+}
+
+/// A status read on its way: the count (0 when open) and the arming.
+type Status = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(u64, String)>> + Send>>;
+
+/// Decodes a status reply: the count (0 when open) and the arming.
+fn parse_status((count, arming): (String, String)) -> Result<(u64, String)> {
+    let count = count.parse::<u64>().map_err(|_| Error::WrongType)?;
+    Ok((count, arming))
 }
 
 /// A distributed count-down latch, like Redisson's `RCountDownLatch` or Java's
@@ -110,7 +186,8 @@ impl LatchCore {
 /// * [`try_set_count`](Self::try_set_count) arms an open latch; an armed one is left alone.
 /// * [`count_down`](Self::count_down) never takes the count below zero, and is applied once
 ///   even when it is retried after a lost reply. The count-down that reaches zero opens the
-///   latch with one message that wakes every waiter on every client.
+///   latch with one message that wakes every waiter on every client; it publishes nothing
+///   when nobody waits (waiting clients register in the latch's `waiters`).
 /// * [`wait`](Self::wait) and [`wait_for`](Self::wait_for) return once the latch is open.
 ///   A waiter also re-reads the latch at least every [`RECHECK`], so a lost message, a
 ///   reconnect or a Redis restart never parks it for longer. Waiters of one client share
@@ -129,17 +206,25 @@ impl LatchCore {
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it) |
-/// | `<prefix>:{<name>}:latch:count_down:<request>` | string | the outcome of one count-down, kept for [`COUNT_DOWN_MEMORY`] after its latest run (each retry that finds it keeps it that long again) so that its retries are not applied twice |
+/// | `<prefix>:{<name>}:latch` | hash | present only while armed: `count` (count-downs still needed), `arming` (id of the `try_set_count` that armed it), `prior` (`1` if it was armed while the count-downs of the arming before were still remembered), and one field per count-down applied to this arming (its request id → its outcome), so that a retry is not applied twice |
+/// | `<prefix>:{<name>}:latch:count_down:opened` | hash | the latch hash of the arming that opened (or was deleted) last, kept for [`COUNT_DOWN_MEMORY`] after that, so that a count-down retried after the opening, even once the latch is armed again, is not applied twice |
+/// | `<prefix>:{<name>}:latch:waiters` | sorted set | the clients with tasks waiting, so that an opening publishes only when somebody waits; deleted by the opening, and expires 5 s plus two command timeouts after the last one registered |
 /// | `<prefix>:{<name>}:latch:wake` | channel | the latch opened |
 ///
-/// # Round trips
+/// What a latch keeps is bounded by its count (the count-downs of the current arming and of
+/// the one before), never by how many count-downs it has seen over time.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | every call, and a wait on an open latch | 1 |
-/// | a wait on an armed latch | 1 + 1 after subscribing + 1 when woken (and at least one per [`RECHECK`]) |
-/// | *n* waiters of one client on an armed latch | *n* on arrival; then, for all of them together, 1 per wake-up or [`RECHECK`] |
+/// # Round trips and commands
+///
+/// | operation | round trips | Redis commands run |
+/// |---|---|---|
+/// | `count_down` on an armed latch | 1 | 4 (`EVALSHA`; `HMGET`, `HINCRBY`, `HSET`), + `HGET` after a `prior` arming |
+/// | `count_down` that opens the latch | 1 | + `RENAME`, `PEXPIRE`, `DEL`, and `PUBLISH` if somebody waits |
+/// | `try_set_count` on an open latch | 1 | 4 (`EVALSHA`; `EXISTS` ×2, `HSET`) |
+/// | a wait on an open latch, `count` on one | 1 | 2 (`EVALSHA`; `EXISTS`) |
+/// | a wait on an armed latch | 1 + 1 after subscribing + 1 when woken (and at least one per [`RECHECK`]) | |
+/// | *n* waiters of one client on an armed latch | *n* on arrival; then, for all of them together, 1 per wake-up or [`RECHECK`] | |
+/// | every other call | 1 | |
 ///
 /// # Examples
 ///
@@ -179,9 +264,10 @@ impl CountDownLatch {
         let name = name.into();
         let keys = client.key_space(&name).map(|space| LatchKeys {
             latch: space.key("latch"),
+            opened: space.key("latch:count_down:opened"),
+            registry: space.key("latch:waiters"),
             channel: space.key("latch:wake"),
-            waiters: space.key("latch:waiters"),
-            count_down_prefix: space.key("latch:count_down:"),
+            queue: space.key("latch:queue"),
         });
         let openings = match &keys {
             Ok(keys) => client.local_cell::<Openings>(&keys.latch),
@@ -224,6 +310,7 @@ impl CountDownLatch {
         let keys = core.keys()?;
         let call = ScriptCall::new(&scripts::TRY_SET_COUNT)
             .key(keys.latch.as_str())
+            .key(keys.opened.as_str())
             .arg(count)
             .arg(core.client.unique_id());
         Ok(core.client.eval::<i64>(call).await? == 1)
@@ -238,10 +325,15 @@ impl CountDownLatch {
     /// confirmed it within the command timeout the call returns [`Error::Redis`] or
     /// [`Error::Timeout`], and the count-down goes on in the background until Redis confirms
     /// it or the client shuts down (then it gets one last attempt; see [`Client::shutdown`]):
-    /// do not count down again. Redis remembers a count-down for [`COUNT_DOWN_MEMORY`] (or a
-    /// few command timeouts, if longer); a count-down still unconfirmed when that is nearly
-    /// over is given up rather than risk applying it twice, and counted in
-    /// [`Stats::unconfirmed_releases`](redisync_core::Stats::unconfirmed_releases).
+    /// do not count down again. Redis remembers a count-down in the latch while its arming is
+    /// armed, and for [`COUNT_DOWN_MEMORY`] (or a few command timeouts, if longer) after the
+    /// arming opened; a count-down still unconfirmed when that is nearly over is given up
+    /// rather than risk applying it twice, and counted in
+    /// [`Stats::unconfirmed_releases`](redisync_core::Stats::unconfirmed_releases). Only
+    /// the last opened arming is remembered: a count-down whose reply was lost, retried only
+    /// after its arming opened *and* the latch was armed and opened once more, would count
+    /// the arming after that down too. (Redis would otherwise keep something per count-down
+    /// for minutes, however many there are.)
     ///
     /// # Cancel safety
     ///
@@ -266,17 +358,20 @@ impl CountDownLatch {
         let keys = core.keys()?;
         let request = core.client.unique_id();
         let sent_at = Instant::now();
-        // Redis remembers the count-down this long after its latest run (at least after the
-        // first send); retries go on only while one sent now would still find the record.
+        // Redis remembers the count-down while its arming is armed, and this long after the
+        // arming opened (so at least this long after the first send); retries go on only
+        // while one sent now would still be recognised.
         let keep = count_down_memory(&core.client);
         let retry = sent_at
             .checked_add(keep.saturating_sub(core.client.abandoned_request_grace()))
             .map_or(Retry::UntilConfirmed, Retry::WhileRemembered);
         let call = ScriptCall::new(&scripts::COUNT_DOWN)
             .key(keys.latch.as_str())
-            .key(format!("{}{request}", keys.count_down_prefix))
-            .arg(keys.channel.as_str())
-            .arg(redis_millis(keep));
+            .key(keys.opened.as_str())
+            .key(keys.registry.as_str())
+            .arg(request)
+            .arg(redis_millis(keep))
+            .arg(keys.channel.as_str());
         let outcome = core
             .client
             .eval_until_done::<i64>(call, retry)
@@ -340,19 +435,33 @@ impl CountDownLatch {
         // armed, and once it has seen the opening the others return without asking. Each
         // still asks once on arrival (`may_reenter`), to learn which arming it waits on.
         let spec = WaitSpec {
-            queue: &keys.waiters,
+            queue: &keys.queue,
             channel: &keys.channel,
             deadline,
             may_reenter: true,
             shared: false,
         };
+        let waiter = LatchWaiter::new(core);
+        // The first look is a plain read, made before subscribing; the later ones, made
+        // subscribed, register the client among the waiters while the latch stays armed.
+        let mut first_look = true;
         let opened = core
             .client
             .wait(spec, || {
                 let known = waiting_on
                     .get()
                     .is_some_and(|arming| core.openings.contains(arming));
-                let status = (!known).then(|| core.status());
+                let look = std::mem::take(&mut first_look);
+                let status = (!known).then(|| -> Status {
+                    if look {
+                        Box::pin(core.status())
+                    } else {
+                        core.openings.registered.store(true, Ordering::Release);
+                        Box::pin(
+                            core.registering_status(waiting_on.get().map_or("", String::as_str)),
+                        )
+                    }
+                });
                 let waiting_on = waiting_on.clone();
                 let openings = core.openings.clone();
                 async move {
@@ -362,10 +471,12 @@ impl CountDownLatch {
                     let (count, arming) = status.await?;
                     let first = waiting_on.get_or_init(|| arming.clone());
                     if count == 0 || *first != arming {
-                        // An arming this waiter saw armed is gone: tell the others.
+                        // An arming this waiter saw armed is gone: tell the others. Its
+                        // opening took every client out of the waiters.
                         if !first.is_empty() {
                             openings.insert(first);
                         }
+                        openings.registered.store(false, Ordering::Release);
                         Ok(Attempt::Acquired(()))
                     } else {
                         Ok(Attempt::Busy {
@@ -376,7 +487,32 @@ impl CountDownLatch {
             })
             .instrument(tracing::debug_span!("redisync.latch.wait", name = %core.name))
             .await?;
+        drop(waiter);
         Ok(opened.is_some())
+    }
+}
+
+/// One task's wait on a latch: counts it among its client's waiting tasks, and when the
+/// client's last waiting task leaves while the client may be registered among the latch's
+/// waiters, withdraws it in the background, so that an opening does not publish for nobody.
+struct LatchWaiter {
+    core: Arc<LatchCore>,
+}
+
+impl LatchWaiter {
+    fn new(core: &Arc<LatchCore>) -> Self {
+        core.openings.waiting.fetch_add(1, Ordering::AcqRel);
+        LatchWaiter { core: core.clone() }
+    }
+}
+
+impl Drop for LatchWaiter {
+    fn drop(&mut self) {
+        let openings = &self.core.openings;
+        let last = openings.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last && openings.registered.swap(false, Ordering::AcqRel) {
+            self.core.withdraw();
+        }
     }
 }
 
@@ -391,6 +527,9 @@ impl DistributedPrimitive for CountDownLatch {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::DELETE)
             .key(keys.latch.as_str())
+            .key(keys.opened.as_str())
+            .key(keys.registry.as_str())
+            .arg(redis_millis(count_down_memory(&self.core.client)))
             .arg(keys.channel.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }

@@ -1,4 +1,5 @@
-//! The latch's scripts. Each one that reads the latch starts with the shared prelude.
+//! The latch's scripts. Each one that reads the latch starts with the shared prelude, after
+//! the waiters registry's (`wake_prelude.lua`) where it registers waiters.
 
 use redisync_core::LuaScript;
 
@@ -22,6 +23,21 @@ pub(crate) static STATUS: LuaScript = LuaScript::read_only(
     concat!(
         include_str!("../../../lua/latch_prelude.lua"),
         include_str!("../../../lua/latch_status.lua")
+    ),
+);
+pub(crate) static WAIT: LuaScript = LuaScript::new(
+    "latch_wait",
+    concat!(
+        include_str!("../../../lua/wake_prelude.lua"),
+        include_str!("../../../lua/latch_prelude.lua"),
+        include_str!("../../../lua/latch_wait.lua")
+    ),
+);
+pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
+    "latch_withdraw",
+    concat!(
+        include_str!("../../../lua/wake_prelude.lua"),
+        include_str!("../../../lua/latch_withdraw.lua")
     ),
 );
 pub(crate) static DELETE: LuaScript = script!("latch_delete");

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec, MAX_SLEEP};
+use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec, RECHECK};
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
@@ -442,9 +442,13 @@ impl LockCore {
         let Waiting::Clients { channel, .. } = &keys.waiting else {
             return Err(Error::invalid("a fair lock waits in its queue"));
         };
-        // A live waiter asks again at least every `MAX_SLEEP`; its registration outlasts that.
-        let registration = (wait != Some(Duration::ZERO))
-            .then(|| MAX_SLEEP.saturating_add(self.client.command_timeout().saturating_mul(2)));
+        // A registered waiter asks again at least every `RECHECK` (see below); its
+        // registration outlasts a few of those.
+        let registration = (wait != Some(Duration::ZERO)).then(|| {
+            RECHECK
+                .saturating_mul(5)
+                .saturating_add(self.client.command_timeout().saturating_mul(2))
+        });
         let state = Arc::new(Mutex::new(Registration::default()));
         let withdraw = Withdraw {
             core: self.clone(),
@@ -474,11 +478,21 @@ impl LockCore {
                 let outcome = attempt.await;
                 let mut state = lock(&state);
                 state.in_flight = false;
-                if let Ok(Attempt::Acquired(_)) = &outcome {
-                    // The grant took the registration out (or there was none).
-                    state.registered = false;
+                match outcome {
+                    Ok(Attempt::Acquired(held)) => {
+                        // The grant took the registration out (or there was none).
+                        state.registered = false;
+                        Ok(Attempt::Acquired(held))
+                    }
+                    // Registered: the release wakes this client when its turn comes. It asks
+                    // again now and then all the same, which registers it again: a wake-up
+                    // lost with a stopped client, or a registration lost with a failed-over
+                    // primary, costs at most that long.
+                    Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
+                        retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
+                    }),
+                    Err(err) => Err(err),
                 }
-                outcome
             }
         });
         WithdrawAfter {
@@ -494,7 +508,7 @@ impl LockCore {
     /// `registered` says whether an earlier attempt of the same wait may have registered it.
     /// If its caller goes away, whatever it got is given back.
     fn attempt(
-        &self,
+        self: &Arc<Self>,
         lease: Duration,
         attempt: String,
         withdraw: &Withdraw,
@@ -541,7 +555,7 @@ impl LockCore {
     /// caller's place in the queue lasts (None: never queue). If its caller goes away,
     /// whatever it got is given back.
     fn fair_attempt(
-        &self,
+        self: &Arc<Self>,
         lease: Duration,
         waiter: String,
         place: Option<Duration>,
@@ -575,34 +589,36 @@ impl LockCore {
     /// Sends an acquire `request` of attempt `attempt`; if its caller goes away, whatever it
     /// got is given back, and a client it may have registered as waiting withdraws.
     fn send_attempt(
-        &self,
+        self: &Arc<Self>,
         request: Result<(ScriptCall, Option<Withdraw>)>,
         attempt: String,
         lease: Duration,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
         let sent_at = Instant::now();
-        let request = request.and_then(|(call, withdraw)| {
-            // Remembered past the lease, so a grant that could still run is refused.
-            let give_back =
-                self.release_call(&attempt, lease.saturating_add(self.retry_window()))?;
-            let client = self.client.clone();
-            let retry = self.client.retry_for_lease(sent_at, Some(lease));
-            Ok(self
-                .client
+        let request = request.map(|(call, withdraw)| {
+            let core = self.clone();
+            let abandoned = attempt.clone();
+            self.client
                 .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
                     let reply = reply.map(|reply| AcquireReply::decode(&reply));
-                    // Unknown: give back whatever it got, or forbid the grant.
+                    // Unknown: give back whatever it got, or forbid the grant. Remembered past
+                    // the lease, so a grant that could still run is refused. (Built only here:
+                    // most attempts never need it.)
                     let granted = matches!(reply, None | Some(Ok(AcquireReply::Acquired { .. })));
-                    if granted {
+                    let remember = lease.saturating_add(core.retry_window());
+                    if let (true, Ok(give_back)) =
+                        (granted, core.release_call(&abandoned, remember))
+                    {
                         tracing::debug!("giving back an abandoned acquire");
-                        client.spawn_release(give_back, retry);
+                        let retry = core.client.retry_for_lease(sent_at, Some(lease));
+                        core.client.spawn_release(give_back, retry);
                     }
                     if let Some(withdraw) = withdraw {
                         let acquired = matches!(reply, Some(Ok(AcquireReply::Acquired { .. })));
                         withdraw.abandoned_attempt_ended(acquired);
                     }
-                }))
+                })
         });
         async move {
             let reply = request?.await?;
@@ -682,8 +698,11 @@ impl Withdraw {
         if client.has_local_waiters(call.first_key()) {
             return;
         }
-        // Pointless once the registration has lapsed by itself.
-        let retry = client.retry_for_lease(Instant::now(), Some(self.registration));
+        // Retried for one command timeout at most, never for long: a withdrawal that landed
+        // after another task of the client registered again would take that registration
+        // out (the re-check bounds the harm: see `RECHECK`). If it fails, the entry lapses by
+        // itself, or is skipped by the next wake-up once nobody listens on it.
+        let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
         client.spawn_release(call, retry);
     }
 }

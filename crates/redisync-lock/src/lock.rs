@@ -31,7 +31,7 @@ use crate::guard::LockGuard;
 /// |---|---|---|
 /// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it); exists exactly while the lock is held, and expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
-/// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); expires unless a waiter registers again within about 10 s |
+/// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); a waiting client registers again every second, and the set expires about 5 s (plus two command timeouts) after the last registration |
 /// | `<prefix>:{<name>}:attempt:<attempt>` | string | only for an acquire whose outcome was unknown and that was given back (its caller went away, or the connection broke): the give-back's outcome, kept for the lease plus two command timeouts, so that the acquire can no longer grant if Redis runs it late |
 /// | `<prefix>:{<name>}:wake:<client id>` | channel | one per waiting client: the release that frees the lock publishes on the channel of the client that has waited longest, and only when some client waits |
 ///
@@ -47,7 +47,7 @@ use crate::guard::LockGuard;
 /// | re-entry | 1 | 6: `EXISTS`, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
 /// | release, nobody waiting | 1 | 3: `HMGET`, `DEL`, `ZRANGE` (no `PUBLISH`) |
 /// | release with clients waiting | 1 | 5: as above, then `ZREM` and one `PUBLISH` to one client |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up | a failed attempt also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | a failed attempt also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) |
 /// | a wait given up while its client is registered, by the client's last waiting task | + 1 in the background (`lock_withdraw`) | |
 /// | introspection, `force_unlock` | 1 | |
 ///

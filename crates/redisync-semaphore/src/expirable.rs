@@ -6,19 +6,23 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
-    WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, Retry,
+    ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
+use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
 
 /// The Redis names of one expirable semaphore.
 #[derive(Debug)]
 struct XKeys {
     permits: String,
     deadlines: String,
+    /// The waiting clients (see [`waiters`]).
+    waiters: String,
+    /// This client's wake-up channel.
     channel: String,
     queue: String,
     record_prefix: String,
@@ -35,6 +39,8 @@ struct XCore {
     client: Client,
     name: String,
     keys: Result<XKeys>,
+    /// What this client's tasks waiting on the semaphore share, across its handles.
+    local: Arc<LocalWaiters>,
 }
 
 impl XCore {
@@ -42,16 +48,72 @@ impl XCore {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
-    /// The call that returns permit `id`, remembering the outcome under `record` for `keep`.
-    fn release_call(&self, id: &str, record: String, keep: Duration) -> Result<ScriptCall> {
+    /// The call that returns permit `id`. It keeps no record: a repeat answers as for a
+    /// permit that is gone.
+    fn release_call(&self, id: &str) -> Result<ScriptCall> {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::X_RELEASE)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
-            .key(record)
-            .arg(id)
-            .arg(keys.channel.as_str())
-            .arg(redis_millis(keep)))
+            .key(keys.waiters.as_str())
+            .arg(id))
+    }
+
+    /// Undoes an acquire attempt for permit `id` whose caller went away, given its reply
+    /// (`None`: unknown): returns the permit if it took it (or forbids it from taking one;
+    /// retried as `retry` says), and withdraws the client from the waiters if the attempt may
+    /// have registered it and no task of the client waits any more (the withdrawal its task
+    /// made when it left may have come first).
+    fn undo_attempt(&self, reply: Option<Vec<i64>>, id: &str, registers: bool, retry: Retry) {
+        let withdraws = registers && self.local.none_waiting();
+        match reply.as_deref().map(PermitReply::decode) {
+            Some(Ok(PermitReply::Busy { .. })) if withdraws => waiters::spawn_withdraw(self),
+            Some(Ok(PermitReply::Busy { .. } | PermitReply::GivenBack) | Err(_)) => {}
+            // Took the permit, or may have: return it (or forbid the grant).
+            Some(Ok(PermitReply::Acquired)) | None => {
+                let Ok(keys) = self.keys() else {
+                    return;
+                };
+                tracing::debug!("giving back an abandoned expirable semaphore acquire");
+                // A give-back record outlives any late run of the acquire, so it is refused.
+                let keep = self
+                    .client
+                    .abandoned_request_grace()
+                    .saturating_add(self.client.command_timeout());
+                let give_back = ScriptCall::new(&scripts::X_GIVE_BACK)
+                    .key(keys.permits.as_str())
+                    .key(keys.deadlines.as_str())
+                    .key(keys.record(id))
+                    .key(keys.waiters.as_str())
+                    .arg(id)
+                    .arg(redis_millis(keep))
+                    .arg(if withdraws { keys.channel.as_str() } else { "" });
+                self.client.spawn_release(give_back, retry);
+            }
+        }
+    }
+}
+
+impl Waited for XCore {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn local(&self) -> &LocalWaiters {
+        &self.local
+    }
+
+    fn channel(&self) -> Result<&str> {
+        Ok(&self.keys()?.channel)
+    }
+
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::X_WITHDRAW)
+            .key(keys.permits.as_str())
+            .key(keys.deadlines.as_str())
+            .key(keys.waiters.as_str())
+            .arg(keys.channel.as_str()))
     }
 }
 
@@ -67,8 +129,8 @@ impl XCore {
 ///   watchdog timeout; Redisson's lease-less permits leak for ever instead.
 /// * [`acquire_with_lease`](Self::acquire_with_lease) permits go back to the pool by
 ///   themselves when the lease ends.
-/// * Expired permits return to the pool inside every script (lazily), and a waiter wakes by
-///   itself at the nearest permit deadline, even when nobody releases.
+/// * Expired permits return to the pool lazily, when a script needs them, and a waiter wakes
+///   by itself at the nearest permit deadline, even when nobody releases.
 /// * [`release_by_id`](Self::release_by_id) returns `false` for an unknown or expired id; no
 ///   release ever returns a permit twice.
 ///
@@ -78,15 +140,23 @@ impl XCore {
 /// |---|---|---|
 /// | `<prefix>:{<name>}:expirable-semaphore` | string | available permits (may be negative) |
 /// | `<prefix>:{<name>}:expirable-semaphore:leases` | sorted set | permit id → end of its lease (server ms) |
-/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | outcome of one release, kept briefly, under the permit's id (idempotent retries; an acquire given back before it ran cannot take the permit) or, for `release_by_id`, under the call's own id |
-/// | `<prefix>:{<name>}:expirable-semaphore:wake` | channel | permits were added, released or reclaimed |
+/// | `<prefix>:{<name>}:expirable-semaphore:permit:<id>` | string | `given back`, for a few command timeouts, only where the caller of an acquire went away before its outcome was known and it had not taken the permit: the acquire can no longer take one if it runs late. Releases keep nothing |
+/// | `<prefix>:{<name>}:expirable-semaphore:waiters` | sorted set | the waiting clients' channels, longest waiting first (see [wake-ups](crate#wake-ups)); expires 5 s plus two command timeouts (15 s by default) after the last one registered |
+/// | `<prefix>:{<name>}:expirable-semaphore:wake:<client id>` | channel | one client's wake-up: permits were added, released or reclaimed |
 ///
-/// # Round trips
+/// Expired permits go back to the pool when an acquire finds it empty, when permits are
+/// added, and when they are released or given back themselves. Nothing is kept per release:
+/// what the semaphore keeps is bounded by its permits and the clients waiting.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | uncontended acquire, release, and every other call | 1 |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (at least one a second, and at the nearest lease end) |
+/// # Round trips and commands
+///
+/// | operation | round trips | Redis commands run |
+/// |---|---|---|
+/// | uncontended acquire | 1 | 5 (`EVALSHA`; `MGET`, `TIME`, `ZADD`, `DECR`) |
+/// | release | 1 | 6 (`EVALSHA`; `ZSCORE`, `INCR`, `ZREM`, `ZRANGE`, `TIME`), + `ZREM` and `PUBLISH` for a client woken |
+/// | acquire + release, uncontended | 2 | 11 |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second, and at the nearest lease end) | about 3 scripts per acquisition, whatever the number of clients |
+/// | every other call | 1 | |
 ///
 /// # Examples
 ///
@@ -125,15 +195,21 @@ impl ExpirableSemaphore {
         let keys = client.key_space(&name).map(|space| XKeys {
             permits: space.key("expirable-semaphore"),
             deadlines: space.key("expirable-semaphore:leases"),
-            channel: space.key("expirable-semaphore:wake"),
+            waiters: space.key("expirable-semaphore:waiters"),
+            channel: waiters::client_channel(&space.key("expirable-semaphore:wake:"), client),
             queue: space.key("expirable-semaphore:queue"),
             record_prefix: space.key("expirable-semaphore:permit:"),
         });
+        let local = match &keys {
+            Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
+            Err(_) => Arc::default(),
+        };
         ExpirableSemaphore {
             core: Arc::new(XCore {
                 client: client.clone(),
                 name,
                 keys,
+                local,
             }),
         }
     }
@@ -146,8 +222,8 @@ impl ExpirableSemaphore {
         let call = ScriptCall::new(&scripts::X_TRY_SET)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
-            .arg(n)
-            .arg(keys.channel.as_str());
+            .key(keys.waiters.as_str())
+            .arg(n);
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 
@@ -159,8 +235,8 @@ impl ExpirableSemaphore {
         let call = ScriptCall::new(&scripts::X_ADD)
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str())
-            .arg(n)
-            .arg(keys.channel.as_str());
+            .key(keys.waiters.as_str())
+            .arg(n);
         self.core.client.eval::<i64>(call).await?;
         Ok(())
     }
@@ -235,15 +311,19 @@ impl ExpirableSemaphore {
     /// Returns the permit with this id to the pool. Returns `false` if the id is unknown, was
     /// already released, or its lease ended (it is back in the pool already): a permit is
     /// never returned twice.
+    ///
+    /// Redis keeps no record of the call. When a broken connection made the client send it
+    /// again and the repeat finds the permit gone, the first send may have returned it: that
+    /// is reported as `true`, as for [`ExpirablePermit::release`] (an id that was unknown
+    /// anyway then reads `true` too).
     pub async fn release_by_id(&self, id: &str) -> Result<bool> {
-        // A record of this call only: its own retries agree, later calls see the truth.
-        let record = self.core.keys()?.record(&self.core.client.unique_id());
-        let call = self.core.release_call(
-            id,
-            record,
-            self.core.client.command_timeout().saturating_mul(2),
-        )?;
-        Ok(self.core.client.eval_idempotent::<i64>(call).await? == 1)
+        let call = self.core.release_call(id)?;
+        let confirmed = self
+            .core
+            .client
+            .eval_idempotent_confirmed::<i64>(call)
+            .await?;
+        Ok(confirmed.reply == 1 || confirmed.repeated)
     }
 
     async fn take(
@@ -256,6 +336,7 @@ impl ExpirableSemaphore {
         let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
         lease_millis(lease_for)?;
         let deadline = wait.map(wait_deadline).transpose()?;
+        // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
             queue: &keys.queue,
             channel: &keys.channel,
@@ -263,11 +344,18 @@ impl ExpirableSemaphore {
             may_reenter: false,
             shared: false,
         };
+        let mut waiter = (wait != Some(Duration::ZERO)).then(|| Waiter::new(core, &keys.queue));
         let granted = core
             .client
-            .acquire(spec, || self.attempt(lease_for))
+            .acquire(spec, || {
+                let turn = waiter
+                    .as_mut()
+                    .map_or_else(Turn::first_try, Waiter::next_turn);
+                self.attempt(lease_for, turn)
+            })
             .instrument(tracing::debug_span!("redisync.expirable_semaphore", name = %core.name))
             .await?;
+        drop(waiter);
         let Some((id, sent_at)) = granted else {
             return Ok(None);
         };
@@ -280,11 +368,7 @@ impl ExpirableSemaphore {
                 sent_at,
             ),
         };
-        let release = core.release_call(
-            &id,
-            keys.record(&id),
-            core.client.command_timeout().saturating_mul(2),
-        )?;
+        let release = core.release_call(&id)?;
         Ok(Some(ExpirablePermit {
             name: core.name.clone(),
             hold: Hold::new(core.client.clone(), release, lease),
@@ -292,40 +376,43 @@ impl ExpirableSemaphore {
         }))
     }
 
-    /// One acquire request; the attempt id is the permit id. If its caller goes away, the
-    /// permit it may get is returned.
+    /// One acquire request, doing `turn` with the client's place among the waiters; the
+    /// attempt id is the permit id. If its caller goes away, the permit it may get is
+    /// returned, and the client is withdrawn from the waiters if no task of it waits any more.
     fn attempt(
         &self,
         lease: Duration,
+        turn: Turn,
     ) -> impl Future<Output = Result<Attempt<(String, Instant)>>> + Send + 'static {
         let core = self.core.clone();
         let sent_at = Instant::now();
         let id = core.client.unique_id();
-        let request = core.keys().and_then(|keys| {
+        let request = core.keys().map(|keys| {
             let call = ScriptCall::new(&scripts::X_ACQUIRE)
                 .key(keys.permits.as_str())
                 .key(keys.deadlines.as_str())
                 .key(keys.record(&id))
+                .key(keys.waiters.as_str())
                 .arg(id.as_str())
                 .arg(redis_millis(lease))
-                .arg(keys.channel.as_str());
-            // Outlives any late run of this acquire, so it is refused.
-            let keep = core
-                .client
-                .abandoned_request_grace()
-                .saturating_add(core.client.command_timeout());
-            let give_back = core.release_call(&id, keys.record(&id), keep)?;
-            Ok(core.client.eval_acquire_leased(
-                call,
-                give_back,
-                |reply: &Vec<i64>| matches!(PermitReply::decode(reply), Ok(PermitReply::Acquired)),
-                Some(lease),
-            ))
+                .arg(turn.channel.as_str())
+                .arg(turn.requeue_arg())
+                .arg(waiters::registry_ttl(&core.client));
+            let (undo_core, undo_id, registers) = (core.clone(), id.clone(), turn.registers());
+            let retry = core.client.retry_for_lease(sent_at, Some(lease));
+            core.client
+                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
+                    undo_core.undo_attempt(reply, &undo_id, registers, retry);
+                })
         });
+        let local = self.core.local.clone();
         async move {
             let reply = request?.await?;
             Ok(match PermitReply::decode(&reply)? {
-                PermitReply::Acquired => Attempt::Acquired((id, sent_at)),
+                PermitReply::Acquired => {
+                    turn.acquired(&local);
+                    Attempt::Acquired((id, sent_at))
+                }
                 PermitReply::Busy { retry_in } => Attempt::Busy {
                     retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
                 },
@@ -348,8 +435,7 @@ impl DistributedPrimitive for ExpirableSemaphore {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::X_DELETE)
             .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str())
-            .arg(keys.channel.as_str());
+            .key(keys.deadlines.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }
@@ -393,7 +479,10 @@ impl ExpirablePermit {
     /// # Errors
     ///
     /// [`Error::NotOwner`] if the permit was no longer held (its lease ended, or it was
-    /// released by id): nothing is changed. A retry after a lost reply gets the first answer.
+    /// released by id): nothing is changed. Redis keeps no record of the release: when a
+    /// broken connection made the client send it again and the repeat finds the permit gone,
+    /// the first send returned it (the permit was not known lost when it left), so that is
+    /// `Ok`.
     /// [`Error::Redis`] / [`Error::Timeout`] if Redis did not confirm the release within the
     /// command timeout (it goes on in the background: see below).
     ///
@@ -410,9 +499,13 @@ impl ExpirablePermit {
     /// If the future is dropped before it completes, the release still runs in the background.
     pub async fn release(self) -> Result<()> {
         let span = tracing::debug_span!("redisync.expirable_semaphore.release", name = %self.name, id = %self.id);
-        match self.hold.release(span).await? {
-            1 => Ok(()),
-            _ => Err(Error::NotOwner),
+        // The release keeps no record: a repeat after a lost reply finds the permit gone. The
+        // permit was ours when the first try left, so that try returned it.
+        let confirmed = self.hold.release_confirmed(span).await?;
+        if confirmed.reply == 1 || confirmed.repeated {
+            Ok(())
+        } else {
+            Err(Error::NotOwner)
         }
     }
 }

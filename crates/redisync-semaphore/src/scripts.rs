@@ -8,50 +8,68 @@ macro_rules! script {
     ($name:literal) => {
         LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
     };
-    ($name:literal, after $prelude:literal) => {
+    ($name:literal, after $($prelude:literal),+) => {
         LuaScript::new(
             $name,
             concat!(
-                include_str!(concat!("../../../lua/", $prelude, ".lua")),
+                $(include_str!(concat!("../../../lua/", $prelude, ".lua")),)+
                 include_str!(concat!("../../../lua/", $name, ".lua"))
             ),
         )
     };
 }
 
-pub(crate) static TRY_SET: LuaScript = script!("semaphore_try_set_permits");
-pub(crate) static ADD: LuaScript = script!("semaphore_add_permits");
+/// A classic semaphore script that wakes or registers waiters and reads the semaphore.
+macro_rules! classic {
+    ($name:literal) => {
+        script!($name, after "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude")
+    };
+}
+
+/// An expirable semaphore script that wakes or registers waiters.
+macro_rules! expirable {
+    ($name:literal) => {
+        script!(
+            $name,
+            after "wake_prelude",
+            "semaphore_wake_prelude",
+            "expirable_semaphore_prelude"
+        )
+    };
+}
+
+pub(crate) static TRY_SET: LuaScript = script!(
+    "semaphore_try_set_permits",
+    after "wake_prelude",
+    "semaphore_wake_prelude"
+);
+pub(crate) static ADD: LuaScript = script!(
+    "semaphore_add_permits",
+    after "wake_prelude",
+    "semaphore_wake_prelude"
+);
 pub(crate) static DRAIN: LuaScript = script!("semaphore_drain_permits");
 pub(crate) static AVAILABLE: LuaScript = LuaScript::read_only(
     "semaphore_available_permits",
     include_str!("../../../lua/semaphore_available_permits.lua"),
 );
-pub(crate) static ACQUIRE: LuaScript = script!("semaphore_acquire", after "semaphore_prelude");
-pub(crate) static RELEASE: LuaScript = script!("semaphore_release", after "semaphore_prelude");
-pub(crate) static GIVE_BACK: LuaScript = script!("semaphore_give_back", after "semaphore_prelude");
+pub(crate) static ACQUIRE: LuaScript = classic!("semaphore_acquire");
+pub(crate) static RELEASE: LuaScript = classic!("semaphore_release");
+pub(crate) static GIVE_BACK: LuaScript = classic!("semaphore_give_back");
+pub(crate) static WITHDRAW: LuaScript = classic!("semaphore_withdraw");
 pub(crate) static FORGET: LuaScript = script!("semaphore_forget", after "semaphore_prelude");
 pub(crate) static DELETE: LuaScript = script!("semaphore_delete", after "semaphore_prelude");
 
-pub(crate) static X_TRY_SET: LuaScript = script!(
-    "expirable_semaphore_try_set_permits",
-    after "expirable_semaphore_prelude"
-);
-pub(crate) static X_ADD: LuaScript = script!(
-    "expirable_semaphore_add_permits",
-    after "expirable_semaphore_prelude"
-);
+pub(crate) static X_TRY_SET: LuaScript = expirable!("expirable_semaphore_try_set_permits");
+pub(crate) static X_ADD: LuaScript = expirable!("expirable_semaphore_add_permits");
 pub(crate) static X_AVAILABLE: LuaScript = script!(
     "expirable_semaphore_available_permits",
     after "expirable_semaphore_prelude"
 );
-pub(crate) static X_ACQUIRE: LuaScript = script!(
-    "expirable_semaphore_acquire",
-    after "expirable_semaphore_prelude"
-);
-pub(crate) static X_RELEASE: LuaScript = script!(
-    "expirable_semaphore_release",
-    after "expirable_semaphore_prelude"
-);
+pub(crate) static X_ACQUIRE: LuaScript = expirable!("expirable_semaphore_acquire");
+pub(crate) static X_RELEASE: LuaScript = expirable!("expirable_semaphore_release");
+pub(crate) static X_GIVE_BACK: LuaScript = expirable!("expirable_semaphore_give_back");
+pub(crate) static X_WITHDRAW: LuaScript = expirable!("expirable_semaphore_withdraw");
 pub(crate) static X_RENEW: LuaScript = script!(
     "expirable_semaphore_renew",
     after "expirable_semaphore_prelude"

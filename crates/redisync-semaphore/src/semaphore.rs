@@ -5,21 +5,26 @@ use std::time::Duration;
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, ScriptCall, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, Retry, ScriptCall,
+    WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, permit_count};
+use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
-pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+pub(crate) use redisync_core::RECHECK;
 
 /// The Redis names of one semaphore.
 #[derive(Debug)]
 struct SemKeys {
     permits: String,
     generation: String,
+    /// The waiting clients (see [`waiters`]).
+    waiters: String,
+    /// This client's wake-up channel.
     channel: String,
     queue: String,
     attempt_prefix: String,
@@ -30,6 +35,8 @@ struct SemCore {
     client: Client,
     name: String,
     keys: Result<SemKeys>,
+    /// What this client's tasks waiting on the semaphore share, across its handles.
+    local: Arc<LocalWaiters>,
 }
 
 impl SemCore {
@@ -37,14 +44,70 @@ impl SemCore {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
+    /// Undoes an acquire attempt whose caller went away, given its reply (`None`: unknown):
+    /// gives back what it took (or forbids it from taking anything), and withdraws the client
+    /// from the waiters if the attempt may have registered it and no task of the client
+    /// waits any more (the withdrawal its task made when it left may have come first).
+    fn undo_attempt(&self, reply: Option<i64>, record: String, n: i64, registers: bool) {
+        let withdraws = registers && self.local.none_waiting();
+        match reply {
+            Some(0) if withdraws => waiters::spawn_withdraw(self),
+            Some(0 | -1) => {}
+            // Took permits, or may have: give them back (or forbid the grant).
+            _ => {
+                let Ok(keys) = self.keys() else {
+                    return;
+                };
+                tracing::debug!("giving back an abandoned semaphore acquire");
+                // A give-back record outlives any late run of the acquire.
+                let keep = self
+                    .client
+                    .abandoned_request_grace()
+                    .saturating_add(self.client.command_timeout());
+                let give_back = ScriptCall::new(&scripts::GIVE_BACK)
+                    .key(keys.permits.as_str())
+                    .key(record)
+                    .key(keys.generation.as_str())
+                    .key(keys.waiters.as_str())
+                    .arg(n)
+                    .arg(redis_millis(keep))
+                    .arg(if withdraws { keys.channel.as_str() } else { "" });
+                self.client.spawn_release(give_back, Retry::UntilConfirmed);
+            }
+        }
+    }
+
     fn add_call(&self, n: i64) -> Result<ScriptCall> {
         let keys = self.keys()?;
         Ok(ScriptCall::new(&scripts::ADD)
             .key(keys.permits.as_str())
             .key(keys.generation.as_str())
+            .key(keys.waiters.as_str())
             .arg(n)
-            .arg(keys.channel.as_str())
             .arg(self.client.unique_id()))
+    }
+}
+
+impl Waited for SemCore {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn local(&self) -> &LocalWaiters {
+        &self.local
+    }
+
+    fn channel(&self) -> Result<&str> {
+        Ok(&self.keys()?.channel)
+    }
+
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(ScriptCall::new(&scripts::WITHDRAW)
+            .key(keys.permits.as_str())
+            .key(keys.generation.as_str())
+            .key(keys.waiters.as_str())
+            .arg(keys.channel.as_str()))
     }
 }
 
@@ -68,11 +131,16 @@ impl SemCore {
 /// only to that generation: permits taken before a delete go nowhere, rather than inflating
 /// the new semaphore.
 ///
-/// Waiting: an acquire for `n` permits re-checks whenever permits are added or released, so it
-/// gets in once enough have been returned, in one step or in several; and at least every
-/// second regardless, so a lost message never parks it. Within one client, waiters for the
-/// same number of permits queue and only the first asks Redis. Across clients there is no
-/// queue: a waiter for many permits can be overtaken by others taking fewer.
+/// Waiting: a client with tasks waiting registers once in the semaphore's queue of waiting
+/// clients, and each release wakes as many clients as it returns permits, those that have
+/// waited longest, rather than every waiting client (see [wake-ups](crate#wake-ups)): a hand-off
+/// costs the same requests with 2 waiting clients or 200, and clients take turns (one that
+/// got in goes to the back of the queue if more of its tasks wait). Within one client,
+/// waiters for the same number of permits queue and only the first asks Redis. A woken
+/// acquire for `n` permits that finds fewer goes back to the end of the queue, so a waiter for
+/// many permits can be overtaken by others taking fewer, and, until the next release, a
+/// waiter for fewer behind it may wait for its re-check. Every waiter re-checks at least
+/// second regardless, so a lost message never parks it.
 ///
 /// Counts are limited to ±2^53 ([`MAX_PERMITS`](crate::MAX_PERMITS)); larger ones are
 /// [`Error::InvalidArgument`].
@@ -83,15 +151,22 @@ impl SemCore {
 /// |---|---|---|
 /// | `<prefix>:{<name>}:semaphore` | string | available permits (may be negative) |
 /// | `<prefix>:{<name>}:semaphore:generation` | string | a unique id of this incarnation of the semaphore, written by whichever call creates the permits count and deleted with it (absent on semaphores created before generations existed); one without a count is foreign data, so remove both when removing a semaphore by hand |
-/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | state of one acquire's permits: `granted:<generation>` while they are out (no expiry), then `released` or `given back` briefly; a release is applied once however often it is retried, and an acquire given back before it ran cannot take any |
-/// | `<prefix>:{<name>}:semaphore:wake` | channel | permits were added or released |
+/// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | one acquire's permits, `granted:<generation>` while they are out (no expiry: they are outstanding that long), deleted when they come back, so a release is applied once however often it is retried. Only the give-back of an acquire whose caller went away before its outcome was known leaves `given back` behind, for a few command timeouts, so that the acquire can no longer take permits if it runs late |
+/// | `<prefix>:{<name>}:semaphore:waiters` | sorted set | the waiting clients' channels, longest waiting first; expires 5 s plus two command timeouts (15 s by default) after the last one registered |
+/// | `<prefix>:{<name>}:semaphore:wake:<client id>` | channel | one client's wake-up: permits were added or released |
 ///
-/// # Round trips
+/// Nothing is kept per release: what the semaphore keeps is bounded by the permits out and
+/// the clients waiting.
 ///
-/// | operation | round trips |
-/// |---|---|
-/// | uncontended acquire, release, and every other call | 1 |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up (and at least one a second) |
+/// # Round trips and commands
+///
+/// | operation | round trips | Redis commands run |
+/// |---|---|---|
+/// | uncontended acquire | 1 | 4 (`EVALSHA`; `MGET`, `DECRBY`, `SET`) |
+/// | release | 1 | 5 (`EVALSHA`; `MGET`, `DEL`, `INCRBY`, `ZRANGE`), + `ZREM` and `PUBLISH` per client woken |
+/// | acquire + release, uncontended | 2 | 9 |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second) | about 3 scripts per acquisition (the woken client's acquire, the release, the next local waiter registering again), whatever the number of clients |
+/// | every other call | 1 | |
 ///
 /// # Examples
 ///
@@ -129,15 +204,21 @@ impl Semaphore {
         let keys = client.key_space(&name).map(|space| SemKeys {
             permits: space.key("semaphore"),
             generation: space.key("semaphore:generation"),
-            channel: space.key("semaphore:wake"),
+            waiters: space.key("semaphore:waiters"),
+            channel: waiters::client_channel(&space.key("semaphore:wake:"), client),
             queue: space.key("semaphore:queue"),
             attempt_prefix: space.key("semaphore:attempt:"),
         });
+        let local = match &keys {
+            Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
+            Err(_) => Arc::default(),
+        };
         Semaphore {
             core: Arc::new(SemCore {
                 client: client.clone(),
                 name,
                 keys,
+                local,
             }),
         }
     }
@@ -150,8 +231,8 @@ impl Semaphore {
         let call = ScriptCall::new(&scripts::TRY_SET)
             .key(keys.permits.as_str())
             .key(keys.generation.as_str())
+            .key(keys.waiters.as_str())
             .arg(n)
-            .arg(keys.channel.as_str())
             .arg(self.core.client.unique_id());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
@@ -262,6 +343,7 @@ impl Semaphore {
         // One local queue per size: a waiter for many permits must not hold back waiters for
         // fewer while enough for them are free.
         let queue = format!("{}:{n}", keys.queue);
+        // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
             queue: &queue,
             channel: &keys.channel,
@@ -269,11 +351,18 @@ impl Semaphore {
             may_reenter: false,
             shared: false,
         };
+        let mut waiter = (wait != Some(Duration::ZERO)).then(|| Waiter::new(core, &queue));
         let granted = core
             .client
-            .acquire(spec, || self.attempt(count))
+            .acquire(spec, || {
+                let turn = waiter
+                    .as_mut()
+                    .map_or_else(Turn::first_try, Waiter::next_turn);
+                self.attempt(count, turn)
+            })
             .instrument(tracing::debug_span!("redisync.semaphore", name = %core.name, permits = n))
             .await?;
+        drop(waiter);
         let Some(attempt) = granted else {
             return Ok(None);
         };
@@ -281,11 +370,8 @@ impl Semaphore {
             .key(keys.permits.as_str())
             .key(format!("{}{attempt}", keys.attempt_prefix))
             .key(keys.generation.as_str())
-            .arg(count)
-            .arg(keys.channel.as_str())
-            .arg(redis_millis(
-                core.client.command_timeout().saturating_mul(2),
-            ));
+            .key(keys.waiters.as_str())
+            .arg(count);
         let forget =
             ScriptCall::new(&scripts::FORGET).key(format!("{}{attempt}", keys.attempt_prefix));
         Ok(Some(SemaphorePermit {
@@ -297,40 +383,40 @@ impl Semaphore {
         }))
     }
 
-    /// One acquire request for `n` permits; if its caller goes away, whatever it took is given
-    /// back.
+    /// One acquire request for `n` permits, doing `turn` with the client's place among the
+    /// waiters. If its caller goes away, whatever it took is given back, and the client is
+    /// withdrawn from the waiters if no task of it waits any more.
     fn attempt(
         &self,
         n: i64,
+        turn: Turn,
     ) -> impl std::future::Future<Output = Result<Attempt<String>>> + Send + 'static {
         let core = self.core.clone();
         let attempt = core.client.unique_id();
         let request = core.keys().map(|keys| {
             let record = format!("{}{attempt}", keys.attempt_prefix);
-            // A give-back record outlives any late run of this acquire.
-            let keep = redis_millis(
-                core.client
-                    .abandoned_request_grace()
-                    .saturating_add(core.client.command_timeout()),
-            );
             let call = ScriptCall::new(&scripts::ACQUIRE)
                 .key(keys.permits.as_str())
                 .key(record.as_str())
                 .key(keys.generation.as_str())
-                .arg(n);
-            let give_back = ScriptCall::new(&scripts::GIVE_BACK)
-                .key(keys.permits.as_str())
-                .key(record)
-                .key(keys.generation.as_str())
+                .key(keys.waiters.as_str())
                 .arg(n)
-                .arg(keys.channel.as_str())
-                .arg(keep);
+                .arg(turn.channel.as_str())
+                .arg(turn.requeue_arg())
+                .arg(waiters::registry_ttl(&core.client));
+            let (undo_core, registers) = (core.clone(), turn.registers());
             core.client
-                .eval_acquire(call, give_back, |reply: &i64| *reply == 1)
+                .eval_undoable(call, move |reply: Option<i64>| async move {
+                    undo_core.undo_attempt(reply, record, n, registers);
+                })
         });
+        let local = self.core.local.clone();
         async move {
             Ok(match request?.await? {
-                1 => Attempt::Acquired(attempt),
+                1 => {
+                    turn.acquired(&local);
+                    Attempt::Acquired(attempt)
+                }
                 0 | -1 => Attempt::Busy {
                     retry_in: Some(RECHECK),
                 },
@@ -353,8 +439,7 @@ impl DistributedPrimitive for Semaphore {
         let keys = self.core.keys()?;
         let call = ScriptCall::new(&scripts::DELETE)
             .key(keys.permits.as_str())
-            .key(keys.generation.as_str())
-            .arg(keys.channel.as_str());
+            .key(keys.generation.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }

@@ -1,0 +1,209 @@
+//! Addressed wake-ups, shared by both semaphores.
+//!
+//! A client with tasks waiting on a semaphore is registered once in the semaphore's
+//! `waiters` sorted set (`lua/wake_prelude.lua`), under a channel of its own
+//! (`…:wake:<client id>`), and only its head waiters (one per permit count asked for) listen
+//! there. Permits freed wake that many clients, those that have waited longest, instead of
+//! every client's head: the requests per hand-off do not grow with the number of clients,
+//! and clients take turns.
+//!
+//! The client's part, kept here:
+//!
+//! * an attempt that is not a first try registers the client when it finds no permits (its
+//!   head is subscribed by then, so a wake-up cannot slip between the two), and takes it out
+//!   when it gets in, or sends it to the back when more of its tasks wait: clients take
+//!   turns;
+//! * when the client's last waiting task leaves without permits (its wait ran out, its future
+//!   was dropped, it failed), the client is withdrawn in the background, and a wake-up it may
+//!   have been sent meanwhile is passed on if permits are free: a task that gives up never
+//!   swallows a wake-up meant for the next client. An attempt still on the wire at that
+//!   moment withdraws the client itself when it completes (it may register after the
+//!   withdrawal).
+//!
+//! A crashed client's connections are gone, so a wake-up sent to it reaches nobody (`PUBLISH`
+//! answers 0) and goes to the next client at once. A client that is alive but cannot act
+//! (stopped, or starved of CPU) swallows the wake-up it is sent: the permit then waits for
+//! the next client's periodic re-check, at most [`RECHECK`] (for the expirable semaphore, the
+//! nearest lease end if sooner). Entries of vanished clients are dropped when a wake-up
+//! reaches them, or with the whole registry [`registry_ttl`] after the last waiter
+//! registered.
+
+use redisync_core::duration::redis_millis;
+use redisync_core::{Client, Result, ScriptCall};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::semaphore::RECHECK;
+
+/// How long a semaphore's waiters registry lasts at least after a client last registered: a
+/// waiting head registers again with every re-check (at least every [`RECHECK`]), so only a
+/// registry whose clients all vanished expires.
+pub(crate) fn registry_ttl(client: &Client) -> u64 {
+    redis_millis(
+        RECHECK
+            .saturating_mul(5)
+            .saturating_add(client.command_timeout().saturating_mul(2)),
+    )
+}
+
+/// What this client's tasks waiting on one semaphore share (one per client and semaphore, see
+/// [`Client::local_cell`]).
+#[derive(Debug, Default)]
+pub(crate) struct LocalWaiters {
+    /// Tasks of this client waiting, or about to, on the semaphore, whatever they ask for.
+    waiting: AtomicUsize,
+    /// Whether the client may be registered in Redis as waiting.
+    registered: AtomicBool,
+}
+
+impl LocalWaiters {
+    /// Whether no task of this client waits on the semaphore any more.
+    pub(crate) fn none_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) == 0
+    }
+}
+
+/// What one attempt does with its client's place among the waiters (the scripts'
+/// `after_attempt`).
+#[derive(Debug, Clone)]
+pub(crate) struct Turn {
+    /// The client's channel, or empty for a first try, which leaves the registry alone.
+    pub(crate) channel: String,
+    /// Whether more tasks of the client wait, so that one that gets in goes to the back.
+    pub(crate) requeue: bool,
+}
+
+impl Turn {
+    /// A try that never waits (or the first try of a wait): the registry is left alone.
+    pub(crate) fn first_try() -> Self {
+        Turn {
+            channel: String::new(),
+            requeue: false,
+        }
+    }
+
+    /// Whether the attempt may register its client.
+    pub(crate) fn registers(&self) -> bool {
+        !self.channel.is_empty()
+    }
+
+    /// The `requeue` argument of the scripts.
+    pub(crate) fn requeue_arg(&self) -> &'static str {
+        if self.requeue {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
+    /// Notes the outcome of the attempt it was used for: one that got in and left the
+    /// registry unregistered the client.
+    pub(crate) fn acquired(&self, local: &LocalWaiters) {
+        if self.registers() && !self.requeue {
+            local.registered.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// What a semaphore's shared core offers the waits on it.
+pub(crate) trait Waited: Send + Sync + 'static {
+    /// The client the semaphore handle belongs to.
+    fn client(&self) -> &Client;
+    /// What this client's tasks waiting on the semaphore share.
+    fn local(&self) -> &LocalWaiters;
+    /// This client's wake-up channel for the semaphore.
+    fn channel(&self) -> Result<&str>;
+    /// The call that takes this client out of the semaphore's waiters, passing a wake-up on.
+    fn withdraw_call(&self) -> Result<ScriptCall>;
+}
+
+/// One task's wait on a semaphore. Counts the task among its client's waiting tasks while it
+/// lives, gives each attempt its [`Turn`], and, when the client's last waiting task leaves
+/// while the client may be registered, withdraws the client in the background. It keeps
+/// only a reference to the semaphore's core: a task waiting behind its client's head costs
+/// little memory, and the withdrawal is built only when it is sent.
+pub(crate) struct Waiter<C: Waited> {
+    core: Arc<C>,
+    /// Whether the next attempt is the wait's first try, made before subscribing (core skips
+    /// it when local waiters are queued already).
+    first_try: bool,
+}
+
+impl<C: Waited> Waiter<C> {
+    /// Starts a wait on `core`'s semaphore, in the local queue `queue`.
+    pub(crate) fn new(core: &Arc<C>, queue: &str) -> Self {
+        core.local().waiting.fetch_add(1, Ordering::AcqRel);
+        Waiter {
+            first_try: !core.client().has_local_waiters(queue),
+            core: core.clone(),
+        }
+    }
+
+    /// The turn of the next attempt.
+    pub(crate) fn next_turn(&mut self) -> Turn {
+        if std::mem::take(&mut self.first_try) {
+            return Turn::first_try();
+        }
+        let local = self.core.local();
+        // Pessimistic: from here the client may be registered until an attempt that gets in
+        // says otherwise, or the withdrawal.
+        local.registered.store(true, Ordering::Release);
+        Turn {
+            channel: self.core.channel().unwrap_or_default().to_owned(),
+            requeue: local.waiting.load(Ordering::Acquire) > 1,
+        }
+    }
+}
+
+impl<C: Waited> Drop for Waiter<C> {
+    fn drop(&mut self) {
+        let local = self.core.local();
+        let last = local.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last && local.registered.swap(false, Ordering::AcqRel) {
+            spawn_withdraw(&*self.core);
+        }
+    }
+}
+
+/// Sends `core`'s withdrawal in the background, once: if it fails, the client's entry is
+/// dropped by the next wake-up that reaches it (nobody listens on its channel any more) or
+/// with the registry.
+pub(crate) fn spawn_withdraw(core: &impl Waited) {
+    let (Ok(withdraw), Ok(runtime)) = (core.withdraw_call(), tokio::runtime::Handle::try_current())
+    else {
+        return;
+    };
+    let request = core.client().eval::<i64>(withdraw);
+    runtime.spawn(async move {
+        if let Err(err) = request.await {
+            tracing::debug!(error = %err, "withdrawing a waiting client failed");
+        }
+    });
+}
+
+/// The client's wake-up channel for a semaphore whose channels start with `prefix`.
+pub(crate) fn client_channel(prefix: &str, client: &Client) -> String {
+    format!("{prefix}{}", client.id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_try_leaves_the_registry_alone() {
+        let turn = Turn::first_try();
+        assert!(!turn.registers());
+        assert_eq!(turn.requeue_arg(), "0");
+        let local = LocalWaiters::default();
+        local.registered.store(true, Ordering::Release);
+        turn.acquired(&local);
+        assert!(local.registered.load(Ordering::Acquire), "untouched");
+        Turn {
+            channel: "c".into(),
+            requeue: false,
+        }
+        .acquired(&local);
+        assert!(!local.registered.load(Ordering::Acquire), "left");
+    }
+}
