@@ -19,12 +19,9 @@
 -- free afterwards, the head waiter is woken (also when a woken waiter gives up: the next one
 -- must not sleep on).
 
-local remember = ARGV[3] ~= '0'
-if remember then
-    local recorded = redis.call('GET', KEYS[2])
-    if recorded then
-        return tonumber(recorded)
-    end
+local recorded = recorded_outcome(KEYS[2], ARGV[3])
+if recorded then
+    return tonumber(recorded)
 end
 tidy_queue(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
 local result = release_hold(KEYS[1], ARGV[1])
@@ -32,7 +29,5 @@ leave_queue(KEYS[3], KEYS[4], ARGV[1])
 if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
     wake_head(KEYS[3], ARGV[2])
 end
-if remember then
-    redis.call('SET', KEYS[2], result, 'PX', ARGV[3])
-end
+record_outcome(KEYS[2], ARGV[3], result)
 return result

@@ -56,3 +56,18 @@ local function release_hold(hash, attempt)
     redis.call('HINCRBY', hash, 'count', -1)
     return 0
 end
+
+-- The outcome recorded by an earlier give-back of the same attempt (see lock_release), or
+-- nil; `remember_ms` is '0' for a release that keeps no record, which looks none up either.
+local function recorded_outcome(record, remember_ms)
+    if remember_ms ~= '0' then
+        return redis.call('GET', record)
+    end
+end
+
+-- Records a give-back's outcome for `remember_ms` (nothing when it is '0').
+local function record_outcome(record, remember_ms, result)
+    if remember_ms ~= '0' then
+        redis.call('SET', record, result, 'PX', remember_ms)
+    end
+end

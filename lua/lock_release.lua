@@ -20,18 +20,13 @@
 -- holds, -1 when the attempt holds nothing (its hold expired or was force-unlocked, it never
 -- got one, or this is a repeat of a release without a record).
 
-local remember = ARGV[2] ~= '0'
-if remember then
-    local recorded = redis.call('GET', KEYS[2])
-    if recorded then
-        return tonumber(recorded)
-    end
+local recorded = recorded_outcome(KEYS[2], ARGV[2])
+if recorded then
+    return tonumber(recorded)
 end
 local result = release_hold(KEYS[1], ARGV[1])
 if result == 1 then
     wake_next_waiter(KEYS[3], 16)
 end
-if remember then
-    redis.call('SET', KEYS[2], result, 'PX', ARGV[2])
-end
+record_outcome(KEYS[2], ARGV[2], result)
 return result

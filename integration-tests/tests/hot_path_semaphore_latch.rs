@@ -15,8 +15,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, int, join_all, ms, strings};
-use redis::Value;
+use common::{client, command_stats, eventually, int, join_all, ms, strings};
 use redisync::prelude::*;
 use redisync_test_harness::{ChaosProxy, RedisServer};
 
@@ -29,27 +28,6 @@ const RECHECK: Duration = Duration::from_secs(1);
 
 // ---------------------------------------------------------------------------------------------
 // Command statistics.
-
-/// Every command's call count from `INFO commandstats`.
-fn command_stats(server: &RedisServer) -> BTreeMap<String, u64> {
-    let info = match server.cmd(&["INFO", "commandstats"]) {
-        Value::BulkString(bytes) => String::from_utf8(bytes).expect("utf-8"),
-        Value::VerbatimString { text, .. } => text,
-        Value::SimpleString(text) => text,
-        other => panic!("INFO commandstats: unexpected reply {other:?}"),
-    };
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .split(',')
-                .find_map(|part| part.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
 
 /// Commands Redis ran (inside scripts included) while `run` did `ops` operations, per
 /// operation. `run` runs once before, so that its scripts are loaded (a first `EVALSHA`

@@ -19,19 +19,9 @@ const SETTLE: Duration = Duration::from_secs(10);
 /// Every command Redis ran since the last `CONFIG RESETSTAT`, with its count, scripts' inner
 /// commands included; the bookkeeping of the test itself left out.
 fn commands_run(server: &RedisServer) -> BTreeMap<String, u64> {
-    let info = common::text(&server.cmd(&["INFO", "commandstats"]));
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats
-                .split(',')
-                .find_map(|field| field.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .filter(|(name, _)| !matches!(name.as_str(), "config|resetstat" | "info" | "pubsub|numsub"))
-        .collect()
+    let mut run = common::command_stats(server);
+    run.retain(|name, _| !matches!(name.as_str(), "config|resetstat" | "info" | "pubsub|numsub"));
+    run
 }
 
 fn reset_stats(server: &RedisServer) {

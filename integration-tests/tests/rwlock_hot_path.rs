@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_idle, client, client_with_watchdog, cut_after, cut_at_await, eventually, exists,
-    join_all, ms, zcard,
+    assert_idle, client, client_with_watchdog, command_stats, cut_after, cut_at_await, eventually,
+    exists, join_all, ms, zcard,
 };
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -50,19 +50,6 @@ fn lock_is_gone(server: &RedisServer, name: &str) -> bool {
 /// Calls of `command` since the last `CONFIG RESETSTAT`.
 fn calls(server: &RedisServer, command: &str) -> u64 {
     server.command_calls(command)
-}
-
-/// Every command's `calls` from `INFO commandstats`.
-fn command_stats(server: &RedisServer) -> BTreeMap<String, u64> {
-    let info = redis::from_redis_value_ref::<String>(&server.cmd(&["INFO", "commandstats"]))
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
 }
 
 /// Runs `op` `n` times between two `INFO commandstats` samples (after `CONFIG RESETSTAT`) and

@@ -31,6 +31,19 @@ pub fn wake_subscribers(server: &RedisServer, name: &str) -> u64 {
         .sum()
 }
 
+/// Every command's call count since the last `CONFIG RESETSTAT`, from `INFO commandstats`:
+/// the commands scripts ran inside Redis included.
+pub fn command_stats(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    text(&server.cmd(&["INFO", "commandstats"]))
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
 /// Whether `key` exists on `server`.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
