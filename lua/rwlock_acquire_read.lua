@@ -102,10 +102,14 @@ end
 if lease_end > exp then
     table.insert(fields, 'exp')
     table.insert(fields, lease_end)
+end
+-- Written before the expiry is set: the hash may not exist yet (only waiting writers' marks
+-- did), and an expiry set on a missing key would leave the new hash without one.
+hset(KEYS[1], fields)
+if lease_end > exp then
     expire_keys(KEYS[1], KEYS[2], lease_end)
 elseif rc == 0 then
     -- A new readers set (the owner downgrades): it expires with the hash.
     redis.call('PEXPIREAT', KEYS[2], exp)
 end
-hset(KEYS[1], fields)
 return {1, holds + 1}

@@ -851,3 +851,24 @@ async fn reads_per_second(client: &Client, tasks: usize, run: Duration) -> f64 {
     }
     done as f64 / elapsed
 }
+
+/// A read granted while only a lapsed waiting writer's mark exists (no hash yet) creates the
+/// hash with its expiry: the chaos test's PTTL sampler once caught a hash without one, set
+/// before the hash was written.
+#[tokio::test]
+async fn a_read_granted_past_a_lapsed_writer_mark_leaves_the_hash_expiring() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "lapsed-mark";
+    // A mark that lapsed a second ago, in a set that has not expired yet.
+    server.cmd(&["ZADD", &writers_key(name), "1", "gone-writer"]);
+    server.cmd(&["PEXPIRE", &writers_key(name), "60000"]);
+    let guard = c
+        .read_write_lock(name)
+        .read_with_lease(Duration::from_secs(30))
+        .await
+        .expect("read");
+    let pttl = common::int(&server, &["PTTL", &hash_key(name)]);
+    assert!(pttl > 0, "the hash has no expiry: PTTL {pttl}");
+    guard.unlock().await.expect("unlock");
+}
