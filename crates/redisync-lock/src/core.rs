@@ -497,7 +497,7 @@ impl LockCore {
         });
         WithdrawAfter {
             wait: Box::pin(waiting),
-            withdrawal: Withdrawal(withdraw.clone()),
+            _withdrawal: Withdrawal(withdraw.clone()),
         }
         .await
     }
@@ -712,8 +712,8 @@ impl Withdraw {
 /// still wait.
 struct WithdrawAfter<F> {
     wait: std::pin::Pin<Box<F>>,
-    #[allow(dead_code)] // Only dropped.
-    withdrawal: Withdrawal,
+    // Only dropped, after `wait`.
+    _withdrawal: Withdrawal,
 }
 
 impl<F: std::future::Future> std::future::Future for WithdrawAfter<F> {
