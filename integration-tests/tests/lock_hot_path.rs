@@ -351,3 +351,46 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     assert_eq!(woke, 0);
     assert_eq!(server.cmd(&["ZCARD", waiters]), redis::Value::Int(1));
 }
+
+/// Whether a client may be registered is the client's knowledge, not one task's: when the
+/// task that registered gives up while another task of the client still waits, and that one
+/// then leaves too without asking Redis, the client still withdraws. (Both tasks are dropped
+/// together, in either order, many times over.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock("several").lock().await.unwrap();
+    let waiting = client(&server).await;
+    let channel = wake_channel("several", &waiting);
+    let registered = || server.cmd(&["ZSCORE", "redisync:{several}:waiters", &channel]);
+    for round in 0..20 {
+        let first = {
+            let lock = waiting.lock("several");
+            tokio::spawn(async move { lock.lock().await.map(|_| ()) })
+        };
+        eventually("the client registered", SETTLE, || {
+            registered() != redis::Value::Nil
+        })
+        .await;
+        let second = {
+            let lock = waiting.lock("several");
+            tokio::spawn(async move { lock.lock().await.map(|_| ()) })
+        };
+        eventually("the second task queued", SETTLE, || {
+            waiting.stats().contended_waits >= 2 * (round + 1)
+        })
+        .await;
+        first.abort();
+        second.abort();
+        let _ = first.await;
+        let _ = second.await;
+        eventually(
+            format!("round {round}: the client withdrew"),
+            ms(4000),
+            || registered() == redis::Value::Nil,
+        )
+        .await;
+    }
+    guard.unlock().await.unwrap();
+}

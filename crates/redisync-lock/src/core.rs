@@ -3,7 +3,7 @@
 //! [`FairLock`](crate::FairLock) differ only in whether a waiting queue is passed to the
 //! scripts.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -450,10 +450,16 @@ impl LockCore {
                 .saturating_add(self.client.command_timeout().saturating_mul(2))
         });
         let state = Arc::new(Mutex::new(Registration::default()));
+        // Whether the client may be registered is the client's, not this wait's: another
+        // task of it may have registered it, and this one may be the one to withdraw it.
+        let client_registered: Arc<ClientRegistration> = self
+            .client
+            .local_cell(&format!("lock registration {}", keys.hash));
         let withdraw = Withdraw {
             core: self.clone(),
             registration: registration.unwrap_or_default(),
             state: state.clone(),
+            client: client_registered.clone(),
         };
         let spec = WaitSpec {
             queue: &keys.hash,
@@ -463,25 +469,25 @@ impl LockCore {
             shared: false,
         };
         let waiting = self.client.acquire(spec, || {
-            let earlier = {
-                let mut state = lock(&state);
-                state.in_flight = true;
-                // Counted as registered from the moment an attempt that may register is
-                // sent: one cut off on the wire may still register the client.
-                let earlier = state.registered;
-                state.registered = earlier || registration.is_some();
-                earlier
+            lock(&state).in_flight = true;
+            // Counted as registered from the moment an attempt that may register is sent:
+            // one cut off on the wire may still register the client.
+            let earlier = match registration {
+                Some(_) => client_registered.registered.swap(true, Ordering::AcqRel),
+                None => client_registered.registered.load(Ordering::Acquire),
             };
             let attempt = self.attempt(lease, self.client.unique_id(), &withdraw, earlier);
-            let state = state.clone();
+            let (state, client_registered) = (state.clone(), client_registered.clone());
             async move {
                 let outcome = attempt.await;
-                let mut state = lock(&state);
-                state.in_flight = false;
+                // An attempt whose outcome is unknown is still on the wire for all this wait
+                // knows: it ends in `Withdraw::abandoned_attempt_ended`.
+                let unknown = matches!(&outcome, Err(err) if err.is_outcome_unknown());
+                lock(&state).in_flight = unknown;
                 match outcome {
                     Ok(Attempt::Acquired(held)) => {
                         // The grant took the registration out (or there was none).
-                        state.registered = false;
+                        client_registered.registered.store(false, Ordering::Release);
                         Ok(Attempt::Acquired(held))
                     }
                     // Registered: the release wakes this client when its turn comes. It asks
@@ -640,28 +646,35 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Where one wait of the plain lock stands with the client's registration in Redis.
+/// Whether this client may be registered in Redis as waiting for one lock: set when an
+/// attempt that registers is sent, cleared by a grant (which takes the registration out) and
+/// by a withdrawal. Shared by every task of the client waiting for the lock
+/// ([`Client::local_cell`]).
+#[derive(Debug, Default)]
+struct ClientRegistration {
+    registered: AtomicBool,
+}
+
+/// Where one wait of the plain lock stands.
 #[derive(Debug, Default)]
 struct Registration {
-    /// The client may be registered by this wait: an attempt that registers when it finds
-    /// the lock taken was sent, and none has acquired since.
-    registered: bool,
-    /// An attempt is on the wire.
+    /// An attempt is on the wire (or its outcome is unknown).
     in_flight: bool,
     /// The wait is over (its local queue place given up).
     ended: bool,
 }
 
-/// Takes a client out of a lock's registry of waiters once a wait that may have registered
-/// it ends without the lock, passing on a wake-up that may have been meant for it. If an
-/// attempt is on the wire when the wait ends, the withdrawal waits for it to end (sent at
-/// once, it could overtake the attempt, which would then register the client again).
+/// Takes a client out of a lock's registry of waiters once its last waiting task leaves
+/// without the lock, passing on a wake-up that may have been meant for it. If an attempt is
+/// on the wire when the wait ends, the withdrawal waits for it to end (sent at once, it could
+/// overtake the attempt, which would then register the client again).
 #[derive(Clone)]
 struct Withdraw {
     core: Arc<LockCore>,
     /// How long a registration lasts by itself; zero for a wait that never registers.
     registration: Duration,
     state: Arc<Mutex<Registration>>,
+    client: Arc<ClientRegistration>,
 }
 
 impl Withdraw {
@@ -669,7 +682,7 @@ impl Withdraw {
     fn wait_ended(&self) {
         let mut state = lock(&self.state);
         state.ended = true;
-        if state.registered && !state.in_flight {
+        if !state.in_flight {
             drop(state);
             self.send();
         }
@@ -680,22 +693,25 @@ impl Withdraw {
         let mut state = lock(&self.state);
         state.in_flight = false;
         if acquired {
-            state.registered = false;
+            self.client.registered.store(false, Ordering::Release);
         }
-        if state.registered && state.ended {
+        if state.ended {
             drop(state);
             self.send();
         }
     }
 
-    /// Withdraws in the background, unless other tasks of the client still wait for the
-    /// lock: they keep the registration, and the next of them asks Redis at once.
+    /// Withdraws the client in the background if it may be registered and no other task of
+    /// it waits for the lock any more (those keep the registration: the next of them asks
+    /// Redis at once, and the last to leave withdraws).
     fn send(&self) {
         let client = &self.core.client;
         let Ok(call) = self.core.withdraw_call() else {
             return;
         };
-        if client.has_local_waiters(call.first_key()) {
+        if client.has_local_waiters(call.first_key())
+            || !self.client.registered.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         // Retried for one command timeout at most, never for long: a withdrawal that landed
