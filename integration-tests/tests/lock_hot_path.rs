@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{client, eventually, ms, wake_channel, wake_subscribers};
 use redisync::prelude::*;
-use redisync_test_harness::RedisServer;
+use redisync_test_harness::{ChaosProxy, RedisServer};
 
 const SETTLE: Duration = Duration::from_secs(10);
 
@@ -392,5 +392,48 @@ async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
         )
         .await;
     }
+    guard.unlock().await.unwrap();
+}
+
+/// An attempt still on the wire when its wait ends holds the withdrawal back (sent first, the
+/// withdrawal could be overtaken and the client registered again); when that attempt ends in
+/// an error Redis answered (here `BUSY`), the withdrawal still follows: the client does not
+/// stay registered until its entry lapses (15 s with these settings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_the_client_registered(
+) {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let holder = client(&server).await;
+    let guard = holder.lock("refused").lock().await.unwrap();
+    let waiting = Client::connect(proxy.url()).await.unwrap();
+    let channel = wake_channel("refused", &waiting);
+    let registered = || server.cmd(&["ZSCORE", "redisync:{refused}:waiters", &channel]);
+    let lock = waiting.lock("refused");
+    let task = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    eventually("the client registered", SETTLE, || {
+        registered() != redis::Value::Nil
+    })
+    .await;
+    // The registered waiter asks again within `RECHECK`; that request takes 400 ms to reach
+    // Redis, and the wait ends while it is on the wire.
+    proxy.set_latency(ms(400));
+    let sent = waiting.stats().scripts_sent;
+    eventually("the waiter asked again", SETTLE, || {
+        waiting.stats().scripts_sent > sent
+    })
+    .await;
+    task.abort();
+    let _ = task.await;
+    // The attempt reaches a server busy with another script: refused with BUSY.
+    let busy = server.busy_for(ms(1500));
+    let ran = tokio::task::spawn_blocking(move || busy.wait())
+        .await
+        .unwrap();
+    println!("busy for {ran:?}");
+    eventually("the client withdrew", ms(6000), || {
+        registered() == redis::Value::Nil
+    })
+    .await;
     guard.unlock().await.unwrap();
 }

@@ -12,6 +12,20 @@ use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 
+/// How a request ended that its caller no longer waited for: what the undo of an abandoned
+/// acquire learns (see [`Client::eval_undoable`](crate::Client::eval_undoable)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LateOutcome<T> {
+    /// Redis ran the request and answered this.
+    Replied(T),
+    /// Nobody can tell whether Redis ran it: the connection broke or the reply never came.
+    Unknown,
+    /// Redis answered with an error. A script of this project fails before its first write,
+    /// so nothing was granted; but the attempt is over, which a waiter may have to act on
+    /// (a lock withdraws its client once no attempt of a finished wait is on the wire).
+    Refused,
+}
+
 type Cleanup<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
 
 /// A future that, if dropped before completing, finishes in the background and hands its

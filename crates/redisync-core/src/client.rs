@@ -13,6 +13,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::FromRedisValue;
 use tracing::Instrument;
 
+use crate::abandon::LateOutcome;
 use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::keys::{self, KeySpace};
@@ -649,14 +650,15 @@ impl Client {
     ///
     /// * the caller stopped waiting (dropped the future, or the timeout fired) while the
     ///   request was on the wire: the request still runs to its end (bounded by the
-    ///   connection's own response timeout, a few command timeouts), then `undo(Some(reply))`
-    ///   if it succeeded, `undo(None)` if its outcome stayed unknown;
+    ///   connection's own response timeout, a few command timeouts), then `undo` learns how it
+    ///   ended: [`LateOutcome::Replied`] with the reply, [`LateOutcome::Unknown`] if its outcome
+    ///   stayed unknown, [`LateOutcome::Refused`] if Redis answered with an error;
     /// * the caller got an error that leaves the outcome unknown (a broken connection):
-    ///   `undo(None)`.
+    ///   `undo(LateOutcome::Unknown)`.
     ///
-    /// `undo(None)` must make sure the request can no longer take effect, whether or not Redis
-    /// has run it yet (for an acquire: give back the hold if it was granted, forbid the grant
-    /// otherwise).
+    /// `undo(LateOutcome::Unknown)` must make sure the request can no longer take effect,
+    /// whether or not Redis has run it yet (for an acquire: give back the hold if it was
+    /// granted, forbid the grant otherwise).
     pub fn eval_undoable<T, U, UF>(
         &self,
         call: ScriptCall,
@@ -664,7 +666,7 @@ impl Client {
     ) -> impl Future<Output = Result<T>> + Send + 'static
     where
         T: FromRedisValue + Send + 'static,
-        U: FnOnce(Option<T>) -> UF + Send + 'static,
+        U: FnOnce(LateOutcome<T>) -> UF + Send + 'static,
         UF: Future<Output = ()> + Send + 'static,
     {
         let shared = self.shared().clone();
@@ -683,10 +685,13 @@ impl Client {
             let request = send::<T>(shared, call);
             let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
                 let undo = lock(&abandoned_undo).take();
-                match (undo, reply) {
-                    (Some(undo), Ok(reply)) => undo(Some(reply)).await,
-                    (Some(undo), Err(err)) if err.is_outcome_unknown() => undo(None).await,
-                    _ => {}
+                if let Some(undo) = undo {
+                    let outcome = match reply {
+                        Ok(reply) => LateOutcome::Replied(reply),
+                        Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
+                        Err(_) => LateOutcome::Refused,
+                    };
+                    undo(outcome).await;
                 }
             });
             let reply = match tokio::time::timeout(timeout, guarded).await {
@@ -696,7 +701,7 @@ impl Client {
             if let Err(err) = &reply {
                 if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
                     if let Some(undo) = lock(&undo).take() {
-                        runtime.spawn(undo(None));
+                        runtime.spawn(undo(LateOutcome::Unknown));
                     }
                 }
             }
@@ -775,9 +780,14 @@ impl Client {
     {
         let client = self.clone();
         let retry = self.retry_for_lease(Instant::now(), lease);
-        self.eval_undoable(call, move |reply: Option<T>| async move {
+        self.eval_undoable(call, move |outcome: LateOutcome<T>| async move {
             // Unknown: give back whatever it got, or forbid the grant.
-            if reply.as_ref().is_none_or(granted) {
+            let give = match &outcome {
+                LateOutcome::Replied(reply) => granted(reply),
+                LateOutcome::Unknown => true,
+                LateOutcome::Refused => false,
+            };
+            if give {
                 tracing::debug!(
                     script = give_back.script().name(),
                     "giving back an abandoned acquire"

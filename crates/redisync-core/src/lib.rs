@@ -46,7 +46,7 @@ mod stats;
 pub mod wait;
 pub mod watchdog;
 
-pub use abandon::Abandonable;
+pub use abandon::{Abandonable, LateOutcome};
 pub use client::{
     Client, ClientBuilder, LocalState, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,

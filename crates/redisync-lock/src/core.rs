@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{Attempt, Client, Error, Hold, Lease, Result, ScriptCall, WaitSpec, RECHECK};
+use redisync_core::{
+    Attempt, Client, Error, Hold, LateOutcome, Lease, Result, ScriptCall, WaitSpec, RECHECK,
+};
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
@@ -336,10 +338,13 @@ impl LockCore {
         let sent_at = Instant::now();
         let retry = client.retry_for_lease(sent_at, Some(lease_for));
         let reply: Vec<i64> = client
-            .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                let granted = match &reply {
-                    Some(reply) => matches!(decode_acquire_all(reply, count), Ok(Some(_))),
-                    None => true,
+            .eval_undoable(call, move |outcome: LateOutcome<Vec<i64>>| async move {
+                let granted = match &outcome {
+                    LateOutcome::Replied(reply) => {
+                        matches!(decode_acquire_all(reply, count), Ok(Some(_)))
+                    }
+                    LateOutcome::Unknown => true,
+                    LateOutcome::Refused => false,
                 };
                 if granted {
                     for release in give_back {
@@ -606,22 +611,27 @@ impl LockCore {
             let core = self.clone();
             let abandoned = attempt.clone();
             self.client
-                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    let reply = reply.map(|reply| AcquireReply::decode(&reply));
-                    // Unknown: give back whatever it got, or forbid the grant. Remembered past
-                    // the lease, so a grant that could still run is refused. (Built only here:
-                    // most attempts never need it.)
-                    let granted = matches!(reply, None | Some(Ok(AcquireReply::Acquired { .. })));
+                .eval_undoable(call, move |outcome: LateOutcome<Vec<i64>>| async move {
+                    let acquired = matches!(
+                        &outcome,
+                        LateOutcome::Replied(reply)
+                            if matches!(AcquireReply::decode(reply), Ok(AcquireReply::Acquired { .. }))
+                    );
+                    // Acquired, or unknown: give back whatever it got, or forbid the grant.
+                    // Remembered past the lease, so a grant that could still run is refused.
+                    // (Built only here: most attempts never need it.)
+                    let may_hold = acquired || outcome == LateOutcome::Unknown;
                     let remember = lease.saturating_add(core.retry_window());
                     if let (true, Ok(give_back)) =
-                        (granted, core.release_call(&abandoned, remember))
+                        (may_hold, core.release_call(&abandoned, remember))
                     {
                         tracing::debug!("giving back an abandoned acquire");
                         let retry = core.client.retry_for_lease(sent_at, Some(lease));
                         core.client.spawn_release(give_back, retry);
                     }
+                    // However it ended, refused included: a wait that ended meanwhile waits
+                    // for this before it withdraws its client.
                     if let Some(withdraw) = withdraw {
-                        let acquired = matches!(reply, Some(Ok(AcquireReply::Acquired { .. })));
                         withdraw.abandoned_attempt_ended(acquired);
                     }
                 })

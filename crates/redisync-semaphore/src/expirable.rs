@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, Retry,
-    ScriptCall, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome, Lease, Result,
+    Retry, ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -59,14 +59,26 @@ impl XCore {
             .arg(id))
     }
 
-    /// Undoes an acquire attempt for permit `id` whose caller went away, given its reply
-    /// (`None`: unknown): returns the permit if it took it (or forbids it from taking one;
+    /// Undoes an acquire attempt for permit `id` whose caller went away, given how it ended:
+    /// returns the permit if it took it (or forbids it from taking one;
     /// retried as `retry` says), and withdraws the client from the waiters if the attempt may
     /// have registered it and no task of the client waits any more (the withdrawal its task
     /// made when it left may have come first).
-    fn undo_attempt(&self, reply: Option<Vec<i64>>, id: &str, registers: bool, retry: Retry) {
+    fn undo_attempt(
+        &self,
+        outcome: LateOutcome<Vec<i64>>,
+        id: &str,
+        registers: bool,
+        retry: Retry,
+    ) {
         let withdraws = registers && self.local.none_waiting();
-        match reply.as_deref().map(PermitReply::decode) {
+        let reply = match outcome {
+            LateOutcome::Replied(reply) => Some(PermitReply::decode(&reply)),
+            LateOutcome::Unknown => None,
+            // It took nothing and registered nothing.
+            LateOutcome::Refused => return,
+        };
+        match reply {
             Some(Ok(PermitReply::Busy { .. })) if withdraws => waiters::spawn_withdraw(self),
             Some(Ok(PermitReply::Busy { .. } | PermitReply::GivenBack) | Err(_)) => {}
             // Took the permit, or may have: return it (or forbid the grant).
@@ -401,8 +413,8 @@ impl ExpirableSemaphore {
             let (undo_core, undo_id, registers) = (core.clone(), id.clone(), turn.registers());
             let retry = core.client.retry_for_lease(sent_at, Some(lease));
             core.client
-                .eval_undoable(call, move |reply: Option<Vec<i64>>| async move {
-                    undo_core.undo_attempt(reply, &undo_id, registers, retry);
+                .eval_undoable(call, move |outcome: LateOutcome<Vec<i64>>| async move {
+                    undo_core.undo_attempt(outcome, &undo_id, registers, retry);
                 })
         });
         let local = self.core.local.clone();

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Result, Retry, ScriptCall,
-    WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome, Result, Retry,
+    ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -44,15 +44,15 @@ impl SemCore {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
-    /// Undoes an acquire attempt whose caller went away, given its reply (`None`: unknown):
-    /// gives back what it took (or forbids it from taking anything), and withdraws the client
+    /// Undoes an acquire attempt whose caller went away, given how it ended: gives back what it took (or forbids it from taking anything), and withdraws the client
     /// from the waiters if the attempt may have registered it and no task of the client
     /// waits any more (the withdrawal its task made when it left may have come first).
-    fn undo_attempt(&self, reply: Option<i64>, record: String, n: i64, registers: bool) {
+    fn undo_attempt(&self, outcome: LateOutcome<i64>, record: String, n: i64, registers: bool) {
         let withdraws = registers && self.local.none_waiting();
-        match reply {
-            Some(0) if withdraws => waiters::spawn_withdraw(self),
-            Some(0 | -1) => {}
+        match outcome {
+            LateOutcome::Replied(0) if withdraws => waiters::spawn_withdraw(self),
+            // Refused: it took nothing and registered nothing.
+            LateOutcome::Replied(0 | -1) | LateOutcome::Refused => {}
             // Took permits, or may have: give them back (or forbid the grant).
             _ => {
                 let Ok(keys) = self.keys() else {
@@ -406,8 +406,8 @@ impl Semaphore {
                 .arg(waiters::registry_ttl(&core.client));
             let (undo_core, registers) = (core.clone(), turn.registers());
             core.client
-                .eval_undoable(call, move |reply: Option<i64>| async move {
-                    undo_core.undo_attempt(reply, record, n, registers);
+                .eval_undoable(call, move |outcome: LateOutcome<i64>| async move {
+                    undo_core.undo_attempt(outcome, record, n, registers);
                 })
         });
         let local = self.core.local.clone();
