@@ -57,6 +57,8 @@ pub use keys::KeySpace;
 pub use lease::{Lease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::DistributedPrimitive;
 pub use retry::{Confirmed, Retry};
+#[doc(hidden)]
+pub use script::check_script_contract;
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;

@@ -195,6 +195,139 @@ impl ScriptCall {
     }
 }
 
+/// Declares a script of the calling crate's `lua/` directory, with the preludes it builds on,
+/// and its typed call: a struct with one named field per `KEYS` entry and per `ARGV` entry,
+/// in order, whose [`call`](ScriptCall) is the only way the crate builds a request for it.
+///
+/// The script's source is `lua/<file>.lua` of the calling crate (its `lua` directory is a link
+/// to the repository's `lua/`, the one home of every script), after the listed preludes. The
+/// declaration is checked when the crate compiles: the script must use exactly as many
+/// `KEYS[n]` and `ARGV[n]` as the struct names (the highest literal index of each in its own
+/// file, header included), so a key added on one side only does not build.
+///
+/// ```ignore
+/// redisync_core::lua_script! {
+///     /// Takes a lock or re-enters it (`lua/lock_acquire.lua`).
+///     pub(crate) struct Acquire = new "lock_acquire" after ["lock_prelude", "wake_prelude"] {
+///         keys { hash, fence, attempt_record, waiters }
+///         args { owner: &'a str, lease_ms: u64, attempt: &'a str }
+///     }
+/// }
+/// let call = Acquire { hash: "k", fence: "f", attempt_record: "r", waiters: "w",
+///                      owner: "o", lease_ms: 30_000, attempt: "a" }.call();
+/// ```
+///
+/// `new` declares a script that may write, `read_only` one that only reads
+/// ([`LuaScript::read_only`]). Scripts whose keys or arguments repeat per item (the
+/// watchdog's batches) declare only the script, with `static NAME = new "file" after [..];`,
+/// and build their calls with [`ScriptCall`] next to it.
+#[macro_export]
+macro_rules! lua_script {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $call:ident = $kind:ident $file:literal
+            $(after [$($prelude:literal),* $(,)?])? {
+            keys { $($key:ident),* $(,)? }
+            args { $($arg:ident : $ty:ty),* $(,)? }
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug)]
+        $vis struct $call<'a> {
+            $(
+                #[doc = concat!("`KEYS`: ", stringify!($key), " (see the script's header).")]
+                pub $key: &'a str,
+            )*
+            $(
+                #[doc = concat!("`ARGV`: ", stringify!($arg), " (see the script's header).")]
+                pub $arg: $ty,
+            )*
+        }
+
+        impl $call<'_> {
+            /// The script this call runs.
+            #[allow(dead_code)]
+            $vis fn script() -> &'static $crate::LuaScript {
+                static SCRIPT: $crate::LuaScript =
+                    $crate::lua_script!(@script $kind $file $(after [$($prelude),*])?);
+                &SCRIPT
+            }
+
+            /// The request: the script with these keys and arguments, in the script's order.
+            $vis fn call(&self) -> $crate::ScriptCall {
+                $crate::ScriptCall::new(Self::script())
+                    $(.key(self.$key))*
+                    $(.arg(&self.$arg))*
+            }
+        }
+
+        const _: () = $crate::check_script_contract(
+            $file,
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua")),
+            <[&str]>::len(&[$(stringify!($key)),*]),
+            <[&str]>::len(&[$(stringify!($arg)),*]),
+        );
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis static $name:ident = $kind:ident $file:literal
+            $(after [$($prelude:literal),* $(,)?])?;
+    ) => {
+        $(#[$meta])*
+        $vis static $name: $crate::LuaScript =
+            $crate::lua_script!(@script $kind $file $(after [$($prelude),*])?);
+    };
+    (@script $kind:ident $file:literal $(after [$($prelude:literal),*])?) => {
+        $crate::LuaScript::$kind(
+            $file,
+            concat!(
+                $($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $prelude, ".lua")),)*)?
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua"))
+            ),
+        )
+    };
+}
+
+/// The compile-time check behind [`lua_script!`]: `source` (one script's own file) uses exactly
+/// `keys` `KEYS[n]` and `args` `ARGV[n]` (by the highest literal index of each). Panics
+/// otherwise, which fails the build when evaluated in a constant; the compiler's report
+/// points at the declaration (constant evaluation cannot format `file` into the message).
+#[doc(hidden)]
+pub const fn check_script_contract(_file: &str, source: &str, keys: usize, args: usize) {
+    if highest_index(source, b"KEYS[") != keys {
+        panic!("a script uses another number of KEYS than its typed call names");
+    }
+    if highest_index(source, b"ARGV[") != args {
+        panic!("a script uses another number of ARGV than its typed call names");
+    }
+}
+
+/// The highest `n` in `<marker>n]` anywhere in `source` (0 if none).
+const fn highest_index(source: &str, marker: &[u8]) -> usize {
+    let bytes = source.as_bytes();
+    let mut highest = 0;
+    let mut at = 0;
+    while at + marker.len() < bytes.len() {
+        let mut matched = 0;
+        while matched < marker.len() && bytes[at + matched] == marker[matched] {
+            matched += 1;
+        }
+        if matched == marker.len() {
+            let mut end = at + matched;
+            let mut index = 0;
+            while end < bytes.len() && bytes[end].is_ascii_digit() {
+                index = index * 10 + (bytes[end] - b'0') as usize;
+                end += 1;
+            }
+            if end > at + matched && end < bytes.len() && bytes[end] == b']' && index > highest {
+                highest = index;
+            }
+        }
+        at += 1;
+    }
+    highest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +356,17 @@ mod tests {
         assert!(publishing > 0, "found no publish call");
         static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
+    }
+
+    #[test]
+    fn the_contract_check_finds_the_highest_literal_index() {
+        let source =
+            "-- KEYS[1] a\n-- KEYS[i] per item\nredis.call('GET', KEYS[12])\nlocal x = ARGV[3]";
+        assert_eq!(highest_index(source, b"KEYS["), 12);
+        assert_eq!(highest_index(source, b"ARGV["), 3);
+        assert_eq!(highest_index("no keys", b"KEYS["), 0);
+        assert_eq!(highest_index("KEYS[", b"KEYS["), 0);
+        check_script_contract("t", source, 12, 3);
+        assert!(std::panic::catch_unwind(|| check_script_contract("t", source, 11, 3)).is_err());
     }
 }

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, Retry,
-    ScriptCall, WaitSpec,
+    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, Retry, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -111,9 +110,8 @@ impl LatchCore {
     /// Reads the latch: its count (0 when open) and the id of the arming it belongs to.
     fn status(&self) -> impl std::future::Future<Output = Result<(u64, String)>> + Send + 'static {
         let request = self.keys().map(|keys| {
-            self.client.eval::<(String, String)>(
-                ScriptCall::new(&scripts::STATUS).key(keys.latch.as_str()),
-            )
+            self.client
+                .eval::<(String, String)>(scripts::Status { latch: &keys.latch }.call())
         });
         async move { parse_status(request?.await?) }
     }
@@ -128,12 +126,14 @@ impl LatchCore {
         arming: &str,
     ) -> impl std::future::Future<Output = Result<(u64, String)>> + Send + 'static {
         let request = self.keys().map(|keys| {
-            let call = ScriptCall::new(&scripts::WAIT)
-                .key(keys.latch.as_str())
-                .key(keys.registry.as_str())
-                .arg(self.client.id())
-                .arg(registry_ttl(&self.client))
-                .arg(arming);
+            let call = scripts::Wait {
+                latch: &keys.latch,
+                waiters: &keys.registry,
+                client: self.client.id(),
+                registry_ms: registry_ttl(&self.client),
+                arming,
+            }
+            .call();
             let core = self.clone();
             // Not `eval_undoable`: registering is no acquire, and needs no replica's
             // acknowledgement (with replica sync on, an unacknowledged one stands).
@@ -155,9 +155,11 @@ impl LatchCore {
         let (Ok(keys), Ok(runtime)) = (self.keys(), tokio::runtime::Handle::try_current()) else {
             return;
         };
-        let call = ScriptCall::new(&scripts::WITHDRAW)
-            .key(keys.registry.as_str())
-            .arg(self.client.id());
+        let call = scripts::Withdraw {
+            waiters: &keys.registry,
+            client: self.client.id(),
+        }
+        .call();
         let request = self.client.eval::<i64>(call);
         runtime.spawn(async move {
             if let Err(err) = request.await {
@@ -308,11 +310,13 @@ impl CountDownLatch {
         }
         let core = &self.core;
         let keys = core.keys()?;
-        let call = ScriptCall::new(&scripts::TRY_SET_COUNT)
-            .key(keys.latch.as_str())
-            .key(keys.opened.as_str())
-            .arg(count)
-            .arg(core.client.unique_id());
+        let call = scripts::TrySetCount {
+            latch: &keys.latch,
+            opened: &keys.opened,
+            count,
+            arming: &core.client.unique_id(),
+        }
+        .call();
         Ok(core.client.eval::<i64>(call).await? == 1)
     }
 
@@ -365,13 +369,15 @@ impl CountDownLatch {
         let retry = sent_at
             .checked_add(keep.saturating_sub(core.client.abandoned_request_grace()))
             .map_or(Retry::UntilConfirmed, Retry::WhileRemembered);
-        let call = ScriptCall::new(&scripts::COUNT_DOWN)
-            .key(keys.latch.as_str())
-            .key(keys.opened.as_str())
-            .key(keys.registry.as_str())
-            .arg(request)
-            .arg(redis_millis(keep))
-            .arg(keys.channel.as_str());
+        let call = scripts::CountDown {
+            latch: &keys.latch,
+            opened: &keys.opened,
+            waiters: &keys.registry,
+            request: &request,
+            remember_ms: redis_millis(keep),
+            channel: &keys.channel,
+        }
+        .call();
         let outcome = core
             .client
             .eval_until_done::<i64>(call, retry)
@@ -525,12 +531,14 @@ impl DistributedPrimitive for CountDownLatch {
     /// Removes the latch, which opens it: every waiter returns. Returns whether it was armed.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::DELETE)
-            .key(keys.latch.as_str())
-            .key(keys.opened.as_str())
-            .key(keys.registry.as_str())
-            .arg(redis_millis(count_down_memory(&self.core.client)))
-            .arg(keys.channel.as_str());
+        let call = scripts::Delete {
+            latch: &keys.latch,
+            opened: &keys.opened,
+            waiters: &keys.registry,
+            remember_ms: redis_millis(count_down_memory(&self.core.client)),
+            channel: &keys.channel,
+        }
+        .call();
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }

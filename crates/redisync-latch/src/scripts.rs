@@ -1,43 +1,54 @@
-//! The latch's scripts. Each one that reads the latch starts with the shared prelude, after
-//! the waiters registry's (`wake_prelude.lua`) where it registers waiters.
+//! The latch's scripts, each with its typed call ([`redisync_core::lua_script!`]). Each one
+//! that reads the latch starts with the shared prelude, after the waiters registry's
+//! (`wake_prelude.lua`) where it registers waiters.
 
-use redisync_core::LuaScript;
-
-macro_rules! script {
-    ($name:literal) => {
-        LuaScript::new(
-            $name,
-            concat!(
-                include_str!("../../../lua/latch_prelude.lua"),
-                include_str!(concat!("../../../lua/", $name, ".lua"))
-            ),
-        )
-    };
+redisync_core::lua_script! {
+    /// Arms the latch with a count if it is open (`lua/latch_try_set_count.lua`).
+    pub(crate) struct TrySetCount = new "latch_try_set_count" after ["latch_prelude"] {
+        keys { latch, opened }
+        args { count: u64, arming: &'a str }
+    }
 }
 
-pub(crate) static TRY_SET_COUNT: LuaScript = script!("latch_try_set_count");
-pub(crate) static COUNT_DOWN: LuaScript = script!("latch_count_down");
-/// Reads only: never waits for replicas.
-pub(crate) static STATUS: LuaScript = LuaScript::read_only(
-    "latch_status",
-    concat!(
-        include_str!("../../../lua/latch_prelude.lua"),
-        include_str!("../../../lua/latch_status.lua")
-    ),
-);
-pub(crate) static WAIT: LuaScript = LuaScript::new(
-    "latch_wait",
-    concat!(
-        include_str!("../../../lua/wake_prelude.lua"),
-        include_str!("../../../lua/latch_prelude.lua"),
-        include_str!("../../../lua/latch_wait.lua")
-    ),
-);
-pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
-    "latch_withdraw",
-    concat!(
-        include_str!("../../../lua/wake_prelude.lua"),
-        include_str!("../../../lua/latch_withdraw.lua")
-    ),
-);
-pub(crate) static DELETE: LuaScript = script!("latch_delete");
+redisync_core::lua_script! {
+    /// One count-down, remembered so that a repeat is not applied twice
+    /// (`lua/latch_count_down.lua`).
+    pub(crate) struct CountDown = new "latch_count_down" after ["latch_prelude"] {
+        keys { latch, opened, waiters }
+        args { request: &'a str, remember_ms: u64, channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// The count and arming; reads only, so it never waits for replicas
+    /// (`lua/latch_status.lua`).
+    pub(crate) struct Status = read_only "latch_status" after ["latch_prelude"] {
+        keys { latch }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// The status for a subscribed waiter, registering its client while the latch stays armed
+    /// (`lua/latch_wait.lua`).
+    pub(crate) struct Wait = new "latch_wait" after ["wake_prelude", "latch_prelude"] {
+        keys { latch, waiters }
+        args { client: &'a str, registry_ms: u64, arming: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Takes a client out of the latch's waiters (`lua/latch_withdraw.lua`).
+    pub(crate) struct Withdraw = new "latch_withdraw" after ["wake_prelude"] {
+        keys { waiters }
+        args { client: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Opens the latch and wakes its waiters (`lua/latch_delete.lua`).
+    pub(crate) struct Delete = new "latch_delete" after ["latch_prelude"] {
+        keys { latch, opened, waiters }
+        args { remember_ms: u64, channel: &'a str }
+    }
+}
