@@ -8,8 +8,8 @@ macro_rules! script {
         LuaScript::new(
             $name,
             concat!(
-                include_str!("../../../lua/latch_prelude.lua"),
-                include_str!(concat!("../../../lua/", $name, ".lua"))
+                include_str!("../lua/latch_prelude.lua"),
+                include_str!(concat!("../lua/", $name, ".lua"))
             ),
         )
     };
@@ -21,23 +21,23 @@ pub(crate) static COUNT_DOWN: LuaScript = script!("latch_count_down");
 pub(crate) static STATUS: LuaScript = LuaScript::read_only(
     "latch_status",
     concat!(
-        include_str!("../../../lua/latch_prelude.lua"),
-        include_str!("../../../lua/latch_status.lua")
+        include_str!("../lua/latch_prelude.lua"),
+        include_str!("../lua/latch_status.lua")
     ),
 );
 pub(crate) static WAIT: LuaScript = LuaScript::new(
     "latch_wait",
     concat!(
-        include_str!("../../../lua/wake_prelude.lua"),
-        include_str!("../../../lua/latch_prelude.lua"),
-        include_str!("../../../lua/latch_wait.lua")
+        include_str!("../lua/wake_prelude.lua"),
+        include_str!("../lua/latch_prelude.lua"),
+        include_str!("../lua/latch_wait.lua")
     ),
 );
 pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
     "latch_withdraw",
     concat!(
-        include_str!("../../../lua/wake_prelude.lua"),
-        include_str!("../../../lua/latch_withdraw.lua")
+        include_str!("../lua/wake_prelude.lua"),
+        include_str!("../lua/latch_withdraw.lua")
     ),
 );
 pub(crate) static DELETE: LuaScript = script!("latch_delete");
