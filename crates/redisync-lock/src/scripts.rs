@@ -8,14 +8,14 @@ use redisync_core::{Error, LuaScript, Result};
 /// registry of waiting clients, `fair` for the fair lock's queue), in that order.
 macro_rules! script {
     ($name:literal) => {
-        LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
+        LuaScript::new($name, include_str!(concat!("../lua/", $name, ".lua")))
     };
     ($name:literal, $($prelude:literal),+) => {
         LuaScript::new(
             $name,
             concat!(
-                $(include_str!(concat!("../../../lua/", $prelude, "_prelude.lua")),)+
-                include_str!(concat!("../../../lua/", $name, ".lua"))
+                $(include_str!(concat!("../lua/", $prelude, "_prelude.lua")),)+
+                include_str!(concat!("../lua/", $name, ".lua"))
             ),
         )
     };
@@ -33,7 +33,7 @@ pub(crate) static ACQUIRE_ALL: LuaScript = script!("lock_acquire_all", "lock");
 pub(crate) static SET_LEASE: LuaScript = script!("lock_set_lease");
 pub(crate) static RENEW: LuaScript = script!("lock_renew");
 pub(crate) static STATUS: LuaScript =
-    LuaScript::read_only("lock_status", include_str!("../../../lua/lock_status.lua"));
+    LuaScript::read_only("lock_status", include_str!("../lua/lock_status.lua"));
 
 /// Reply of `lock_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

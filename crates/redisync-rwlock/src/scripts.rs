@@ -10,8 +10,8 @@ use redisync_core::{Confirmed, Error, LuaScript, Result};
 macro_rules! with_prelude {
     ($file:literal) => {
         concat!(
-            include_str!("../../../lua/rwlock_prelude.lua"),
-            include_str!(concat!("../../../lua/", $file))
+            include_str!("../lua/rwlock_prelude.lua"),
+            include_str!(concat!("../lua/", $file))
         )
     };
 }
@@ -32,7 +32,7 @@ pub(crate) static STATUS: LuaScript =
     LuaScript::read_only("rwlock_status", with_prelude!("rwlock_status.lua"));
 pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
     "rwlock_withdraw",
-    include_str!("../../../lua/rwlock_withdraw.lua"),
+    include_str!("../lua/rwlock_withdraw.lua"),
 );
 pub(crate) static FORCE_UNLOCK: LuaScript = LuaScript::new(
     "rwlock_force_unlock",

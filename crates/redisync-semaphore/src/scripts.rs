@@ -6,14 +6,14 @@ use redisync_core::{Error, LuaScript, Result};
 
 macro_rules! script {
     ($name:literal) => {
-        LuaScript::new($name, include_str!(concat!("../../../lua/", $name, ".lua")))
+        LuaScript::new($name, include_str!(concat!("../lua/", $name, ".lua")))
     };
     ($name:literal, after $($prelude:literal),+) => {
         LuaScript::new(
             $name,
             concat!(
-                $(include_str!(concat!("../../../lua/", $prelude, ".lua")),)+
-                include_str!(concat!("../../../lua/", $name, ".lua"))
+                $(include_str!(concat!("../lua/", $prelude, ".lua")),)+
+                include_str!(concat!("../lua/", $name, ".lua"))
             ),
         )
     };
@@ -51,7 +51,7 @@ pub(crate) static ADD: LuaScript = script!(
 pub(crate) static DRAIN: LuaScript = script!("semaphore_drain_permits");
 pub(crate) static AVAILABLE: LuaScript = LuaScript::read_only(
     "semaphore_available_permits",
-    include_str!("../../../lua/semaphore_available_permits.lua"),
+    include_str!("../lua/semaphore_available_permits.lua"),
 );
 pub(crate) static ACQUIRE: LuaScript = classic!("semaphore_acquire");
 pub(crate) static RELEASE: LuaScript = classic!("semaphore_release");

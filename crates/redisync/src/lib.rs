@@ -54,7 +54,7 @@
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
 pub use redisync_core::{

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Packages every crate meant for crates.io, then compiles the README's quick start in a new
+# project that takes redisync from those .crate files.
+#
+# `cargo package` also builds each crate alone from its .crate file (its verify step): that is
+# what fails when a crate's package lacks a Lua script it includes, and what catches a crate
+# that only compiles thanks to features a sibling switches on in the workspace. The quick start
+# then checks what a user gets: the README's own dependencies and code, resolved the way
+# `cargo add redisync` would, except that the redisync crates come from target/package (they
+# are not on crates.io, and must not be taken from there). Everything after `cargo fetch` runs
+# offline: what it needs from crates.io are the workspace's locked dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+target_dir=${CARGO_TARGET_DIR:-target}
+case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
+packages="$target_dir/package"
+# Only this run's packages below: no crate renamed or version bumped since an earlier run.
+rm -f "$packages"/*.crate
+cargo fetch --quiet
+
+# The bench and the test harness are `publish = false`; cargo would package them anyway, and
+# the bench cannot be, since it depends on the harness, which is not published.
+cargo package --offline --allow-dirty --workspace \
+    --exclude redisync-bench --exclude redisync-test-harness
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Unpacked from the .crate files themselves, not from the verify step's copies.
+patches=""
+for crate in "$packages"/*.crate; do
+    tar -xzf "$crate" -C "$work"
+    dir=$(basename "$crate" .crate)
+    name=${dir%-*}
+    patches+="$name = { path = \"$work/$dir\" }"$'\n'
+done
+
+# The quick start as the README shows it: its first toml block (the dependencies) and its
+# first rust block (main.rs).
+quick_start() {
+    awk -v lang="$1" '
+        /^## Quick start/ { inside = 1; next }
+        inside && /^## / { exit }
+        inside && index($0, "```" lang) == 1 { block = 1; next }
+        block && /^```/ { exit }
+        block { print }
+    ' README.md
+}
+project="$work/quick-start"
+mkdir -p "$project/src"
+{
+    printf '[package]\nname = "quick-start"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n'
+    quick_start toml
+    printf '\n[patch.crates-io]\n%s' "$patches"
+} >"$project/Cargo.toml"
+quick_start rust >"$project/src/main.rs"
+grep -q 'redisync' "$project/src/main.rs" || {
+    echo "package-check: no quick start (a rust block using redisync) found in README.md" >&2
+    exit 1
+}
+grep -q '^redisync = ' "$project/Cargo.toml" || {
+    echo "package-check: the README's quick start does not depend on redisync" >&2
+    exit 1
+}
+# The workspace's versions of everything else: they are the ones already downloaded.
+cp Cargo.lock "$project/Cargo.lock"
+
+# The workspace's target directory: dependencies already built there with the same features
+# are not built again.
+(cd "$project" && CARGO_TARGET_DIR="$target_dir" cargo build --offline --quiet)
+
+# The redisync that was built is the packaged one.
+source=$(cd "$project" && cargo pkgid --offline redisync)
+case "$source" in
+    "path+file://$work/redisync-"*) ;;
+    *)
+        echo "package-check: the quick start built redisync from $source, not from its package" >&2
+        exit 1
+        ;;
+esac
+echo "package-check: $(ls "$packages"/*.crate | wc -l) crates packaged; the README's quick start builds against them"
