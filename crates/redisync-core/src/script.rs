@@ -26,6 +26,9 @@ use redis::ToRedisArgs;
 #[derive(Debug)]
 pub struct LuaScript {
     name: &'static str,
+    /// The kind of primitive the script belongs to (`"lock"`, `"semaphore"`...), for metrics
+    /// and traces; empty when not declared.
+    kind: &'static str,
     source: &'static str,
     read_only: bool,
     compiled: OnceLock<redis::Script>,
@@ -42,6 +45,7 @@ impl LuaScript {
     pub const fn new(name: &'static str, source: &'static str) -> Self {
         LuaScript {
             name,
+            kind: "",
             source,
             read_only: false,
             compiled: OnceLock::new(),
@@ -54,11 +58,24 @@ impl LuaScript {
     pub const fn read_only(name: &'static str, source: &'static str) -> Self {
         LuaScript {
             name,
+            kind: "",
             source,
             read_only: true,
             compiled: OnceLock::new(),
             sharded: OnceLock::new(),
         }
+    }
+
+    /// The same script, declared as belonging to primitives of `kind` (`"lock"`,
+    /// `"semaphore"`...): metrics and traces of its calls carry it.
+    pub const fn of_kind(mut self, kind: &'static str) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The kind of primitive the script belongs to; empty when not declared.
+    pub fn kind(&self) -> &'static str {
+        self.kind
     }
 
     /// Whether the script only reads.
@@ -208,7 +225,8 @@ impl ScriptCall {
 /// ```ignore
 /// redisync_core::lua_script! {
 ///     /// Takes a lock or re-enters it (`lua/lock_acquire.lua`).
-///     pub(crate) struct Acquire = new "lock_acquire" after ["lock_prelude", "wake_prelude"] {
+///     pub(crate) struct Acquire = new "lock_acquire" for "lock"
+///         after ["lock_prelude", "wake_prelude"] {
 ///         keys { hash, fence, attempt_record, waiters }
 ///         args { owner: &'a str, lease_ms: u64, attempt: &'a str }
 ///     }
@@ -218,14 +236,15 @@ impl ScriptCall {
 /// ```
 ///
 /// `new` declares a script that may write, `read_only` one that only reads
-/// ([`LuaScript::read_only`]). Scripts whose keys or arguments repeat per item (the
-/// watchdog's batches) declare only the script, with `static NAME = new "file" after [..];`,
-/// and build their calls with [`ScriptCall`] next to it.
+/// ([`LuaScript::read_only`]); `for` names the kind of primitive it belongs to
+/// ([`LuaScript::kind`]: metrics and traces are labelled with it). Scripts whose keys or
+/// arguments repeat per item (the watchdog's batches) declare only the script, with
+/// `static NAME = new "file" for "kind" after [..];`, and build their calls next to it.
 #[macro_export]
 macro_rules! lua_script {
     (
         $(#[$meta:meta])*
-        $vis:vis struct $call:ident = $kind:ident $file:literal
+        $vis:vis struct $call:ident = $ctor:ident $file:literal for $kind:literal
             $(after [$($prelude:literal),* $(,)?])? {
             keys { $($key:ident),* $(,)? }
             args { $($arg:ident : $ty:ty),* $(,)? }
@@ -249,7 +268,8 @@ macro_rules! lua_script {
             #[allow(dead_code)]
             $vis fn script() -> &'static $crate::LuaScript {
                 static SCRIPT: $crate::LuaScript =
-                    $crate::lua_script!(@script $kind $file $(after [$($prelude),*])?);
+                    $crate::lua_script!(@script $ctor $file $(after [$($prelude),*])?)
+                        .of_kind($kind);
                 &SCRIPT
             }
 
@@ -270,15 +290,15 @@ macro_rules! lua_script {
     };
     (
         $(#[$meta:meta])*
-        $vis:vis static $name:ident = $kind:ident $file:literal
+        $vis:vis static $name:ident = $ctor:ident $file:literal for $kind:literal
             $(after [$($prelude:literal),* $(,)?])?;
     ) => {
         $(#[$meta])*
         $vis static $name: $crate::LuaScript =
-            $crate::lua_script!(@script $kind $file $(after [$($prelude),*])?);
+            $crate::lua_script!(@script $ctor $file $(after [$($prelude),*])?).of_kind($kind);
     };
-    (@script $kind:ident $file:literal $(after [$($prelude:literal),*])?) => {
-        $crate::LuaScript::$kind(
+    (@script $ctor:ident $file:literal $(after [$($prelude:literal),*])?) => {
+        $crate::LuaScript::$ctor(
             $file,
             concat!(
                 $($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $prelude, ".lua")),)*)?
