@@ -132,6 +132,8 @@ pub(crate) struct Config {
     pub(crate) sentinel: Option<crate::sentinel::SentinelConfig>,
     /// Seed nodes of a Redis Cluster, for a client made by [`Client::cluster_builder`].
     pub(crate) cluster: Option<Vec<String>>,
+    /// How the client reports metrics (feature `metrics`).
+    pub(crate) metrics: crate::metrics::Metrics,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
@@ -238,6 +240,15 @@ impl ClientBuilder {
     /// [`Error::InvalidArgument`]. Each change then takes up to `timeout` longer.
     pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
         self.config.replica_sync = Some(ReplicaSync { replicas, timeout });
+        self
+    }
+
+    /// Labels every metric with the primitive's name too (off by default). Names are
+    /// unbounded, and each one makes a time series of every metric: turn this on only when
+    /// the application uses a known, small set of names. Without the `metrics` feature this
+    /// has no effect. The metrics are listed in [`crate::metrics`].
+    pub fn metrics_with_names(mut self, on: bool) -> Self {
+        self.config.metrics.names = on;
         self
     }
 
@@ -379,7 +390,7 @@ impl ClientBuilder {
             counters: Counters::default(),
             shutdown: Flag::default(),
             hub: Arc::new(Hub::default()),
-            watchdog: Arc::new(Watchdog::default()),
+            watchdog: Arc::new(Watchdog::new(config.metrics)),
             queues: Arc::new(WaitQueues::default()),
             pending: crate::retry::Pending::default(),
             cells: crate::cells::Cells::default(),
@@ -489,6 +500,7 @@ impl Client {
                 replica_sync: None,
                 sentinel: None,
                 cluster: None,
+                metrics: crate::metrics::Metrics::default(),
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
             },

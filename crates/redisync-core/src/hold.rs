@@ -28,6 +28,9 @@ pub struct Hold {
     local: Option<Arc<AtomicUsize>>,
     // Set for holds without a lease: their release must eventually happen.
     release_unleased: bool,
+    // When the hold began, for the hold-time metric.
+    #[cfg(feature = "metrics")]
+    since: std::time::Instant,
 }
 
 impl Hold {
@@ -39,6 +42,8 @@ impl Hold {
             lease: Some(lease),
             local: None,
             release_unleased: false,
+            #[cfg(feature = "metrics")]
+            since: std::time::Instant::now(),
         }
     }
 
@@ -53,6 +58,8 @@ impl Hold {
             lease: None,
             local: None,
             release_unleased: true,
+            #[cfg(feature = "metrics")]
+            since: std::time::Instant::now(),
         }
     }
 
@@ -90,6 +97,18 @@ impl Hold {
         counter.fetch_add(1, Ordering::AcqRel);
         self.local = Some(counter);
         self
+    }
+
+    /// Reports how long the hold was held (feature `metrics`); called as it is given back.
+    fn report_held(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(call) = &self.release {
+            self.client.shared().config.metrics.held(
+                call.script().kind(),
+                call.first_key(),
+                self.since.elapsed(),
+            );
+        }
     }
 
     fn leave_local_count(&mut self) {
@@ -147,6 +166,7 @@ impl Hold {
     pub async fn release_confirmed(mut self, span: tracing::Span) -> Result<Confirmed<i64>> {
         let retry = self.retry();
         let was_ours = !self.is_lost();
+        self.report_held();
         drop(self.lease.take());
         self.leave_local_count();
         let Some(call) = self.release.take() else {
@@ -183,6 +203,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         let retry = self.retry();
+        self.report_held();
         drop(self.lease.take());
         self.leave_local_count();
         if let Some(call) = self.release.take() {

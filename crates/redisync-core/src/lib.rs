@@ -36,6 +36,7 @@ mod hold;
 pub mod keys;
 mod lease;
 mod locking;
+pub mod metrics;
 mod primitive;
 pub mod pubsub;
 pub mod retry;

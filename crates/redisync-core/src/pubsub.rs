@@ -352,6 +352,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
             }
         }
         tracing::debug!("pub/sub connection lost; reconnecting");
+        shared.config.metrics.pubsub_reconnect();
         down_since.get_or_insert_with(tokio::time::Instant::now);
         hub.update_all(|s| {
             s.subscribed = false;

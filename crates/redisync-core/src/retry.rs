@@ -263,6 +263,10 @@ async fn retry_loop(
             break;
         }
         tracing::warn!(script, %key, error = %last, ?pause, "give-back not confirmed; retrying");
+        shared
+            .config
+            .metrics
+            .release(call.script().kind(), &key, "retried");
         tokio::select! {
             _ = shared.shutdown.wait() => break,
             _ = tokio::time::sleep(pause) => {}
@@ -294,6 +298,10 @@ async fn retry_loop(
     }
     if let Err(err) = eval_background::<redis::Value>(shared.clone(), call.clone()).await {
         Counters::bump(&shared.counters.unconfirmed_releases, 1);
+        shared
+            .config
+            .metrics
+            .release(call.script().kind(), &key, "unconfirmed");
         tracing::error!(
             script,
             %key,
@@ -310,9 +318,17 @@ fn give_up(shared: &Shared, call: &ScriptCall, retry: Retry, last: &Error) {
     let key = call.first_key();
     match retry {
         Retry::UntilLeaseEnds(_) => {
+            shared
+                .config
+                .metrics
+                .release(call.script().kind(), key, "lapsed");
             tracing::debug!(script, %key, "the hold's lease has ended; no need to give it back");
         }
         Retry::WhileRemembered(_) | Retry::UntilConfirmed => {
+            shared
+                .config
+                .metrics
+                .release(call.script().kind(), key, "unconfirmed");
             Counters::bump(&shared.counters.unconfirmed_releases, 1);
             tracing::error!(
                 script,
@@ -328,6 +344,10 @@ fn give_up(shared: &Shared, call: &ScriptCall, retry: Retry, last: &Error) {
 /// Redis answered a give-back with an error that retrying cannot cure.
 fn refused(shared: &Shared, call: &ScriptCall, err: &Error) {
     Counters::bump(&shared.counters.unconfirmed_releases, 1);
+    shared
+        .config
+        .metrics
+        .release(call.script().kind(), call.first_key(), "unconfirmed");
     tracing::error!(
         script = call.script().name(),
         key = %call.first_key(),

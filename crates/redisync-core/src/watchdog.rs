@@ -82,6 +82,7 @@ pub(crate) struct Watchdog {
     serial: AtomicU64,
     /// Leases found lost when their guard let go, before a watchdog round noticed.
     pub(crate) lost_on_release: AtomicU64,
+    metrics: crate::metrics::Metrics,
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
@@ -107,12 +108,23 @@ impl Drop for Renewal {
                 self.watchdog
                     .lost_on_release
                     .fetch_add(1, Ordering::Relaxed);
+                self.watchdog
+                    .metrics
+                    .lost(entry.script.kind(), entry.id.key(), 1);
             }
         }
     }
 }
 
 impl Watchdog {
+    /// An empty registry, reporting with `metrics`.
+    pub(crate) fn new(metrics: crate::metrics::Metrics) -> Self {
+        Watchdog {
+            metrics,
+            ..Watchdog::default()
+        }
+    }
+
     /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`.
     /// Every registration has its own state and renewal, even for a hold registered before
     /// (a re-entry): see the module docs.
@@ -162,6 +174,7 @@ impl Watchdog {
     /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
     /// by themselves); returns how many, and when the next one would run out.
     fn expire(&self) -> (u64, Option<Instant>) {
+        let metrics = self.metrics;
         let mut entries = lock(&self.entries);
         let mut expired = 0;
         entries.retain(|_, entry| {
@@ -169,6 +182,7 @@ impl Watchdog {
                 tracing::warn!(key = %entry.id.key(), "lease lost: no renewal succeeded within the lease");
                 if entry.state.first_count_of_loss() {
                     expired += 1;
+                    metrics.lost(entry.script.kind(), entry.id.key(), 1);
                 }
                 false
             } else {
@@ -267,6 +281,12 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration, hedge_after: Duration)
                     }
                     Err(err) => {
                         tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
+                        for (id, _) in batch {
+                            shared
+                                .config
+                                .metrics
+                                .renewal(script.kind(), id.key(), "failed");
+                        }
                         false
                     }
                 }
@@ -337,13 +357,17 @@ fn settle(
             entry.state.cap(crate::lease::deadline(sent_at, left));
             continue;
         }
+        let metrics = shared.config.metrics;
         if result == 1 && entry.state.extend(crate::lease::deadline(sent_at, lease)) {
             Counters::bump(&shared.counters.renewals, 1);
+            metrics.renewal(entry.script.kind(), id.key(), "renewed");
         } else {
             tracing::warn!(key = %id.key(), "lease lost: the hold is gone, no longer ours, or renewed too late");
+            metrics.renewal(entry.script.kind(), id.key(), "lost");
             entry.state.mark_lost();
             if entry.state.first_count_of_loss() {
                 Counters::bump(&shared.counters.lost_leases, 1);
+                metrics.lost(entry.script.kind(), id.key(), 1);
             }
             entries.remove(serial);
         }
