@@ -7,7 +7,7 @@
 //!
 //! * [`Client::eval`] / [`Client::eval_idempotent`] to run one [`ScriptCall`] per operation;
 //! * [`Client::acquire`] to wait for a busy primitive ([`wait`] explains how);
-//! * [`Client::watch_lease`] and [`Lease`] for watchdog renewal and lost-lease notification;
+//! * [`Client::watch_lease`] and [`HoldLease`] for watchdog renewal and lost-lease notification;
 //! * [`Hold`], the part of a guard that releases on drop (in the background) or on demand;
 //! * [`Abandonable`] to make an acquire attempt undo itself when its caller goes away;
 //! * [`Client::key_space`] for cluster-safe key names ([`keys`]).
@@ -54,7 +54,7 @@ pub use client::{
 pub use error::{Error, Result};
 pub use hold::Hold;
 pub use keys::KeySpace;
-pub use lease::{Lease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
+pub use lease::{HoldLease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::DistributedPrimitive;
 pub use retry::{Confirmed, Retry};
 pub use script::{LuaScript, ScriptCall};

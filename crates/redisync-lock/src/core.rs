@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    Attempt, Client, Error, Hold, LateOutcome, Lease, Result, ScriptCall, WaitSpec, RECHECK,
+    Attempt, Client, Error, Hold, HoldLease, LateOutcome, Result, ScriptCall, WaitSpec, RECHECK,
 };
 use tracing::Instrument;
 
@@ -265,7 +265,7 @@ impl LockCore {
     ) -> Result<LockGuard> {
         let keys = self.keys()?;
         let lease = match lease {
-            Some(lease) => Lease::fixed(sent_at, lease),
+            Some(lease) => HoldLease::fixed(sent_at, lease),
             None => self.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone()],

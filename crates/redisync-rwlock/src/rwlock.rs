@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease, Result, ScriptCall,
     WaitSpec,
 };
 use tracing::Instrument;
@@ -739,7 +739,7 @@ impl ReadWriteLock {
         // The grant removed the mark and the registration in the same script.
         mark.disarm();
         let lease = match request.lease {
-            Some(lease) => Lease::fixed(granted.sent_at, lease),
+            Some(lease) => HoldLease::fixed(granted.sent_at, lease),
             None => core.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone(), keys.readers.clone()],

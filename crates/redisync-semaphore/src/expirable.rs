@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome, Lease, Result,
-    Retry, ScriptCall, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease, LateOutcome,
+    Result, Retry, ScriptCall, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -372,7 +372,7 @@ impl ExpirableSemaphore {
             return Ok(None);
         };
         let lease = match lease {
-            Some(lease) => Lease::fixed(sent_at, lease),
+            Some(lease) => HoldLease::fixed(sent_at, lease),
             None => core.client.watch_lease(
                 &scripts::X_RENEW,
                 vec![keys.deadlines.clone()],
