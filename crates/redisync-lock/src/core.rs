@@ -182,16 +182,6 @@ impl LockCore {
         decode_status(&reply)
     }
 
-    /// Acquires, waiting as long as it takes (the public `lock` and `lock_with_lease`).
-    pub(crate) async fn acquire_waiting(
-        self: &Arc<Self>,
-        lease: Option<Duration>,
-    ) -> Result<LockGuard> {
-        self.acquire(lease, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
-    }
-
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         Ok(self.status().await?.0.is_some())
     }
