@@ -50,7 +50,7 @@ impl ReadWriteLock {
     ///
     /// let cache = ReadWriteLock::new(&client, "cache:users");
     /// let guard = cache.writer().acquire().await?;
-    /// assert!(guard.fencing_token().is_some());
+    /// assert_eq!(Held::fencing_token(&guard), Some(guard.fencing_token()));
     /// guard.release().await?;
     /// # Ok(())
     /// # }
