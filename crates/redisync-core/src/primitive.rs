@@ -178,6 +178,11 @@ pub trait Acquire: DistributedPrimitive + Clone + 'static {
     /// [`Error::Redis`] or [`Error::Timeout`] if Redis fails or does not answer within the
     /// command timeout, [`Error::Shutdown`] after the client is shut down, and whatever the
     /// primitive adds (such as [`Error::UpgradeNotSupported`] for a reader asking to write).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves no hold, queue place or subscription behind (see the trait's
+    /// documentation and each primitive's).
     fn acquire_with(
         &self,
         wait: Wait,
@@ -185,17 +190,29 @@ pub trait Acquire: DistributedPrimitive + Clone + 'static {
     ) -> impl Future<Output = Result<Option<Self::Guard>>> + Send;
 
     /// Acquires, waiting as long as it takes, with a watchdog-renewed lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire_with`](Self::acquire_with).
     fn acquire(&self) -> impl Future<Output = Result<Self::Guard>> + Send {
         async move { granted(self.acquire_with(Wait::Forever, Lease::Watchdog).await?) }
     }
 
     /// Acquires only if that is possible at once, with a watchdog-renewed lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire_with`](Self::acquire_with).
     fn try_acquire(&self) -> impl Future<Output = Result<Option<Self::Guard>>> + Send {
         self.acquire_with(Wait::No, Lease::Watchdog)
     }
 
     /// Acquires, waiting at most `wait`, with a watchdog-renewed lease. A zero `wait` does not
     /// wait.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire_with`](Self::acquire_with).
     fn try_acquire_for(
         &self,
         wait: Duration,
