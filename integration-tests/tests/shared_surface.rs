@@ -18,18 +18,42 @@ const WATCHDOG: Duration = Duration::from_secs(1);
 /// A wait long enough for anything that should succeed on a loaded machine.
 const AMPLE: Duration = Duration::from_secs(10);
 
-/// One implementor of `Acquire` under test.
-struct Case<A, B> {
-    /// The handle the generic body acquires through (its client's watchdog is [`WATCHDOG`]).
-    subject: A,
-    /// Another owner of the same primitive (on another client): while it holds,
-    /// `subject` must wait, and the other way round.
-    other: B,
-    /// Guards carry fencing tokens (locks and writers).
+/// What the holds of an implementor carry.
+#[derive(Clone, Copy)]
+struct Holds {
+    /// A fencing token (locks and writers).
     fences: bool,
-    /// Holds have a lease: `Lease::Fixed` is honoured and a stale release is `NotOwner`. A
-    /// classic semaphore's permits have none.
+    /// A lease: `Lease::Fixed` is honoured and a stale release is `NotOwner`. A classic
+    /// semaphore's permits have none.
     leased: bool,
+}
+
+/// Locks and write sides.
+const FENCED: Holds = Holds {
+    fences: true,
+    leased: true,
+};
+/// Read sides, expirable permits and multi-locks.
+const LEASED: Holds = Holds {
+    fences: false,
+    leased: true,
+};
+/// A classic semaphore's permits.
+const UNLEASED: Holds = Holds {
+    fences: false,
+    leased: false,
+};
+
+/// Runs [`shared_surface`] on a server of its own, with the subject and the other owner
+/// `make` builds from their two clients (see [`clients`]).
+async fn check<A: Acquire, B: Acquire>(
+    holds: Holds,
+    make: impl AsyncFnOnce(&Client, &Client) -> (A, B),
+) {
+    let server = RedisServer::start();
+    let (a, b) = clients(&server).await;
+    let (subject, other) = make(&a, &b).await;
+    shared_surface(subject, other, holds, &a).await;
 }
 
 /// Two clients of `server`: the subject's, with a short watchdog, and the other owner's.
@@ -50,14 +74,16 @@ fn is_not_owner(err: &Error) -> bool {
     }
 }
 
-/// What every implementor must do, whatever it is.
-async fn shared_surface<A: Acquire, B: Acquire>(case: Case<A, B>, client: &Client) {
-    let Case {
-        subject,
-        other,
-        fences,
-        leased,
-    } = case;
+/// What every implementor must do, whatever it is. `subject` is the handle acquired through
+/// (on `client`, whose watchdog is [`WATCHDOG`]); `other` another owner of the same primitive
+/// (on another client): while it holds, `subject` must wait, and the other way round.
+async fn shared_surface<A: Acquire, B: Acquire>(
+    subject: A,
+    other: B,
+    holds: Holds,
+    client: &Client,
+) {
+    let Holds { fences, leased } = holds;
     let name = subject.name().to_owned();
 
     // Held: its name is the primitive's, its token is there exactly where the primitive fences.
@@ -240,101 +266,65 @@ async fn with_held<A: Acquire, T>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_lock_is_acquire() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let case = Case {
-        subject: a.lock("shared:lock"),
-        other: b.lock("shared:lock"),
-        fences: true,
-        leased: true,
-    };
-    shared_surface(case, &a).await;
+    check(FENCED, async |a, b| (a.lock("shared"), b.lock("shared"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_is_acquire() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let case = Case {
-        subject: a.fair_lock("shared:fair"),
-        other: b.fair_lock("shared:fair"),
-        fences: true,
-        leased: true,
-    };
-    shared_surface(case, &a).await;
+    check(FENCED, async |a, b| {
+        (a.fair_lock("shared"), b.fair_lock("shared"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_side_is_acquire() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let case = Case {
-        subject: a.read_write_lock("shared:rw").reader(),
-        other: b.read_write_lock("shared:rw").writer(),
-        fences: false,
-        leased: true,
+    let sides = async |a: &Client, b: &Client| {
+        let (mine, theirs) = (a.read_write_lock("shared"), b.read_write_lock("shared"));
+        (mine.reader(), theirs.writer())
     };
-    shared_surface(case, &a).await;
+    check(LEASED, sides).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_side_is_acquire() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let case = Case {
-        subject: a.read_write_lock("shared:rw").writer(),
-        other: b.read_write_lock("shared:rw").reader(),
-        fences: true,
-        leased: true,
+    let sides = async |a: &Client, b: &Client| {
+        let (mine, theirs) = (a.read_write_lock("shared"), b.read_write_lock("shared"));
+        (mine.writer(), theirs.reader())
     };
-    shared_surface(case, &a).await;
+    check(FENCED, sides).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_is_acquire_of_one_permit_without_a_lease() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let subject = a.semaphore("shared:semaphore");
-    assert!(subject.try_set_permits(1).await.unwrap());
-    let case = Case {
-        subject,
-        other: b.semaphore("shared:semaphore"),
-        fences: false,
-        leased: false,
+    let one_permit = async |a: &Client, b: &Client| {
+        let subject = a.semaphore("shared");
+        assert!(subject.try_set_permits(1).await.unwrap());
+        (subject, b.semaphore("shared"))
     };
-    shared_surface(case, &a).await;
+    check(UNLEASED, one_permit).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expirable_semaphore_is_acquire() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let subject = a.expirable_semaphore("shared:expirable");
-    assert!(subject.try_set_permits(1).await.unwrap());
-    let case = Case {
-        subject,
-        other: b.expirable_semaphore("shared:expirable"),
-        fences: false,
-        leased: true,
+    let one_permit = async |a: &Client, b: &Client| {
+        let subject = a.expirable_semaphore("shared");
+        assert!(subject.try_set_permits(1).await.unwrap());
+        (subject, b.expirable_semaphore("shared"))
     };
-    shared_surface(case, &a).await;
+    check(LEASED, one_permit).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_lock_is_acquire_and_a_primitive() {
-    let server = RedisServer::start();
-    let (a, b) = clients(&server).await;
-    let subject = a.multi_lock([a.lock("shared:b"), a.lock("shared:a")]);
-    let other = b.multi_lock([b.lock("shared:a"), b.lock("shared:b")]);
-    assert_eq!(subject.name(), "shared:a+shared:b", "canonical order");
-    assert_eq!(other.name(), subject.name());
-    let case = Case {
-        subject,
-        other,
-        fences: false,
-        leased: true,
+    let in_either_order = async |a: &Client, b: &Client| {
+        let subject = a.multi_lock([a.lock("shared:b"), a.lock("shared:a")]);
+        let other = b.multi_lock([b.lock("shared:a"), b.lock("shared:b")]);
+        assert_eq!(subject.name(), "shared:a+shared:b", "canonical order");
+        assert_eq!(other.name(), subject.name());
+        (subject, other)
     };
-    shared_surface(case, &a).await;
+    check(LEASED, in_either_order).await;
 }
 
 #[tokio::test]
