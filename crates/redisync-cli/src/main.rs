@@ -236,18 +236,20 @@ async fn lock(
     stop: &Stop,
     command: &[String],
 ) -> Result<Exit, Exit> {
-    let lock = client.lock(name);
-    let acquire = async {
-        match (wait, lease) {
-            (None, None) => lock.lock().await.map(Some),
-            (None, Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
-            (Some(wait), None) => lock.try_lock_for(wait).await,
-            (Some(wait), Some(lease)) => lock.try_lock_with_lease(wait, lease).await,
-        }
+    let held = Holding {
+        what: "lock",
+        waiting: format!("lock {name:?}"),
+        timed_out: format!("lock {name:?} not acquired within the wait"),
+        wait,
+        lease,
     };
-    let acquired = waiting(&format!("lock {name:?}"), acquire).await?;
-    let timed_out = format!("lock {name:?} not acquired within the wait");
-    run_under(acquired, timed_out, name, stop, command).await
+    let env = |guard: &LockGuard| {
+        [
+            ("REDISYNC_FENCING_TOKEN", guard.fencing_token().to_string()),
+            ("REDISYNC_LOCK_NAME", name.to_owned()),
+        ]
+    };
+    held.run(&client.lock(name), env, stop, command).await
 }
 
 async fn semaphore(
@@ -261,84 +263,58 @@ async fn semaphore(
 ) -> Result<Exit, Exit> {
     let semaphore = client.expirable_semaphore(name);
     semaphore.try_set_permits(permits).await?;
-    let acquire = async {
-        match (wait, lease) {
-            (None, None) => semaphore.acquire().await.map(Some),
-            (None, Some(lease)) => semaphore.acquire_with_lease(lease).await.map(Some),
-            (Some(wait), None) => semaphore.try_acquire_for(wait).await,
-            (Some(wait), Some(lease)) => semaphore.try_acquire_with_lease(wait, lease).await,
-        }
+    let held = Holding {
+        what: "permit",
+        waiting: format!("a permit of {name:?}"),
+        timed_out: format!("no permit of {name:?} within the wait"),
+        wait,
+        lease,
     };
-    let acquired = waiting(&format!("a permit of {name:?}"), acquire).await?;
-    let timed_out = format!("no permit of {name:?} within the wait");
-    run_under(acquired, timed_out, name, stop, command).await
-}
-
-/// What a command can run under: a lock's guard or a permit.
-trait Held: Sized {
-    /// What it is, for messages.
-    const WHAT: &'static str;
-    /// What the command finds in its environment.
-    fn env(&self, name: &str) -> [(&'static str, String); 2];
-    fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static;
-    async fn release(self) -> redisync::Result<()>;
-}
-
-impl Held for LockGuard {
-    const WHAT: &'static str = "lock";
-
-    fn env(&self, name: &str) -> [(&'static str, String); 2] {
+    let env = |permit: &ExpirablePermit| {
         [
-            ("REDISYNC_FENCING_TOKEN", self.fencing_token().to_string()),
-            ("REDISYNC_LOCK_NAME", name.to_owned()),
-        ]
-    }
-
-    fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        LockGuard::lost(self)
-    }
-
-    async fn release(self) -> redisync::Result<()> {
-        self.unlock().await
-    }
-}
-
-impl Held for ExpirablePermit {
-    const WHAT: &'static str = "permit";
-
-    fn env(&self, name: &str) -> [(&'static str, String); 2] {
-        [
-            ("REDISYNC_PERMIT_ID", self.id().to_owned()),
+            ("REDISYNC_PERMIT_ID", permit.id().to_owned()),
             ("REDISYNC_SEMAPHORE_NAME", name.to_owned()),
         ]
-    }
-
-    fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        ExpirablePermit::lost(self)
-    }
-
-    async fn release(self) -> redisync::Result<()> {
-        ExpirablePermit::release(self).await
-    }
+    };
+    held.run(&semaphore, env, stop, command).await
 }
 
-/// Runs `command` under `acquired`, then releases it; `timed_out` is the message when the
-/// wait ran out instead.
-async fn run_under<H: Held>(
-    acquired: Option<H>,
+/// Running a command under something held: a lock's guard or a permit.
+struct Holding {
+    /// What is held, for messages.
+    what: &'static str,
+    /// What is waited for, for the status line.
+    waiting: String,
+    /// The message when the wait runs out.
     timed_out: String,
-    name: &str,
-    stop: &Stop,
-    command: &[String],
-) -> Result<Exit, Exit> {
-    let Some(held) = acquired else {
-        return Err(Exit::with(exit::TIMED_OUT, timed_out));
-    };
-    let env = held.env(name);
-    let ended =
-        run::run_while_held(command, &env, held.lost(), &stop.signal, stop.kill_after).await;
-    let released = held.release().await;
-    finish(ended, released.err(), H::WHAT)
+    /// `--wait`: at most this long, or for ever.
+    wait: Option<Duration>,
+    /// `--lease`: fixed, or renewed by the watchdog.
+    lease: Option<Duration>,
+}
+
+impl Holding {
+    /// Acquires `primitive`, runs `command` with `env` of the hold added to its environment,
+    /// then releases it.
+    async fn run<A: Acquire>(
+        self,
+        primitive: &A,
+        env: impl FnOnce(&A::Guard) -> [(&'static str, String); 2],
+        stop: &Stop,
+        command: &[String],
+    ) -> Result<Exit, Exit> {
+        let wait = self.wait.map_or(Wait::Forever, Wait::For);
+        let lease = self.lease.map_or(Lease::Watchdog, Lease::Fixed);
+        let acquired = waiting(&self.waiting, primitive.acquire_with(wait, lease)).await?;
+        let Some(held) = acquired else {
+            return Err(Exit::with(exit::TIMED_OUT, self.timed_out));
+        };
+        let env = env(&held);
+        let ended =
+            run::run_while_held(command, &env, held.lost(), &stop.signal, stop.kill_after).await;
+        let released = held.release().await;
+        finish(ended, released.err(), self.what)
+    }
 }
 
 /// The exit of a command run under a hold, given how the hold's release went.

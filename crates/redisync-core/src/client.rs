@@ -1289,7 +1289,7 @@ impl Client {
     /// (see [`crate::watchdog`]); `keys` are the hold's keys (the same number for every hold of
     /// one script) and `args` identify it; `sent_at` is when the acquiring request was sent,
     /// with the watchdog timeout as its lease. Renewal stops when the
-    /// returned [`Lease`](crate::Lease) is dropped. A hold registered while the client shuts
+    /// returned [`HoldLease`](crate::HoldLease) is dropped. A hold registered while the client shuts
     /// down is lost at once: nothing will renew it.
     pub fn watch_lease(
         &self,
@@ -1297,7 +1297,7 @@ impl Client {
         keys: Vec<String>,
         args: Vec<String>,
         sent_at: Instant,
-    ) -> crate::Lease {
+    ) -> crate::HoldLease {
         let shared = self.shared();
         let lease =
             shared

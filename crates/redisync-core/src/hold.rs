@@ -8,11 +8,11 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::Lease;
+use crate::lease::HoldLease;
 use crate::retry::{Confirmed, Retry};
 use crate::script::ScriptCall;
 
-/// One hold on a primitive, as a guard owns it: its [`Lease`] and the idempotent script call
+/// One hold on a primitive, as a guard owns it: its [`HoldLease`] and the idempotent script call
 /// that gives it back.
 ///
 /// Dropping a `Hold` stops renewal at once and releases in the background without blocking.
@@ -23,7 +23,7 @@ pub struct Hold {
     client: Client,
     // Both are taken when the hold is released; `None` afterwards.
     release: Option<ScriptCall>,
-    lease: Option<Lease>,
+    lease: Option<HoldLease>,
     // Counts this hold among its owner's live local holds until it is released.
     local: Option<Arc<AtomicUsize>>,
     // Set for holds without a lease: their release must eventually happen.
@@ -35,7 +35,7 @@ pub struct Hold {
 
 impl Hold {
     /// A hold released by `release`, with `lease` telling whether it is still ours.
-    pub fn new(client: Client, release: ScriptCall, lease: Lease) -> Self {
+    pub fn new(client: Client, release: ScriptCall, lease: HoldLease) -> Self {
         Hold {
             client,
             release: Some(release),
@@ -64,14 +64,14 @@ impl Hold {
     }
 
     /// Gives the hold a fixed lease of `lease`, set by a request sent at `sent_at` (after a
-    /// primitive's script set it in Redis); watchdog renewal stops. See [`Lease::fix`].
+    /// primitive's script set it in Redis); watchdog renewal stops. See [`HoldLease::fix`].
     pub fn fix_lease(&mut self, sent_at: std::time::Instant, lease: std::time::Duration) {
         if let Some(current) = &mut self.lease {
             current.fix(sent_at, lease);
         }
     }
 
-    /// See [`Lease::pending_fix`]; `None` for a hold without a lease.
+    /// See [`HoldLease::pending_fix`]; `None` for a hold without a lease.
     pub fn pending_fix(
         &self,
         sent_at: std::time::Instant,
@@ -117,7 +117,7 @@ impl Hold {
         }
     }
 
-    /// Whether the client knows the hold is gone (see [`Lease`]); never for an unleased hold
+    /// Whether the client knows the hold is gone (see [`HoldLease`]); never for an unleased hold
     /// that was not released.
     pub fn is_lost(&self) -> bool {
         match &self.lease {
@@ -129,7 +129,7 @@ impl Hold {
     /// Completes once the hold is known to be gone (never, for an unleased hold). The future
     /// does not borrow the hold.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.lease.as_ref().map(Lease::lost);
+        let lost = self.lease.as_ref().map(HoldLease::lost);
         async move {
             match lost {
                 Some(lost) => lost.await,

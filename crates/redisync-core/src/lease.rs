@@ -1,4 +1,4 @@
-//! What a guard knows about its lease: whether it is still ours.
+//! [`HoldLease`]: what a guard knows about its lease, whether it is still ours.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -140,20 +140,20 @@ impl LeaseState {
 
 /// The lease behind one guard or permit.
 ///
-/// A watchdog lease is renewed until the `Lease` is dropped. It is lost when a renewal finds
+/// A watchdog lease is renewed until the `HoldLease` is dropped. It is lost when a renewal finds
 /// the hold gone or not ours, when no renewal was confirmed before the lease would have ended
 /// (even while a renewal is still waiting for Redis), or when the client shuts down. A fixed
 /// lease is lost once its time has passed.
 #[derive(Debug)]
-pub struct Lease {
+pub struct HoldLease {
     state: Arc<LeaseState>,
     // Dropping this stops renewal at once.
     _renewal: Option<Renewal>,
 }
 
-impl Lease {
+impl HoldLease {
     pub(crate) fn renewed(renewal: Renewal, state: Arc<LeaseState>) -> Self {
-        Lease {
+        HoldLease {
             state,
             _renewal: Some(renewal),
         }
@@ -161,7 +161,7 @@ impl Lease {
 
     /// A fixed lease of `lease`, set by a request sent at `sent_at`, never renewed.
     pub fn fixed(sent_at: Instant, lease: Duration) -> Self {
-        Lease {
+        HoldLease {
             state: LeaseState::new(deadline(sent_at, lease)),
             _renewal: None,
         }
@@ -207,7 +207,7 @@ impl Lease {
     }
 }
 
-/// A request to fix a lease, on the wire: see [`Lease::pending_fix`].
+/// A request to fix a lease, on the wire: see [`HoldLease::pending_fix`].
 #[derive(Debug)]
 #[must_use = "dropping it at once caps the lease"]
 pub struct PendingFix {

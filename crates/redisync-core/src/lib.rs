@@ -2,12 +2,13 @@
 //! the script runner, the pub/sub hub, the watchdog and the local waiter queues.
 //!
 //! Users normally depend on the `redisync` facade crate. This crate is for primitive crates:
-//! it knows nothing about any primitive. A primitive brings its Lua scripts and guard types and
-//! uses:
+//! it knows nothing about any primitive. Every primitive implements the shared surface:
+//! [`DistributedPrimitive`], [`Acquire`] (one `acquire_with(`[`Wait`]`, `[`Lease`]`)` that
+//! every other acquire method is a shorthand for) and, for its guards and permits, [`Held`]. A primitive brings its Lua scripts and guard types and uses:
 //!
 //! * [`Client::eval`] / [`Client::eval_idempotent`] to run one [`ScriptCall`] per operation;
 //! * [`Client::acquire`] to wait for a busy primitive ([`wait`] explains how);
-//! * [`Client::watch_lease`] and [`Lease`] for watchdog renewal and lost-lease notification;
+//! * [`Client::watch_lease`] and [`HoldLease`] for watchdog renewal and lost-lease notification;
 //! * [`Hold`], the part of a guard that releases on drop (in the background) or on demand;
 //! * [`Abandonable`] to make an acquire attempt undo itself when its caller goes away;
 //! * [`Client::key_space`] for cluster-safe key names ([`keys`]).
@@ -55,8 +56,8 @@ pub use client::{
 pub use error::{Error, Result};
 pub use hold::Hold;
 pub use keys::KeySpace;
-pub use lease::{Lease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
-pub use primitive::DistributedPrimitive;
+pub use lease::{HoldLease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
+pub use primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use retry::{Confirmed, Retry};
 #[doc(hidden)]
 pub use script::check_script_contract;

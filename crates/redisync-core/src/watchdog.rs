@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::{eval, Shared};
-use crate::lease::{Lease, LeaseState};
+use crate::lease::{HoldLease, LeaseState};
 use crate::script::{LuaScript, ScriptCall};
 use crate::stats::Counters;
 
@@ -135,7 +135,7 @@ impl Watchdog {
         args: Vec<String>,
         sent_at: Instant,
         lease: Duration,
-    ) -> Lease {
+    ) -> HoldLease {
         let id = HoldId {
             script: script.name(),
             keys,
@@ -151,7 +151,7 @@ impl Watchdog {
                 state: state.clone(),
             },
         );
-        Lease::renewed(
+        HoldLease::renewed(
             Renewal {
                 watchdog: self.clone(),
                 serial,

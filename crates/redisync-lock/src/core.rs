@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    Attempt, Client, Error, Hold, LateOutcome, Lease, Result, ScriptCall, WaitSpec, RECHECK,
+    Attempt, Client, Error, Hold, HoldLease, LateOutcome, Result, ScriptCall, WaitSpec, RECHECK,
 };
 use tracing::Instrument;
 
@@ -182,16 +182,6 @@ impl LockCore {
         decode_status(&reply)
     }
 
-    /// Acquires, waiting as long as it takes (the public `lock` and `lock_with_lease`).
-    pub(crate) async fn acquire_waiting(
-        self: &Arc<Self>,
-        lease: Option<Duration>,
-    ) -> Result<LockGuard> {
-        self.acquire(lease, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the lock"))
-    }
-
     pub(crate) async fn is_locked(&self) -> Result<bool> {
         Ok(self.status().await?.0.is_some())
     }
@@ -265,7 +255,7 @@ impl LockCore {
     ) -> Result<LockGuard> {
         let keys = self.keys()?;
         let lease = match lease {
-            Some(lease) => Lease::fixed(sent_at, lease),
+            Some(lease) => HoldLease::fixed(sent_at, lease),
             None => self.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone()],

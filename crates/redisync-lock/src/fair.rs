@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::{async_trait, Client, DistributedPrimitive, Result};
+use redisync_core::{
+    async_trait, granted, Acquire, Client, DistributedPrimitive, Lease, Result, Wait,
+};
 
 // Named in the documentation only.
 #[cfg(doc)]
@@ -155,7 +157,7 @@ impl FairLock {
     /// Dropping the future gives up the place in the queue at once (in the background) and
     /// never leaves a hold behind, as for [`ReentrantLock::lock`](crate::ReentrantLock::lock).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.core.acquire_waiting(None).await
+        Acquire::acquire(self).await
     }
 
     /// Acquires the lock in turn with a fixed `lease` (no watchdog), waiting as long as it
@@ -165,7 +167,10 @@ impl FairLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.core.acquire_waiting(Some(lease)).await
+        granted(
+            self.acquire_with(Wait::Forever, Lease::Fixed(lease))
+                .await?,
+        )
     }
 
     /// Acquires the lock only if it is free and nobody waits for it (or this owner holds it);
@@ -175,7 +180,7 @@ impl FairLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.core.acquire(None, Some(Duration::ZERO)).await
+        self.try_acquire().await
     }
 
     /// Acquires the lock in turn, waiting at most `wait`; on timeout the place in the queue is
@@ -185,7 +190,7 @@ impl FairLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.core.acquire(None, Some(wait)).await
+        self.try_acquire_for(wait).await
     }
 
     /// Acquires the lock in turn with a fixed `lease`, waiting at most `wait`.
@@ -198,7 +203,8 @@ impl FairLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<LockGuard>> {
-        self.core.acquire(Some(lease), Some(wait)).await
+        self.acquire_with(Wait::For(wait), Lease::Fixed(lease))
+            .await
     }
 
     /// Whether anyone holds the lock.
@@ -243,5 +249,21 @@ impl DistributedPrimitive for FairLock {
     /// counter is kept on purpose.
     async fn delete(&self) -> Result<bool> {
         self.force_unlock().await
+    }
+}
+
+impl Acquire for FairLock {
+    type Guard = LockGuard;
+
+    /// Acquires the lock in turn, waiting as `wait` says (a wait that runs out gives up the
+    /// place in the queue before it returns `None`), with a watchdog-renewed or fixed `lease`.
+    /// The one acquire of the fair lock: [`lock`](FairLock::lock) and the others are
+    /// shorthands for it. Errors as for [`ReentrantLock::lock`](crate::ReentrantLock::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](FairLock::lock).
+    async fn acquire_with(&self, wait: Wait, lease: Lease) -> Result<Option<LockGuard>> {
+        self.core.acquire(lease.duration(), wait.limit()).await
     }
 }

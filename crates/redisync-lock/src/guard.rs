@@ -182,3 +182,8 @@ impl LockGuard {
         }
     }
 }
+
+redisync_core::impl_held!(LockGuard {
+    fencing_token: |guard| Some(guard.fencing_token()),
+    release: unlock,
+});

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::{async_trait, Client, DistributedPrimitive, Result};
+use redisync_core::{
+    async_trait, granted, Acquire, Client, DistributedPrimitive, Lease, Result, Wait,
+};
 
 // Named in the documentation only.
 #[cfg(doc)]
@@ -144,7 +146,7 @@ impl ReentrantLock {
     /// in the background and, if it took the lock, gives that hold back (if its outcome cannot
     /// be learned, the give-back also forbids Redis from granting it later).
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.core.acquire_waiting(None).await
+        Acquire::acquire(self).await
     }
 
     /// Acquires the lock with a fixed lease: no watchdog, the hold expires `lease` after it
@@ -173,7 +175,10 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.core.acquire_waiting(Some(lease)).await
+        granted(
+            self.acquire_with(Wait::Forever, Lease::Fixed(lease))
+                .await?,
+        )
     }
 
     /// Acquires the lock only if it is free (or already ours); never waits.
@@ -200,7 +205,7 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.core.acquire(None, Some(Duration::ZERO)).await
+        self.try_acquire().await
     }
 
     /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it is still busy then. A zero
@@ -227,7 +232,7 @@ impl ReentrantLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.core.acquire(None, Some(wait)).await
+        self.try_acquire_for(wait).await
     }
 
     /// Acquires the lock with a fixed `lease`, waiting at most `wait`.
@@ -259,7 +264,8 @@ impl ReentrantLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<LockGuard>> {
-        self.core.acquire(Some(lease), Some(wait)).await
+        self.acquire_with(Wait::For(wait), Lease::Fixed(lease))
+            .await
     }
 
     /// Whether anyone holds the lock.
@@ -432,5 +438,49 @@ impl DistributedPrimitive for ReentrantLock {
     /// counter is kept on purpose).
     async fn delete(&self) -> Result<bool> {
         self.force_unlock().await
+    }
+}
+
+impl Acquire for ReentrantLock {
+    type Guard = LockGuard;
+
+    /// Acquires the lock, waiting as `wait` says; with [`Lease::Watchdog`] the watchdog renews
+    /// the lease while the guard lives, with [`Lease::Fixed`] the hold expires by itself. The
+    /// one acquire of the lock: [`lock`](ReentrantLock::lock),
+    /// [`try_lock_for`](ReentrantLock::try_lock_for) and the others are shorthands for it.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](ReentrantLock::lock); a fixed lease under
+    /// [`MIN_LEASE`](redisync_core::MIN_LEASE) or a lease or wait too large for Redis is
+    /// [`Error::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use redisync_core::{Acquire, Held, Lease, Wait};
+    /// use redisync_lock::ReentrantLock;
+    /// use std::time::Duration;
+    ///
+    /// let lock = ReentrantLock::new(&client, "invoices");
+    /// let guard = lock
+    ///     .acquire_with(Wait::For(Duration::from_secs(1)), Lease::Fixed(Duration::from_secs(30)))
+    ///     .await?
+    ///     .expect("free");
+    /// assert_eq!(Held::fencing_token(&guard), Some(guard.fencing_token()));
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`lock`](ReentrantLock::lock).
+    async fn acquire_with(&self, wait: Wait, lease: Lease) -> Result<Option<LockGuard>> {
+        self.core.acquire(lease.duration(), wait.limit()).await
     }
 }

@@ -1,15 +1,18 @@
 //! [`MultiLock`]: several locks taken as one.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::{join_all, select_all};
-use redisync_core::duration::{lease_millis, wait_deadline};
-use redisync_core::{DistributedPrimitive, Error, Result};
+use redisync_core::duration::lease_millis;
+use redisync_core::{
+    async_trait, granted, Acquire, DistributedPrimitive, Error, Lease, Result, Wait,
+};
 use redisync_lock::{LockGuard, ReentrantLock};
 use tracing::Instrument;
 
-use crate::release::{give_back, release_all};
+use crate::release::{delete_all, give_back, release_all};
 
 /// All of a set of locks, or none.
 ///
@@ -39,6 +42,10 @@ use crate::release::{give_back, release_all};
 ///   the first handle.
 ///
 /// An empty multi-lock is [`Error::InvalidArgument`] on every acquire.
+///
+/// A `MultiLock` is a primitive like the others ([`DistributedPrimitive`], [`Acquire`]): its
+/// [`name`](DistributedPrimitive::name) is its locks' names in canonical order joined with
+/// `+`, and [`delete`](DistributedPrimitive::delete) deletes every lock.
 ///
 /// # Round trips
 ///
@@ -77,6 +84,8 @@ use crate::release::{give_back, release_all};
 pub struct MultiLock {
     /// Distinct locks in canonical order.
     locks: Vec<ReentrantLock>,
+    /// Their names in that order, joined with `+`; shared with the guards.
+    name: Arc<str>,
     /// Runs of consecutive `locks` on one client and, on a cluster, one slot: each is tried in
     /// one script.
     groups: Vec<std::ops::Range<usize>>,
@@ -122,7 +131,12 @@ impl MultiLock {
             }
         }
         let locks: Vec<ReentrantLock> = keyed.into_iter().map(|(_, lock)| lock).collect();
-        MultiLock { locks, groups }
+        let names: Vec<&str> = locks.iter().map(|lock| lock.name()).collect();
+        MultiLock {
+            name: names.join("+").into(),
+            locks,
+            groups,
+        }
     }
 
     /// The distinct locks, in the order they are acquired.
@@ -142,9 +156,7 @@ impl MultiLock {
     /// Dropping the future releases every lock taken so far (in the background), and a lock
     /// request on the wire gives back whatever it gets.
     pub async fn lock(&self) -> Result<MultiLockGuard> {
-        self.acquire(None, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the locks"))
+        self.acquire().await
     }
 
     /// Acquires every lock, waiting as long as it takes; once all are held, each gets the
@@ -154,9 +166,10 @@ impl MultiLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
-        self.acquire(Some(lease), None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without the locks"))
+        granted(
+            self.acquire_with(Wait::Forever, Lease::Fixed(lease))
+                .await?,
+        )
     }
 
     /// Acquires every lock if all are free now (or held by their handles' owners), without
@@ -166,7 +179,7 @@ impl MultiLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.acquire(None, Some(Duration::ZERO)).await
+        self.try_acquire().await
     }
 
     /// Acquires every lock, waiting at most `wait` in all; `None` (and nothing held) if the
@@ -176,7 +189,7 @@ impl MultiLock {
     ///
     /// As for [`lock`](Self::lock).
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
-        self.acquire(None, Some(wait)).await
+        self.try_acquire_for(wait).await
     }
 
     /// Acquires every lock, waiting at most `wait`; once all are held, each gets the fixed
@@ -190,44 +203,20 @@ impl MultiLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<MultiLockGuard>> {
-        self.acquire(Some(lease), Some(wait)).await
+        self.acquire_with(Wait::For(wait), Lease::Fixed(lease))
+            .await
     }
 
-    async fn acquire(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> Result<Option<MultiLockGuard>> {
+    /// Checks that there is a lock, and every lock's name, before anything is taken: a bad one
+    /// must not leave others taken and given back meanwhile.
+    fn check(&self) -> Result<()> {
         if self.locks.is_empty() {
             return Err(Error::invalid("a multi-lock needs at least one lock"));
         }
-        // Every name is checked before any lock is taken: a bad one must not leave others
-        // taken and given back meanwhile.
         for lock in &self.locks {
             lock.client().key_space(lock.name())?;
         }
-        if let Some(lease) = lease {
-            lease_millis(lease)?;
-        }
-        let deadline = wait.map(wait_deadline).transpose()?;
-        let span = tracing::debug_span!("redisync.multi_lock", locks = self.locks.len());
-        // Dropping this future drops `held`, which releases every guard in the background.
-        let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
-        let outcome = self
-            .take_all(&mut held, lease, deadline)
-            .instrument(span)
-            .await;
-        match outcome {
-            Ok(true) => Ok(Some(MultiLockGuard { guards: held })),
-            Ok(false) => {
-                give_back(held).await;
-                Ok(None)
-            }
-            Err(err) => {
-                give_back(held).await;
-                Err(err)
-            }
-        }
+        Ok(())
     }
 
     /// Takes every lock into `held`; `false` if the deadline passed first.
@@ -276,17 +265,94 @@ impl MultiLock {
     }
 }
 
+#[async_trait]
+impl DistributedPrimitive for MultiLock {
+    /// Its locks' names in canonical order, joined with `+` (empty for no locks).
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes every lock ([`ReentrantLock`]'s `delete`: force-unlocks it, keeping its fencing
+    /// counter), all of them even when some fail. Whether any of them was held.
+    ///
+    /// # Errors
+    ///
+    /// As for [`MultiLockGuard::unlock`]: the one failure, or [`Error::Several`].
+    async fn delete(&self) -> Result<bool> {
+        self.check()?;
+        delete_all(&self.locks).await
+    }
+}
+
+impl Acquire for MultiLock {
+    type Guard = MultiLockGuard;
+
+    /// Acquires every lock, or none, waiting at most `wait` in all. With [`Lease::Fixed`],
+    /// once all are held each gets that lease (no watchdog); with [`Lease::Watchdog`] the
+    /// watchdog renews them all. The one acquire of the multi-lock: [`lock`](MultiLock::lock)
+    /// and the others are shorthands for it.
+    ///
+    /// # Errors
+    ///
+    /// As for [`ReentrantLock::lock`]; when one lock fails, those already taken are released
+    /// before the error is returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`MultiLock::lock`].
+    async fn acquire_with(&self, wait: Wait, lease: Lease) -> Result<Option<MultiLockGuard>> {
+        self.check()?;
+        let fixed = lease.duration();
+        if let Some(lease) = fixed {
+            lease_millis(lease)?;
+        }
+        let deadline = wait.deadline()?;
+        let span = tracing::debug_span!("redisync.multi_lock", locks = self.locks.len());
+        // Dropping this future drops `held`, which releases every guard in the background.
+        let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
+        let outcome = self
+            .take_all(&mut held, fixed, deadline)
+            .instrument(span)
+            .await;
+        match outcome {
+            Ok(true) => Ok(Some(MultiLockGuard {
+                name: self.name.clone(),
+                guards: held,
+            })),
+            Ok(false) => {
+                give_back(held).await;
+                Ok(None)
+            }
+            Err(err) => {
+                give_back(held).await;
+                Err(err)
+            }
+        }
+    }
+}
+
 /// Every lock of a [`MultiLock`], held.
 ///
 /// Dropping it releases every lock in the background; [`unlock`](Self::unlock) does so and
 /// reports failures. `'static` and `Send`.
+///
+/// As a [`Held`](redisync_core::Held), its fencing token is `None`: each lock's token fences
+/// only the resource that lock protects, and no one number fences them all. Pass each of
+/// [`fencing_tokens`](Self::fencing_tokens) to its own resource.
 #[must_use = "dropping the guard releases every lock at once"]
 #[derive(Debug)]
 pub struct MultiLockGuard {
+    /// The multi-lock's name (see [`DistributedPrimitive::name`]).
+    name: Arc<str>,
     guards: Vec<LockGuard>,
 }
 
 impl MultiLockGuard {
+    /// The multi-lock's name: its locks' names in canonical order, joined with `+`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Each lock's name with the fencing token of its hold, in canonical order. Pass each
     /// token to the resource its lock protects.
     pub fn fencing_tokens(&self) -> Vec<(String, u64)> {
@@ -340,3 +406,10 @@ impl MultiLockGuard {
         release_all(self.guards, |guard| guard.name().to_owned()).await
     }
 }
+
+// A multi-lock has no one fencing token: each lock's token fences only what that lock
+// protects, so `Held::fencing_token` is `None` (documented on the guard).
+redisync_core::impl_held!(MultiLockGuard {
+    fencing_token: |_guard| None,
+    release: unlock,
+});

@@ -4,15 +4,16 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redisync_core::duration::{lease_millis, wait_deadline};
-use redisync_core::{Error, Result};
+use redisync_core::{async_trait, DistributedPrimitive, Error, Result};
 use redisync_lock::{LockGuard, ReentrantLock};
 
-use crate::release::{give_back, release_all};
+use crate::release::{delete_all, give_back, release_all};
 
 /// The longest pause between two rounds of a waiting Redlock acquire; each pause is random
 /// up to this, so that contenders do not keep splitting the servers between them.
@@ -61,6 +62,15 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// servers are not comparable. For correctness, use one [`ReentrantLock`] on one Redis (with
 /// replicas) and its fencing token instead.
 ///
+/// # Shared surface
+///
+/// A `Redlock` is a [`DistributedPrimitive`] (its name is its locks' name, and `delete` deletes
+/// the lock on every server) and its guard is [`Held`](redisync_core::Held), but it is not
+/// [`Acquire`](redisync_core::Acquire): its leases are fixed by design (its safety argument is
+/// the validity computed from a known lease), so the watchdog lease that `Acquire`'s
+/// `acquire`, `try_acquire` and `try_acquire_for` ask for is one it cannot give. Code generic
+/// over `Acquire` would only ever get errors from it.
+///
 /// # Examples
 ///
 /// ```
@@ -89,6 +99,8 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone)]
 pub struct Redlock {
     locks: Vec<ReentrantLock>,
+    /// The locks' distinct names, joined with `+` (usually one name); shared with the guards.
+    name: Arc<str>,
     /// How many different servers the locks name.
     servers: usize,
     /// The first server named by more than one lock, if any.
@@ -110,7 +122,14 @@ impl Redlock {
             }
         }
         let servers = seen.len();
+        let mut names: Vec<&str> = Vec::new();
+        for lock in &locks {
+            if !names.contains(&lock.name()) {
+                names.push(lock.name());
+            }
+        }
         Redlock {
+            name: names.join("+").into(),
             locks,
             servers,
             duplicate,
@@ -211,6 +230,7 @@ impl Redlock {
             (granted.len() >= self.quorum(), in_time, valid_until)
         {
             return Ok(Some(RedlockGuard {
+                name: self.name.clone(),
                 guards: granted,
                 quorum: self.quorum(),
                 valid_until,
@@ -224,6 +244,29 @@ impl Redlock {
             });
         }
         Ok(None)
+    }
+}
+
+#[async_trait]
+impl DistributedPrimitive for Redlock {
+    /// Its locks' name; if they have different names, the distinct names in the order given,
+    /// joined with `+`.
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the lock on every server (force-unlocks it, keeping each server's fencing
+    /// counter), all of them even when some fail. Whether any server had it held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty Redlock; otherwise the one failure, or
+    /// [`Error::Several`].
+    async fn delete(&self) -> Result<bool> {
+        if self.locks.is_empty() {
+            return Err(Error::invalid("a redlock needs at least one server"));
+        }
+        delete_all(&self.locks).await
     }
 }
 
@@ -248,15 +291,26 @@ fn without_database(server: &str) -> &str {
 /// It is valid until [`validity`](Self::validity) runs out; do nothing that needs the lock
 /// after that. Dropping it gives back every grant in the background; [`unlock`](Self::unlock)
 /// does so and reports failures.
+///
+/// As a [`Held`](redisync_core::Held), its fencing token is `None`: the servers' tokens are
+/// not comparable (see [`Redlock`]).
 #[must_use = "dropping the guard releases the lock at once"]
 #[derive(Debug)]
 pub struct RedlockGuard {
+    /// The Redlock's name (see [`DistributedPrimitive::name`]).
+    name: Arc<str>,
     guards: Vec<LockGuard>,
     quorum: usize,
     valid_until: Instant,
 }
 
 impl RedlockGuard {
+    /// The Redlock's name: its locks' name (their distinct names joined with `+`, if they
+    /// differ).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// How long the lock remains valid: the lease less the time the winning round took and
     /// the drift allowance. Zero once it has run out.
     pub fn validity(&self) -> Duration {
@@ -320,3 +374,9 @@ impl RedlockGuard {
         release_all(self.guards, |guard| guard.client().server().to_owned()).await
     }
 }
+
+// Redlock cannot fence: see `Redlock` on why the servers' tokens are not comparable.
+redisync_core::impl_held!(RedlockGuard {
+    fencing_token: |_guard| None,
+    release: unlock,
+});

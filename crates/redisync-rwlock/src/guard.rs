@@ -205,3 +205,13 @@ impl WriteGuard {
             .and_then(decode_release)
     }
 }
+
+redisync_core::impl_held!(ReadGuard {
+    fencing_token: |_guard| None,
+    release: unlock,
+});
+
+redisync_core::impl_held!(WriteGuard {
+    fencing_token: |guard| Some(guard.fencing_token()),
+    release: unlock,
+});

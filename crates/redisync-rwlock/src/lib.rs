@@ -1,5 +1,6 @@
 //! The distributed read-write lock of [redisync](https://docs.rs/redisync):
-//! [`ReadWriteLock`], [`ReadGuard`] and [`WriteGuard`].
+//! [`ReadWriteLock`], [`ReadGuard`] and [`WriteGuard`], and the lock's two sides as primitives
+//! of their own, [`ReadLock`] and [`WriteLock`] (`rw.reader()`, `rw.writer()`).
 //!
 //! Use it for read-mostly data shared by many processes, such as a cache that many tasks
 //! read and one refresher rewrites: readers proceed together, a writer gets the data to
@@ -12,9 +13,11 @@ mod guard;
 mod rwlock;
 mod scripts;
 mod shared;
+mod sides;
 
 pub use guard::{ReadGuard, WriteGuard};
 pub use rwlock::ReadWriteLock;
+pub use sides::{ReadLock, WriteLock};
 
 #[cfg(test)]
 mod tests {
@@ -26,5 +29,7 @@ mod tests {
         check::<ReadWriteLock>();
         check::<ReadGuard>();
         check::<WriteGuard>();
+        check::<ReadLock>();
+        check::<WriteLock>();
     }
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, Lease, Result, ScriptCall,
-    WaitSpec,
+    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
+    Lease, Result, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -365,9 +365,7 @@ impl ReadWriteLock {
     /// back when it completes, or forbidden from granting), no registration as a waiter, no
     /// place among the client's readers waiting for a shared hold, and no subscription.
     pub async fn read(&self) -> Result<ReadGuard> {
-        self.acquire_read(None, None)
-            .await?
-            .ok_or_else(unbounded_wait_ended)
+        self.reader().acquire().await
     }
 
     /// Takes the write hold, waiting as long as it takes; renewed by the watchdog.
@@ -396,9 +394,7 @@ impl ReadWriteLock {
     /// Dropping the future leaves nothing behind: no hold, no queue place, no subscription, no
     /// registration as a waiter, and no waiting-writer mark (readers stop giving way at once).
     pub async fn write(&self) -> Result<WriteGuard> {
-        self.acquire_write(None, None)
-            .await?
-            .ok_or_else(unbounded_wait_ended)
+        self.writer().acquire().await
     }
 
     /// Takes a read hold only if that needs no waiting.
@@ -407,7 +403,7 @@ impl ReadWriteLock {
     ///
     /// As for [`read`](Self::read).
     pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
-        self.acquire_read(None, Some(Duration::ZERO)).await
+        self.reader().try_acquire().await
     }
 
     /// Takes the write hold only if that needs no waiting. A failed try does not mark the
@@ -417,7 +413,7 @@ impl ReadWriteLock {
     ///
     /// As for [`write`](Self::write).
     pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
-        self.acquire_write(None, Some(Duration::ZERO)).await
+        self.writer().try_acquire().await
     }
 
     /// Takes a read hold, waiting at most `wait`.
@@ -426,7 +422,7 @@ impl ReadWriteLock {
     ///
     /// As for [`read`](Self::read).
     pub async fn try_read_for(&self, wait: Duration) -> Result<Option<ReadGuard>> {
-        self.acquire_read(None, Some(wait)).await
+        self.reader().try_acquire_for(wait).await
     }
 
     /// Takes the write hold, waiting at most `wait`; on giving up, the waiting-writer mark is
@@ -436,7 +432,7 @@ impl ReadWriteLock {
     ///
     /// As for [`write`](Self::write).
     pub async fn try_write_for(&self, wait: Duration) -> Result<Option<WriteGuard>> {
-        self.acquire_write(None, Some(wait)).await
+        self.writer().try_acquire_for(wait).await
     }
 
     /// Takes a read hold with a fixed lease (no watchdog), waiting as long as it takes.
@@ -445,9 +441,11 @@ impl ReadWriteLock {
     ///
     /// As for [`read`](Self::read).
     pub async fn read_with_lease(&self, lease: Duration) -> Result<ReadGuard> {
-        self.acquire_read(Some(lease), None)
-            .await?
-            .ok_or_else(unbounded_wait_ended)
+        granted(
+            self.reader()
+                .acquire_with(Wait::Forever, Lease::Fixed(lease))
+                .await?,
+        )
     }
 
     /// Takes the write hold with a fixed lease (no watchdog), waiting as long as it takes.
@@ -456,9 +454,11 @@ impl ReadWriteLock {
     ///
     /// As for [`write`](Self::write).
     pub async fn write_with_lease(&self, lease: Duration) -> Result<WriteGuard> {
-        self.acquire_write(Some(lease), None)
-            .await?
-            .ok_or_else(unbounded_wait_ended)
+        granted(
+            self.writer()
+                .acquire_with(Wait::Forever, Lease::Fixed(lease))
+                .await?,
+        )
     }
 
     /// Takes a read hold with a fixed lease, waiting at most `wait`.
@@ -471,7 +471,8 @@ impl ReadWriteLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<ReadGuard>> {
-        self.acquire_read(Some(lease), Some(wait)).await
+        let (wait, lease) = (Wait::For(wait), Lease::Fixed(lease));
+        self.reader().acquire_with(wait, lease).await
     }
 
     /// Takes the write hold with a fixed lease, waiting at most `wait`.
@@ -484,7 +485,8 @@ impl ReadWriteLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<WriteGuard>> {
-        self.acquire_write(Some(lease), Some(wait)).await
+        let (wait, lease) = (Wait::For(wait), Lease::Fixed(lease));
+        self.writer().acquire_with(wait, lease).await
     }
 
     /// Whether anyone holds the lock, in either mode. Holds whose lease ended do not count.
@@ -577,7 +579,9 @@ impl ReadWriteLock {
         }
     }
 
-    async fn acquire_read(
+    /// The one read acquire (see [`ReadLock`](crate::ReadLock)): with a fixed `lease` or the
+    /// watchdog's, waiting at most `wait` (for ever when `None`).
+    pub(crate) async fn acquire_read(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
@@ -678,7 +682,9 @@ impl ReadWriteLock {
         }
     }
 
-    async fn acquire_write(
+    /// The one write acquire (see [`WriteLock`](crate::WriteLock)): with a fixed `lease` or
+    /// the watchdog's, waiting at most `wait` (for ever when `None`).
+    pub(crate) async fn acquire_write(
         &self,
         lease: Option<Duration>,
         wait: Option<Duration>,
@@ -739,7 +745,7 @@ impl ReadWriteLock {
         // The grant removed the mark and the registration in the same script.
         mark.disarm();
         let lease = match request.lease {
-            Some(lease) => Lease::fixed(granted.sent_at, lease),
+            Some(lease) => HoldLease::fixed(granted.sent_at, lease),
             None => core.client.watch_lease(
                 &scripts::RENEW,
                 vec![keys.hash.clone(), keys.readers.clone()],
@@ -895,10 +901,6 @@ async fn join(coalescer: &Arc<Coalescer>, core: &Arc<RwCore>) -> Option<Share> {
             }
         }
     }
-}
-
-fn unbounded_wait_ended() -> Error {
-    Error::invalid("an unbounded wait ended without the lock")
 }
 
 /// An acquire call's "I am waiting" traces in Redis: its registration as a waiter (so that

@@ -4,16 +4,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
+use redisync_core::duration::{lease_millis, redis_millis};
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome, Lease, Result,
-    Retry, ScriptCall, WaitSpec,
+    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
+    LateOutcome, Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
-use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
+use crate::waiters::{self, LocalWaiters, Turn, Waited};
 
 /// The Redis names of one expirable semaphore.
 #[derive(Debug)]
@@ -272,9 +272,7 @@ impl ExpirableSemaphore {
     /// its permit when it completes, or is forbidden from taking one if Redis has not run it
     /// yet; the queue place and subscription are released at once.
     pub async fn acquire(&self) -> Result<ExpirablePermit> {
-        self.take(None, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without a permit"))
+        Acquire::acquire(self).await
     }
 
     /// Takes a permit with a fixed lease, waiting as long as it takes; it returns to the pool
@@ -284,9 +282,10 @@ impl ExpirableSemaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn acquire_with_lease(&self, lease: Duration) -> Result<ExpirablePermit> {
-        self.take(Some(lease), None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without a permit"))
+        granted(
+            self.acquire_with(Wait::Forever, Lease::Fixed(lease))
+                .await?,
+        )
     }
 
     /// Takes a permit (renewed by the watchdog) if one is free now.
@@ -295,7 +294,7 @@ impl ExpirableSemaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn try_acquire(&self) -> Result<Option<ExpirablePermit>> {
-        self.take(None, Some(Duration::ZERO)).await
+        Acquire::try_acquire(self).await
     }
 
     /// Takes a permit (renewed by the watchdog), waiting at most `wait`.
@@ -304,7 +303,7 @@ impl ExpirableSemaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<ExpirablePermit>> {
-        self.take(None, Some(wait)).await
+        Acquire::try_acquire_for(self, wait).await
     }
 
     /// Takes a permit with a fixed lease, waiting at most `wait`.
@@ -317,7 +316,8 @@ impl ExpirableSemaphore {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<ExpirablePermit>> {
-        self.take(Some(lease), Some(wait)).await
+        self.acquire_with(Wait::For(wait), Lease::Fixed(lease))
+            .await
     }
 
     /// Returns the permit with this id to the pool. Returns `false` if the id is unknown, was
@@ -336,56 +336,6 @@ impl ExpirableSemaphore {
             .eval_idempotent_confirmed::<i64>(call)
             .await?;
         Ok(confirmed.reply == 1 || confirmed.repeated)
-    }
-
-    async fn take(
-        &self,
-        lease: Option<Duration>,
-        wait: Option<Duration>,
-    ) -> Result<Option<ExpirablePermit>> {
-        let core = &self.core;
-        let keys = core.keys()?;
-        let lease_for = lease.unwrap_or_else(|| core.client.watchdog_timeout());
-        lease_millis(lease_for)?;
-        let deadline = wait.map(wait_deadline).transpose()?;
-        // The client's own channel: a release wakes one client, not every client's head.
-        let spec = WaitSpec {
-            queue: &keys.queue,
-            channel: &keys.channel,
-            deadline,
-            may_reenter: false,
-            shared: false,
-        };
-        let mut waiter = (wait != Some(Duration::ZERO)).then(|| Waiter::new(core, &keys.queue));
-        let granted = core
-            .client
-            .acquire(spec, || {
-                let turn = waiter
-                    .as_mut()
-                    .map_or_else(Turn::first_try, Waiter::next_turn);
-                self.attempt(lease_for, turn)
-            })
-            .instrument(tracing::debug_span!("redisync.expirable_semaphore", name = %core.name))
-            .await?;
-        drop(waiter);
-        let Some((id, sent_at)) = granted else {
-            return Ok(None);
-        };
-        let lease = match lease {
-            Some(lease) => Lease::fixed(sent_at, lease),
-            None => core.client.watch_lease(
-                &scripts::X_RENEW,
-                vec![keys.deadlines.clone()],
-                vec![id.clone()],
-                sent_at,
-            ),
-        };
-        let release = core.release_call(&id)?;
-        Ok(Some(ExpirablePermit {
-            name: core.name.clone(),
-            hold: Hold::new(core.client.clone(), release, lease),
-            id,
-        }))
     }
 
     /// One acquire request, doing `turn` with the client's place among the waiters; the
@@ -449,6 +399,58 @@ impl DistributedPrimitive for ExpirableSemaphore {
             .key(keys.permits.as_str())
             .key(keys.deadlines.as_str());
         Ok(self.core.client.eval::<i64>(call).await? == 1)
+    }
+}
+
+impl Acquire for ExpirableSemaphore {
+    type Guard = ExpirablePermit;
+
+    /// Takes a permit, waiting as `wait` says; with [`Lease::Watchdog`] the watchdog renews
+    /// its lease while the permit lives, with [`Lease::Fixed`] it returns to the pool by itself
+    /// when the lease ends. The one acquire of the semaphore:
+    /// [`acquire`](ExpirableSemaphore::acquire),
+    /// [`try_acquire_with_lease`](ExpirableSemaphore::try_acquire_with_lease) and the others
+    /// are shorthands for it.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`ExpirableSemaphore::acquire`].
+    async fn acquire_with(&self, wait: Wait, lease: Lease) -> Result<Option<ExpirablePermit>> {
+        let core = &self.core;
+        let keys = core.keys()?;
+        let fixed = lease.duration();
+        let lease_for = fixed.unwrap_or_else(|| core.client.watchdog_timeout());
+        lease_millis(lease_for)?;
+        let deadline = wait.deadline()?;
+        // The client's own channel: a release wakes one client, not every client's head.
+        let spec = WaitSpec {
+            queue: &keys.queue,
+            channel: &keys.channel,
+            deadline,
+            may_reenter: false,
+            shared: false,
+        };
+        let granted = waiters::acquire(core, spec, wait, |turn| self.attempt(lease_for, turn))
+            .instrument(tracing::debug_span!("redisync.expirable_semaphore", name = %core.name))
+            .await?;
+        let Some((id, sent_at)) = granted else {
+            return Ok(None);
+        };
+        let lease = match fixed {
+            Some(lease) => HoldLease::fixed(sent_at, lease),
+            None => core.client.watch_lease(
+                &scripts::X_RENEW,
+                vec![keys.deadlines.clone()],
+                vec![id.clone()],
+                sent_at,
+            ),
+        };
+        let release = core.release_call(&id)?;
+        Ok(Some(ExpirablePermit {
+            name: core.name.clone(),
+            hold: Hold::new(core.client.clone(), release, lease),
+            id,
+        }))
     }
 }
 
@@ -521,3 +523,8 @@ impl ExpirablePermit {
         }
     }
 }
+
+redisync_core::impl_held!(ExpirablePermit {
+    fencing_token: |_permit| None,
+    release: release,
+});

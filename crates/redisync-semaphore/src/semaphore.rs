@@ -3,15 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::duration::{redis_millis, wait_deadline};
+use redisync_core::duration::redis_millis;
 use redisync_core::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome, Result, Retry,
-    ScriptCall, WaitSpec,
+    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome,
+    Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, permit_count};
-use crate::waiters::{self, LocalWaiters, Turn, Waited, Waiter};
+use crate::waiters::{self, LocalWaiters, Turn, Waited};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
@@ -280,7 +280,7 @@ impl Semaphore {
     /// run it yet (that give-back is retried until Redis confirms it, as a release is); the
     /// queue place and subscription are released at once.
     pub async fn acquire(&self) -> Result<SemaphorePermit> {
-        self.acquire_many(1).await
+        Acquire::acquire(self).await
     }
 
     /// Takes `n` permits at once, waiting as long as it takes; they may be returned in several
@@ -290,9 +290,10 @@ impl Semaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn acquire_many(&self, n: u64) -> Result<SemaphorePermit> {
-        self.take(n, None)
-            .await?
-            .ok_or_else(|| Error::invalid("an unbounded wait ended without permits"))
+        granted(
+            self.acquire_many_with(n, Wait::Forever, Lease::Watchdog)
+                .await?,
+        )
     }
 
     /// Takes one permit if one is available now.
@@ -301,7 +302,7 @@ impl Semaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
-        self.take(1, Some(Duration::ZERO)).await
+        Acquire::try_acquire(self).await
     }
 
     /// Takes `n` permits if they are available now.
@@ -310,7 +311,7 @@ impl Semaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn try_acquire_many(&self, n: u64) -> Result<Option<SemaphorePermit>> {
-        self.take(n, Some(Duration::ZERO)).await
+        self.acquire_many_with(n, Wait::No, Lease::Watchdog).await
     }
 
     /// Takes one permit, waiting at most `wait`.
@@ -319,7 +320,7 @@ impl Semaphore {
     ///
     /// As for [`acquire`](Self::acquire).
     pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<SemaphorePermit>> {
-        self.take(1, Some(wait)).await
+        Acquire::try_acquire_for(self, wait).await
     }
 
     /// Takes `n` permits at once, waiting at most `wait`.
@@ -332,14 +333,29 @@ impl Semaphore {
         n: u64,
         wait: Duration,
     ) -> Result<Option<SemaphorePermit>> {
-        self.take(n, Some(wait)).await
+        self.acquire_many_with(n, Wait::For(wait), Lease::Watchdog)
+            .await
     }
 
-    async fn take(&self, n: u64, wait: Option<Duration>) -> Result<Option<SemaphorePermit>> {
+    /// The one acquire of the semaphore (one permit: [`Acquire::acquire_with`]): `n` permits,
+    /// waiting as `wait` says. Permits have no lease: [`Lease::Watchdog`] means none, and a
+    /// fixed lease is [`Error::InvalidArgument`].
+    async fn acquire_many_with(
+        &self,
+        n: u64,
+        wait: Wait,
+        lease: Lease,
+    ) -> Result<Option<SemaphorePermit>> {
         let count = permit_count(n, "an acquire")?;
+        if let Lease::Fixed(lease) = lease {
+            return Err(Error::invalid(format!(
+                "a semaphore's permits have no lease, found a fixed lease of {lease:?} \
+                 (an expirable semaphore's permits have one)"
+            )));
+        }
         let core = &self.core;
         let keys = core.keys()?;
-        let deadline = wait.map(wait_deadline).transpose()?;
+        let deadline = wait.deadline()?;
         // One local queue per size: a waiter for many permits must not hold back waiters for
         // fewer while enough for them are free.
         let queue = format!("{}:{n}", keys.queue);
@@ -351,18 +367,9 @@ impl Semaphore {
             may_reenter: false,
             shared: false,
         };
-        let mut waiter = (wait != Some(Duration::ZERO)).then(|| Waiter::new(core, &queue));
-        let granted = core
-            .client
-            .acquire(spec, || {
-                let turn = waiter
-                    .as_mut()
-                    .map_or_else(Turn::first_try, Waiter::next_turn);
-                self.attempt(count, turn)
-            })
+        let granted = waiters::acquire(core, spec, wait, |turn| self.attempt(count, turn))
             .instrument(tracing::debug_span!("redisync.semaphore", name = %core.name, permits = n))
             .await?;
-        drop(waiter);
         let Some(attempt) = granted else {
             return Ok(None);
         };
@@ -470,6 +477,19 @@ impl SemaphorePermit {
         &self.name
     }
 
+    /// Always `false`: permits have no lease, so nothing takes them away from their holder
+    /// (they go back only by a release, or with a `delete` of the semaphore, which the permit
+    /// does not hear of). For [`Held`](redisync_core::Held) code that watches for losses.
+    pub fn is_lost(&self) -> bool {
+        false
+    }
+
+    /// Never completes: permits have no lease to lose (see [`is_lost`](Self::is_lost)). For
+    /// [`Held`](redisync_core::Held) code that stops its work when a hold is lost.
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        std::future::pending()
+    }
+
     /// Gives the permits back.
     ///
     /// # Release guarantee
@@ -503,3 +523,25 @@ impl SemaphorePermit {
         self.client.spawn_idempotent(self.forget);
     }
 }
+
+impl Acquire for Semaphore {
+    type Guard = SemaphorePermit;
+
+    /// Takes one permit, waiting as `wait` says: the one acquire of the semaphore, which
+    /// [`acquire`](Semaphore::acquire), [`try_acquire_many_for`](Semaphore::try_acquire_many_for)
+    /// and the others are shorthands for. Permits have no lease, so [`Lease::Watchdog`] means
+    /// "no lease" and [`Lease::Fixed`] is [`Error::InvalidArgument`] (use an
+    /// [`ExpirableSemaphore`](crate::ExpirableSemaphore) for leased permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Semaphore::acquire`].
+    async fn acquire_with(&self, wait: Wait, lease: Lease) -> Result<Option<SemaphorePermit>> {
+        self.acquire_many_with(1, wait, lease).await
+    }
+}
+
+redisync_core::impl_held!(SemaphorePermit {
+    fencing_token: |_permit| None,
+    release: release,
+});

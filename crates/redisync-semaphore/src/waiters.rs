@@ -29,9 +29,11 @@
 //! registered.
 
 use redisync_core::duration::redis_millis;
-use redisync_core::{Client, Result, ScriptCall};
+use redisync_core::{Attempt, Client, Result, ScriptCall, Wait, WaitSpec};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::semaphore::RECHECK;
 
@@ -163,6 +165,31 @@ impl<C: Waited> Drop for Waiter<C> {
             spawn_withdraw(&*self.core);
         }
     }
+}
+
+/// Acquires from `core`'s semaphore as `spec` says, sending `attempt` with each [`Turn`]: a
+/// call that may wait counts among the client's waiting tasks until it ends (see [`Waiter`]);
+/// one that may not ([`Wait::No`]) makes one first try and never registers.
+pub(crate) async fn acquire<C, T, Fut>(
+    core: &Arc<C>,
+    spec: WaitSpec<'_>,
+    wait: Wait,
+    mut attempt: impl FnMut(Turn) -> Fut,
+) -> Result<Option<T>>
+where
+    C: Waited,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let mut waiter = (wait.limit() != Some(Duration::ZERO)).then(|| Waiter::new(core, spec.queue));
+    core.client()
+        .acquire(spec, || {
+            attempt(
+                waiter
+                    .as_mut()
+                    .map_or_else(Turn::first_try, Waiter::next_turn),
+            )
+        })
+        .await
 }
 
 /// Sends `core`'s withdrawal in the background, once: if it fails, the client's entry is

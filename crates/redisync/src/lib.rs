@@ -25,6 +25,48 @@
 //! # }
 //! ```
 //!
+//! ## One surface for every primitive
+//!
+//! Every primitive is a [`DistributedPrimitive`] (a name, and `delete`); everything that can be
+//! held is [`Acquire`]: one [`acquire_with`](Acquire::acquire_with)`(`[`Wait`]`, `[`Lease`]`)`
+//! that all its other acquire methods (`lock`, `try_read_for`, ...) are shorthands for; and
+//! every guard and permit is [`Held`]. So one helper serves them all:
+//!
+//! ```
+//! use redisync::prelude::*;
+//! use std::time::Duration;
+//!
+//! /// Holds `primitive` while `work` runs, if it can be had within a second.
+//! async fn with_held<A: Acquire, T>(
+//!     primitive: &A,
+//!     work: impl AsyncFnOnce(Option<u64>) -> T,
+//! ) -> Result<Option<T>> {
+//!     let wait = Wait::For(Duration::from_secs(1));
+//!     let Some(held) = primitive.acquire_with(wait, Lease::Watchdog).await? else {
+//!         return Ok(None); // busy
+//!     };
+//!     let output = work(held.fencing_token()).await;
+//!     held.release().await?; // Err(NotOwner) if the hold was lost meanwhile
+//!     Ok(Some(output))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> redisync::Result<()> {
+//! # let server = redisync_test_harness::RedisServer::start();
+//! # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+//! let client = Client::connect(url).await?;
+//! let token = with_held(&client.lock("orders:42"), async |token| token).await?;
+//! assert!(matches!(token, Some(Some(_)))); // locks fence
+//! let cache = client.read_write_lock("cache");
+//! let token = with_held(&cache.reader(), async |token| token).await?;
+//! assert_eq!(token, Some(None)); // readers do not
+//! let encoders = client.semaphore("encoders");
+//! encoders.try_set_permits(2).await?;
+//! assert!(with_held(&encoders, async |_| ()).await?.is_some());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Feature flags
 //!
 //! One flag per primitive; a primitive whose flag is off is not compiled. `full` (the
@@ -33,7 +75,7 @@
 //! | flag | brings |
 //! |---|---|
 //! | `lock` | [`ReentrantLock`], [`FairLock`], [`LockGuard`] |
-//! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`] |
+//! | `rwlock` | [`ReadWriteLock`], [`ReadGuard`], [`WriteGuard`], [`ReadLock`], [`WriteLock`] |
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
 //! | `latch` | [`CountDownLatch`] |
 //! | `multilock` | [`MultiLock`], [`MultiLockGuard`], [`Redlock`], [`RedlockGuard`] |
@@ -58,7 +100,8 @@
 pub struct ReadmeDoctests;
 
 pub use redisync_core::{
-    Client, ClientBuilder, DistributedPrimitive, Error, LocalState, Result, Stats,
+    Acquire, Client, ClientBuilder, DistributedPrimitive, Error, Held, Lease, LocalState, Result,
+    Stats, Wait,
 };
 
 /// The lower layer: keys, scripts, waiting and leases, for writing new primitives.
@@ -71,7 +114,7 @@ pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
 #[cfg(feature = "multilock")]
 pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
 #[cfg(feature = "rwlock")]
-pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
+pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
 #[cfg(feature = "semaphore")]
 pub use redisync_semaphore::{ExpirablePermit, ExpirableSemaphore, Semaphore, SemaphorePermit};
 
@@ -151,7 +194,10 @@ impl ClientExt for Client {
 /// Everything most programs need: `use redisync::prelude::*;`.
 pub mod prelude {
     pub use crate::ClientExt;
-    pub use redisync_core::{Client, ClientBuilder, DistributedPrimitive, Error, Result, Stats};
+    pub use redisync_core::{
+        Acquire, Client, ClientBuilder, DistributedPrimitive, Error, Held, Lease, Result, Stats,
+        Wait,
+    };
 
     #[cfg(feature = "latch")]
     pub use redisync_latch::CountDownLatch;
@@ -160,7 +206,7 @@ pub mod prelude {
     #[cfg(feature = "multilock")]
     pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
     #[cfg(feature = "rwlock")]
-    pub use redisync_rwlock::{ReadGuard, ReadWriteLock, WriteGuard};
+    pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
     #[cfg(feature = "semaphore")]
     pub use redisync_semaphore::{ExpirablePermit, ExpirableSemaphore, Semaphore, SemaphorePermit};
 }
