@@ -95,14 +95,16 @@ impl RwCore {
         waiter: &str,
     ) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        Ok(ScriptCall::new(&scripts::RELEASE)
-            .key(keys.hash.as_str())
-            .key(keys.readers.as_str())
-            .key(keys.attempt_record(attempt))
-            .arg(attempt)
-            .arg(keys.channel.as_str())
-            .arg(redis_millis(remember))
-            .arg(waiter))
+        Ok(scripts::Release {
+            hash: &keys.hash,
+            readers: &keys.readers,
+            attempt_record: &keys.attempt_record(attempt),
+            attempt,
+            channel: &keys.channel,
+            record_ms: redis_millis(remember),
+            waiter,
+        }
+        .call())
     }
 
     fn retry_window(&self) -> Duration {
@@ -508,9 +510,11 @@ impl ReadWriteLock {
     /// ```
     pub async fn is_locked(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::STATUS)
-            .key(keys.hash.as_str())
-            .key(keys.readers.as_str());
+        let call = scripts::Status {
+            hash: &keys.hash,
+            readers: &keys.readers,
+        }
+        .call();
         let reply: Vec<i64> = self.core.client.eval(call).await?;
         match reply.as_slice() {
             [writer, readers] => Ok(*writer > 0 || *readers > 0),
@@ -544,11 +548,13 @@ impl ReadWriteLock {
     /// not have been freed. Calling it again is harmless.
     pub async fn force_unlock(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::FORCE_UNLOCK)
-            .key(keys.hash.as_str())
-            .key(keys.readers.as_str())
-            .arg(keys.channel.as_str())
-            .arg(keys.drain.as_str());
+        let call = scripts::ForceUnlock {
+            hash: &keys.hash,
+            readers: &keys.readers,
+            channel: &keys.channel,
+            drain_channel: &keys.drain,
+        }
+        .call();
         let freed: i64 = self.core.client.eval(call).await?;
         Ok(freed == 1)
     }
@@ -746,12 +752,15 @@ impl ReadWriteLock {
         mark.disarm();
         let lease = match request.lease {
             Some(lease) => HoldLease::fixed(granted.sent_at, lease),
-            None => core.client.watch_lease(
-                &scripts::RENEW,
-                vec![keys.hash.clone(), keys.readers.clone()],
-                vec![granted.attempt.clone()],
-                granted.sent_at,
-            ),
+            None => {
+                let hold = scripts::RenewedHold {
+                    hash: &keys.hash,
+                    readers: &keys.readers,
+                    attempt: &granted.attempt,
+                };
+                core.client
+                    .watch_lease(&scripts::RENEW, hold.keys(), hold.args(), granted.sent_at)
+            }
         };
         // The acquire's reply came: a release of this hold needs no record.
         let release = core.release_call(&granted.attempt, Duration::ZERO, "")?;
@@ -776,7 +785,6 @@ impl ReadWriteLock {
         let sent_generation = drain.and_then(DrainWatch::confirmed_generation);
         let attempt = core.client.unique_id();
         let will_wait = request.deadline.is_none_or(|d| sent_at < d);
-        let flag = |on: bool| if on { "1" } else { "0" };
         // A call that is going to wait registers (and a writer marks): then its mark must be
         // withdrawn if it ends without the lock.
         if will_wait {
@@ -785,17 +793,19 @@ impl ReadWriteLock {
         let waiter = if will_wait { mark.waiter.as_str() } else { "" };
         let request_call = core.keys().and_then(|keys| {
             let call = match side {
-                Side::Read => ScriptCall::new(&scripts::ACQUIRE_READ)
-                    .key(keys.hash.as_str())
-                    .key(keys.readers.as_str())
-                    .key(keys.writers.as_str())
-                    .key(keys.attempt_record(&attempt))
-                    .arg(&*request.owner)
-                    .arg(redis_millis(lease))
-                    .arg(attempt.as_str())
-                    .arg(flag(request.prefer_writers))
-                    .arg(waiter)
-                    .arg(flag(request.shared)),
+                Side::Read => scripts::AcquireRead {
+                    hash: &keys.hash,
+                    readers: &keys.readers,
+                    waiting_writers: &keys.writers,
+                    attempt_record: &keys.attempt_record(&attempt),
+                    owner: &request.owner,
+                    lease_ms: redis_millis(lease),
+                    attempt: &attempt,
+                    prefer_writers: request.prefer_writers,
+                    waiter,
+                    shared: request.shared,
+                }
+                .call(),
                 Side::Write => {
                     // Mark only a writer that is going to wait; a failed try stays unnoticed.
                     let mark_ms = if will_wait {
@@ -803,19 +813,21 @@ impl ReadWriteLock {
                     } else {
                         0
                     };
-                    ScriptCall::new(&scripts::ACQUIRE_WRITE)
-                        .key(keys.hash.as_str())
-                        .key(keys.readers.as_str())
-                        .key(keys.writers.as_str())
-                        .key(keys.fence.as_str())
-                        .key(keys.attempt_record(&attempt))
-                        .key(keys.waiter_record(&mark.waiter))
-                        .arg(&*request.owner)
-                        .arg(redis_millis(lease))
-                        .arg(attempt.as_str())
-                        .arg(mark.waiter.as_str())
-                        .arg(mark_ms)
-                        .arg(keys.drain.as_str())
+                    scripts::AcquireWrite {
+                        hash: &keys.hash,
+                        readers: &keys.readers,
+                        waiting_writers: &keys.writers,
+                        fence: &keys.fence,
+                        attempt_record: &keys.attempt_record(&attempt),
+                        waiter_record: &keys.waiter_record(&mark.waiter),
+                        owner: &request.owner,
+                        lease_ms: redis_millis(lease),
+                        attempt: &attempt,
+                        waiter: &mark.waiter,
+                        mark_ms,
+                        drain_channel: &keys.drain,
+                    }
+                    .call()
                 }
             };
             // Should Redis run the acquire after its give-back, the record refuses it: kept
@@ -932,13 +944,13 @@ impl WaiterMark {
 
     /// The call that removes the mark and the registration.
     fn call(&self, keys: &RwKeys) -> ScriptCall {
-        ScriptCall::new(&scripts::WITHDRAW)
-            .key(keys.writers.as_str())
-            .key(keys.waiter_record(&self.waiter))
-            .key(keys.hash.as_str())
-            .arg(self.waiter.as_str())
-            .arg(keys.channel.as_str())
-            .arg(match self.side {
+        scripts::Withdraw {
+            waiting_writers: &keys.writers,
+            waiter_record: &keys.waiter_record(&self.waiter),
+            hash: &keys.hash,
+            waiter: &self.waiter,
+            channel: &keys.channel,
+            record_ms: match self.side {
                 // Outlives any late attempt of this waiter, so none can mark again.
                 Side::Write => redis_millis(
                     WRITER_MARK_LIFETIME.saturating_add(self.core.client.abandoned_request_grace()),
@@ -946,7 +958,9 @@ impl WaiterMark {
                 // A reader needs no record: a late attempt of it, should it register, is
                 // given back with its registration (see `attempt`).
                 Side::Read => 0,
-            })
+            },
+        }
+        .call()
     }
 
     fn withdraw_call(&self) -> Option<ScriptCall> {
@@ -991,12 +1005,14 @@ impl DistributedPrimitive for ReadWriteLock {
     /// counter is kept, so write tokens never repeat.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::DELETE)
-            .key(keys.hash.as_str())
-            .key(keys.readers.as_str())
-            .key(keys.writers.as_str())
-            .arg(keys.channel.as_str())
-            .arg(keys.drain.as_str());
+        let call = scripts::Delete {
+            hash: &keys.hash,
+            readers: &keys.readers,
+            waiting_writers: &keys.writers,
+            channel: &keys.channel,
+            drain_channel: &keys.drain,
+        }
+        .call();
         let deleted: i64 = self.core.client.eval(call).await?;
         Ok(deleted == 1)
     }

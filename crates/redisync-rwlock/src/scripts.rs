@@ -1,49 +1,143 @@
-//! The read-write lock's scripts and the decoding of their replies, side by side.
+//! The read-write lock's scripts, each with its typed call ([`redisync_core::lua_script!`]),
+//! and the decoding of their replies, side by side.
 //!
 //! Scripts that work on holds are prefixed with `rwlock_prelude.lua`, which holds the layout
 //! logic (pruning expired holds, the keys' expiry, waiter registrations) once for all of them.
 
 use std::time::Duration;
 
-use redisync_core::{Confirmed, Error, LuaScript, Result};
+use redisync_core::{Confirmed, Error, Result, ScriptCall};
 
-macro_rules! with_prelude {
-    ($file:literal) => {
-        concat!(
-            include_str!("../lua/rwlock_prelude.lua"),
-            include_str!(concat!("../lua/", $file))
-        )
-    };
+redisync_core::lua_script! {
+    /// Takes a read hold, re-enters one, or downgrades from the write hold
+    /// (`lua/rwlock_acquire_read.lua`).
+    pub(crate) struct AcquireRead = new "rwlock_acquire_read" for "rwlock"
+        after ["rwlock_prelude"] {
+        keys { hash, readers, waiting_writers, attempt_record }
+        args {
+            owner: &'a str,
+            lease_ms: u64,
+            attempt: &'a str,
+            prefer_writers: bool,
+            waiter: &'a str,
+            shared: bool,
+        }
+    }
 }
 
-pub(crate) static ACQUIRE_READ: LuaScript = LuaScript::new(
-    "rwlock_acquire_read",
-    with_prelude!("rwlock_acquire_read.lua"),
-);
-pub(crate) static ACQUIRE_WRITE: LuaScript = LuaScript::new(
-    "rwlock_acquire_write",
-    with_prelude!("rwlock_acquire_write.lua"),
-);
-pub(crate) static RELEASE: LuaScript =
-    LuaScript::new("rwlock_release", with_prelude!("rwlock_release.lua"));
-pub(crate) static RENEW: LuaScript =
-    LuaScript::new("rwlock_renew", with_prelude!("rwlock_renew.lua"));
-pub(crate) static STATUS: LuaScript =
-    LuaScript::read_only("rwlock_status", with_prelude!("rwlock_status.lua"));
-pub(crate) static WITHDRAW: LuaScript = LuaScript::new(
-    "rwlock_withdraw",
-    include_str!("../lua/rwlock_withdraw.lua"),
-);
-pub(crate) static FORCE_UNLOCK: LuaScript = LuaScript::new(
-    "rwlock_force_unlock",
-    with_prelude!("rwlock_force_unlock.lua"),
-);
-pub(crate) static DELETE: LuaScript =
-    LuaScript::new("rwlock_delete", with_prelude!("rwlock_delete.lua"));
-pub(crate) static CHECK_SHARED: LuaScript = LuaScript::read_only(
-    "rwlock_check_shared",
-    with_prelude!("rwlock_check_shared.lua"),
-);
+redisync_core::lua_script! {
+    /// Takes the write hold or re-enters it (`lua/rwlock_acquire_write.lua`).
+    pub(crate) struct AcquireWrite = new "rwlock_acquire_write" for "rwlock"
+        after ["rwlock_prelude"] {
+        keys { hash, readers, waiting_writers, fence, attempt_record, waiter_record }
+        args {
+            owner: &'a str,
+            lease_ms: u64,
+            attempt: &'a str,
+            waiter: &'a str,
+            mark_ms: u64,
+            drain_channel: &'a str,
+        }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Gives back the hold one acquire attempt got, if it got one
+    /// (`lua/rwlock_release.lua`).
+    pub(crate) struct Release = new "rwlock_release" for "rwlock" after ["rwlock_prelude"] {
+        keys { hash, readers, attempt_record }
+        args { attempt: &'a str, channel: &'a str, record_ms: u64, waiter: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// How the lock is held; reads only, so it never waits for replicas
+    /// (`lua/rwlock_status.lua`).
+    pub(crate) struct Status = read_only "rwlock_status" for "rwlock" after ["rwlock_prelude"] {
+        keys { hash, readers }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// An acquire call stops waiting: its writer's mark and its registration go
+    /// (`lua/rwlock_withdraw.lua`).
+    pub(crate) struct Withdraw = new "rwlock_withdraw" for "rwlock" {
+        keys { waiting_writers, waiter_record, hash }
+        args { waiter: &'a str, channel: &'a str, record_ms: u64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Frees the lock whatever holds it (`lua/rwlock_force_unlock.lua`).
+    pub(crate) struct ForceUnlock = new "rwlock_force_unlock" for "rwlock"
+        after ["rwlock_prelude"] {
+        keys { hash, readers }
+        args { channel: &'a str, drain_channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Removes the lock's holds and waiting-writer marks (`lua/rwlock_delete.lua`).
+    pub(crate) struct Delete = new "rwlock_delete" for "rwlock" after ["rwlock_prelude"] {
+        keys { hash, readers, waiting_writers }
+        args { channel: &'a str, drain_channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Renews many watchdog-held read and write holds at once, in the watchdog's batch
+    /// convention (`lua/rwlock_renew.lua`); each hold's part is a [`RenewedHold`].
+    pub(crate) static RENEW = new "rwlock_renew" for "rwlock" after ["rwlock_prelude"];
+}
+
+/// One hold's part of a [`RENEW`] batch, as the watchdog registers it
+/// ([`Client::watch_lease`](redisync_core::Client::watch_lease)).
+#[derive(Debug)]
+pub(crate) struct RenewedHold<'a> {
+    /// The lock hash (`KEYS[2i-1]`).
+    pub(crate) hash: &'a str,
+    /// The readers (`KEYS[2i]`).
+    pub(crate) readers: &'a str,
+    /// The id of the attempt that got the hold (`ARGV[3 + i]`).
+    pub(crate) attempt: &'a str,
+}
+
+impl RenewedHold<'_> {
+    /// The hold's keys, in the script's order.
+    pub(crate) fn keys(&self) -> Vec<String> {
+        vec![self.hash.to_owned(), self.readers.to_owned()]
+    }
+
+    /// The hold's arguments, in the script's order.
+    pub(crate) fn args(&self) -> Vec<String> {
+        vec![self.attempt.to_owned()]
+    }
+}
+
+redisync_core::lua_script! {
+    /// Whether a writer waits and which of a client's shared read holds are live; reads only
+    /// (`lua/rwlock_check_shared.lua`). One argument per hold: built by [`check_shared`].
+    pub(crate) static CHECK_SHARED = read_only "rwlock_check_shared" for "rwlock"
+        after ["rwlock_prelude"];
+}
+
+/// The [`CHECK_SHARED`] request for the shared read holds of `attempts` (one `ARGV[i]` each,
+/// in the order [`SharedCheck::decode`] answers for them), given the lock's `readers` and
+/// `waiting_writers`.
+pub(crate) fn check_shared<'h>(
+    readers: &str,
+    waiting_writers: &str,
+    attempts: impl IntoIterator<Item = &'h str>,
+) -> ScriptCall {
+    let mut call = ScriptCall::new(&CHECK_SHARED)
+        .key(readers)
+        .key(waiting_writers);
+    for attempt in attempts {
+        call = call.arg(attempt);
+    }
+    call
+}
 
 /// Reply of `rwlock_acquire_read` / `rwlock_acquire_write`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +215,24 @@ impl SharedCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_hold_calls_list_each_holds_keys_and_arguments_in_the_scripts_order() {
+        let hold = RenewedHold {
+            hash: "hash",
+            readers: "readers",
+            attempt: "attempt",
+        };
+        assert_eq!(hold.keys(), ["hash", "readers"]);
+        assert_eq!(hold.args(), ["attempt"]);
+        let script = include_str!("../lua/rwlock_renew.lua");
+        assert!(script.contains("keys per hold (2)"));
+        assert!(script.contains("arguments per hold (1)"));
+        let check = check_shared("readers", "writers", ["a1", "a2"]);
+        assert_eq!(check.first_key(), "readers");
+        assert_eq!(check.script().name(), "rwlock_check_shared");
+        assert!(check.script().is_read_only());
+    }
 
     #[test]
     fn replies_decode() {

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use redisync_core::pubsub::{ChannelState, Subscription};
-use redisync_core::{Client, Error, Flag, Hold, Result, ScriptCall};
+use redisync_core::{Client, Error, Flag, Hold, Result};
 use tokio::sync::{watch, Notify};
 
 use crate::scripts::{self, SharedCheck};
@@ -615,12 +615,11 @@ async fn check(
     keys: &CheckKeys,
     holds: &[Arc<SharedHold>],
 ) -> Result<SharedCheck> {
-    let mut call = ScriptCall::new(&scripts::CHECK_SHARED)
-        .key(keys.readers.as_str())
-        .key(keys.writers.as_str());
-    for hold in holds {
-        call = call.arg(hold.attempt.as_str());
-    }
+    let call = scripts::check_shared(
+        &keys.readers,
+        &keys.writers,
+        holds.iter().map(|hold| hold.attempt.as_str()),
+    );
     let reply: Vec<i64> = client.eval(call).await?;
     SharedCheck::decode(&reply, holds.len())
 }

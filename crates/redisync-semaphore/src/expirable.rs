@@ -52,11 +52,13 @@ impl XCore {
     /// permit that is gone.
     fn release_call(&self, id: &str) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        Ok(ScriptCall::new(&scripts::X_RELEASE)
-            .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str())
-            .key(keys.waiters.as_str())
-            .arg(id))
+        Ok(scripts::XRelease {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+            waiters: &keys.waiters,
+            id,
+        }
+        .call())
     }
 
     /// Undoes an acquire attempt for permit `id` whose caller went away, given how it ended:
@@ -92,14 +94,16 @@ impl XCore {
                     .client
                     .abandoned_request_grace()
                     .saturating_add(self.client.command_timeout());
-                let give_back = ScriptCall::new(&scripts::X_GIVE_BACK)
-                    .key(keys.permits.as_str())
-                    .key(keys.deadlines.as_str())
-                    .key(keys.record(id))
-                    .key(keys.waiters.as_str())
-                    .arg(id)
-                    .arg(redis_millis(keep))
-                    .arg(if withdraws { keys.channel.as_str() } else { "" });
+                let give_back = scripts::XGiveBack {
+                    permits: &keys.permits,
+                    deadlines: &keys.deadlines,
+                    attempt_record: &keys.record(id),
+                    waiters: &keys.waiters,
+                    id,
+                    record_ms: redis_millis(keep),
+                    withdraw_channel: if withdraws { &keys.channel } else { "" },
+                }
+                .call();
                 self.client.spawn_release(give_back, retry);
             }
         }
@@ -121,11 +125,13 @@ impl Waited for XCore {
 
     fn withdraw_call(&self) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        Ok(ScriptCall::new(&scripts::X_WITHDRAW)
-            .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str())
-            .key(keys.waiters.as_str())
-            .arg(keys.channel.as_str()))
+        Ok(scripts::XWithdraw {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+            waiters: &keys.waiters,
+            channel: &keys.channel,
+        }
+        .call())
     }
 }
 
@@ -231,11 +237,13 @@ impl ExpirableSemaphore {
     pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
         let n = initial_count(n, "a semaphore")?;
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::X_TRY_SET)
-            .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str())
-            .key(keys.waiters.as_str())
-            .arg(n);
+        let call = scripts::XTrySetPermits {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+            waiters: &keys.waiters,
+            initial: n,
+        }
+        .call();
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 
@@ -244,11 +252,13 @@ impl ExpirableSemaphore {
     pub async fn add_permits(&self, n: i64) -> Result<()> {
         let n = permit_change(n)?;
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::X_ADD)
-            .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str())
-            .key(keys.waiters.as_str())
-            .arg(n);
+        let call = scripts::XAddPermits {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+            waiters: &keys.waiters,
+            added: n,
+        }
+        .call();
         self.core.client.eval::<i64>(call).await?;
         Ok(())
     }
@@ -257,9 +267,11 @@ impl ExpirableSemaphore {
     /// semaphore that does not exist).
     pub async fn available_permits(&self) -> Result<i64> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::X_AVAILABLE)
-            .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str());
+        let call = scripts::XAvailablePermits {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+        }
+        .call();
         self.core.client.eval(call).await
     }
 
@@ -350,16 +362,18 @@ impl ExpirableSemaphore {
         let sent_at = Instant::now();
         let id = core.client.unique_id();
         let request = core.keys().map(|keys| {
-            let call = ScriptCall::new(&scripts::X_ACQUIRE)
-                .key(keys.permits.as_str())
-                .key(keys.deadlines.as_str())
-                .key(keys.record(&id))
-                .key(keys.waiters.as_str())
-                .arg(id.as_str())
-                .arg(redis_millis(lease))
-                .arg(turn.channel.as_str())
-                .arg(turn.requeue_arg())
-                .arg(waiters::registry_ttl(&core.client));
+            let call = scripts::XAcquire {
+                permits: &keys.permits,
+                deadlines: &keys.deadlines,
+                attempt_record: &keys.record(&id),
+                waiters: &keys.waiters,
+                id: &id,
+                lease_ms: redis_millis(lease),
+                channel: &turn.channel,
+                requeue: turn.requeue,
+                registry_ms: waiters::registry_ttl(&core.client),
+            }
+            .call();
             let (undo_core, undo_id, registers) = (core.clone(), id.clone(), turn.registers());
             let retry = core.client.retry_for_lease(sent_at, Some(lease));
             core.client
@@ -395,9 +409,11 @@ impl DistributedPrimitive for ExpirableSemaphore {
     /// and the permits' guards find theirs gone.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::X_DELETE)
-            .key(keys.permits.as_str())
-            .key(keys.deadlines.as_str());
+        let call = scripts::XDelete {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+        }
+        .call();
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }
@@ -438,12 +454,14 @@ impl Acquire for ExpirableSemaphore {
         };
         let lease = match fixed {
             Some(lease) => HoldLease::fixed(sent_at, lease),
-            None => core.client.watch_lease(
-                &scripts::X_RENEW,
-                vec![keys.deadlines.clone()],
-                vec![id.clone()],
-                sent_at,
-            ),
+            None => {
+                let permit = scripts::XRenewedPermit {
+                    deadlines: &keys.deadlines,
+                    id: &id,
+                };
+                core.client
+                    .watch_lease(&scripts::X_RENEW, permit.keys(), permit.args(), sent_at)
+            }
         };
         let release = core.release_call(&id)?;
         Ok(Some(ExpirablePermit {

@@ -1,83 +1,213 @@
-//! The semaphores' scripts, side by side with the decoding of their replies.
+//! The semaphores' scripts, each with its typed call ([`redisync_core::lua_script!`]), side
+//! by side with the decoding of their replies.
+//!
+//! A script that frees permits or registers waiters starts with the waiters registry's
+//! preludes (`wake_prelude.lua`, `semaphore_wake_prelude.lua`); one that reads the semaphore,
+//! with its own (`semaphore_prelude.lua` or `expirable_semaphore_prelude.lua`).
 
 use std::time::Duration;
 
-use redisync_core::{Error, LuaScript, Result};
+use redisync_core::{Error, Result};
 
-macro_rules! script {
-    ($name:literal) => {
-        LuaScript::new($name, include_str!(concat!("../lua/", $name, ".lua")))
-    };
-    ($name:literal, after $($prelude:literal),+) => {
-        LuaScript::new(
-            $name,
-            concat!(
-                $(include_str!(concat!("../lua/", $prelude, ".lua")),)+
-                include_str!(concat!("../lua/", $name, ".lua"))
-            ),
-        )
-    };
+redisync_core::lua_script! {
+    /// Initialises a classic semaphore that has no permits yet, starting a generation
+    /// (`lua/semaphore_try_set_permits.lua`).
+    pub(crate) struct TrySetPermits = new "semaphore_try_set_permits" for "semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude"] {
+        keys { permits, generation, waiters }
+        args { initial: i64, new_generation: &'a str }
+    }
 }
 
-/// A classic semaphore script that wakes or registers waiters and reads the semaphore.
-macro_rules! classic {
-    ($name:literal) => {
-        script!($name, after "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude")
-    };
+redisync_core::lua_script! {
+    /// Adds (or removes) permits, creating the semaphore if needed; also the release of permits
+    /// taken without a permit object (`lua/semaphore_add_permits.lua`).
+    pub(crate) struct AddPermits = new "semaphore_add_permits" for "semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude"] {
+        keys { permits, generation, waiters }
+        args { added: i64, new_generation: &'a str }
+    }
 }
 
-/// An expirable semaphore script that wakes or registers waiters.
-macro_rules! expirable {
-    ($name:literal) => {
-        script!(
-            $name,
-            after "wake_prelude",
-            "semaphore_wake_prelude",
-            "expirable_semaphore_prelude"
-        )
-    };
+redisync_core::lua_script! {
+    /// Takes every available permit (`lua/semaphore_drain_permits.lua`).
+    pub(crate) struct DrainPermits = new "semaphore_drain_permits" for "semaphore" {
+        keys { permits }
+        args {}
+    }
 }
 
-pub(crate) static TRY_SET: LuaScript = script!(
-    "semaphore_try_set_permits",
-    after "wake_prelude",
-    "semaphore_wake_prelude"
-);
-pub(crate) static ADD: LuaScript = script!(
-    "semaphore_add_permits",
-    after "wake_prelude",
-    "semaphore_wake_prelude"
-);
-pub(crate) static DRAIN: LuaScript = script!("semaphore_drain_permits");
-pub(crate) static AVAILABLE: LuaScript = LuaScript::read_only(
-    "semaphore_available_permits",
-    include_str!("../lua/semaphore_available_permits.lua"),
-);
-pub(crate) static ACQUIRE: LuaScript = classic!("semaphore_acquire");
-pub(crate) static RELEASE: LuaScript = classic!("semaphore_release");
-pub(crate) static GIVE_BACK: LuaScript = classic!("semaphore_give_back");
-pub(crate) static WITHDRAW: LuaScript = classic!("semaphore_withdraw");
-pub(crate) static FORGET: LuaScript = script!("semaphore_forget", after "semaphore_prelude");
-pub(crate) static DELETE: LuaScript = script!("semaphore_delete", after "semaphore_prelude");
+redisync_core::lua_script! {
+    /// The available permits; reads only, so it never waits for replicas
+    /// (`lua/semaphore_available_permits.lua`).
+    pub(crate) struct AvailablePermits = read_only "semaphore_available_permits"
+        for "semaphore" {
+        keys { permits }
+        args {}
+    }
+}
 
-pub(crate) static X_TRY_SET: LuaScript = expirable!("expirable_semaphore_try_set_permits");
-pub(crate) static X_ADD: LuaScript = expirable!("expirable_semaphore_add_permits");
-pub(crate) static X_AVAILABLE: LuaScript = script!(
-    "expirable_semaphore_available_permits",
-    after "expirable_semaphore_prelude"
-);
-pub(crate) static X_ACQUIRE: LuaScript = expirable!("expirable_semaphore_acquire");
-pub(crate) static X_RELEASE: LuaScript = expirable!("expirable_semaphore_release");
-pub(crate) static X_GIVE_BACK: LuaScript = expirable!("expirable_semaphore_give_back");
-pub(crate) static X_WITHDRAW: LuaScript = expirable!("expirable_semaphore_withdraw");
-pub(crate) static X_RENEW: LuaScript = script!(
-    "expirable_semaphore_renew",
-    after "expirable_semaphore_prelude"
-);
-pub(crate) static X_DELETE: LuaScript = script!(
-    "expirable_semaphore_delete",
-    after "expirable_semaphore_prelude"
-);
+redisync_core::lua_script! {
+    /// Takes `n` permits at once, or none (`lua/semaphore_acquire.lua`).
+    pub(crate) struct Acquire = new "semaphore_acquire" for "semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        keys { permits, attempt_record, generation, waiters }
+        args { n: i64, channel: &'a str, requeue: bool, registry_ms: u64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Gives back the permits a permit object holds (`lua/semaphore_release.lua`).
+    pub(crate) struct Release = new "semaphore_release" for "semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        keys { permits, attempt_record, generation, waiters }
+        args { n: i64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Undoes an acquire attempt whose caller went away (`lua/semaphore_give_back.lua`).
+    pub(crate) struct GiveBack = new "semaphore_give_back" for "semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        keys { permits, attempt_record, generation, waiters }
+        args { n: i64, record_ms: u64, withdraw_channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Takes a client out of the waiters, passing on a wake-up it may have been sent
+    /// (`lua/semaphore_withdraw.lua`).
+    pub(crate) struct Withdraw = new "semaphore_withdraw" for "semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        keys { permits, generation, waiters }
+        args { channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Drops the record of permits a permit object keeps taken (`lua/semaphore_forget.lua`).
+    pub(crate) struct Forget = new "semaphore_forget" for "semaphore"
+        after ["semaphore_prelude"] {
+        keys { attempt_record }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// Removes a classic semaphore, ending its generation (`lua/semaphore_delete.lua`).
+    pub(crate) struct Delete = new "semaphore_delete" for "semaphore"
+        after ["semaphore_prelude"] {
+        keys { permits, generation }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// Initialises the pool of an expirable semaphore that does not exist yet
+    /// (`lua/expirable_semaphore_try_set_permits.lua`).
+    pub(crate) struct XTrySetPermits = new "expirable_semaphore_try_set_permits"
+        for "expirable_semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        keys { permits, deadlines, waiters }
+        args { initial: i64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Adds (or removes) permits to the pool (`lua/expirable_semaphore_add_permits.lua`).
+    pub(crate) struct XAddPermits = new "expirable_semaphore_add_permits"
+        for "expirable_semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        keys { permits, deadlines, waiters }
+        args { added: i64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// The available permits, expired ones included
+    /// (`lua/expirable_semaphore_available_permits.lua`).
+    pub(crate) struct XAvailablePermits = new "expirable_semaphore_available_permits"
+        for "expirable_semaphore" after ["expirable_semaphore_prelude"] {
+        keys { permits, deadlines }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// Takes one permit with an id and a lease (`lua/expirable_semaphore_acquire.lua`).
+    pub(crate) struct XAcquire = new "expirable_semaphore_acquire" for "expirable_semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        keys { permits, deadlines, attempt_record, waiters }
+        args { id: &'a str, lease_ms: u64, channel: &'a str, requeue: bool, registry_ms: u64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Returns a permit by id (`lua/expirable_semaphore_release.lua`).
+    pub(crate) struct XRelease = new "expirable_semaphore_release" for "expirable_semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        keys { permits, deadlines, waiters }
+        args { id: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Undoes an acquire attempt whose caller went away
+    /// (`lua/expirable_semaphore_give_back.lua`).
+    pub(crate) struct XGiveBack = new "expirable_semaphore_give_back" for "expirable_semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        keys { permits, deadlines, attempt_record, waiters }
+        args { id: &'a str, record_ms: u64, withdraw_channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Takes a client out of the waiters, passing on a wake-up it may have been sent
+    /// (`lua/expirable_semaphore_withdraw.lua`).
+    pub(crate) struct XWithdraw = new "expirable_semaphore_withdraw" for "expirable_semaphore"
+        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        keys { permits, deadlines, waiters }
+        args { channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Removes the pool and every leased permit (`lua/expirable_semaphore_delete.lua`).
+    pub(crate) struct XDelete = new "expirable_semaphore_delete" for "expirable_semaphore"
+        after ["expirable_semaphore_prelude"] {
+        keys { permits, deadlines }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// Renews many watchdog-held permits at once, in the watchdog's batch convention
+    /// (`lua/expirable_semaphore_renew.lua`); each permit's part is an [`XRenewedPermit`].
+    pub(crate) static X_RENEW = new "expirable_semaphore_renew" for "expirable_semaphore"
+        after ["expirable_semaphore_prelude"];
+}
+
+/// One permit's part of an [`X_RENEW`] batch, as the watchdog registers it
+/// ([`Client::watch_lease`](redisync_core::Client::watch_lease)).
+#[derive(Debug)]
+pub(crate) struct XRenewedPermit<'a> {
+    /// The semaphore's deadlines (`KEYS[i]`).
+    pub(crate) deadlines: &'a str,
+    /// The permit's id (`ARGV[3 + i]`).
+    pub(crate) id: &'a str,
+}
+
+impl XRenewedPermit<'_> {
+    /// The permit's keys, in the script's order.
+    pub(crate) fn keys(&self) -> Vec<String> {
+        vec![self.deadlines.to_owned()]
+    }
+
+    /// The permit's arguments, in the script's order.
+    pub(crate) fn args(&self) -> Vec<String> {
+        vec![self.id.to_owned()]
+    }
+}
 
 /// Reply of `expirable_semaphore_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +269,19 @@ pub(crate) fn permit_change(n: i64) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_renewed_permit_is_its_deadlines_and_its_id() {
+        let permit = XRenewedPermit {
+            deadlines: "deadlines",
+            id: "permit",
+        };
+        assert_eq!(permit.keys(), ["deadlines"]);
+        assert_eq!(permit.args(), ["permit"]);
+        let script = include_str!("../lua/expirable_semaphore_renew.lua");
+        assert!(script.contains("keys per hold (1)"));
+        assert!(script.contains("arguments per hold (1)"));
+    }
 
     #[test]
     fn replies_and_counts_decode() {

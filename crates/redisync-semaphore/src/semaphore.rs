@@ -64,14 +64,16 @@ impl SemCore {
                     .client
                     .abandoned_request_grace()
                     .saturating_add(self.client.command_timeout());
-                let give_back = ScriptCall::new(&scripts::GIVE_BACK)
-                    .key(keys.permits.as_str())
-                    .key(record)
-                    .key(keys.generation.as_str())
-                    .key(keys.waiters.as_str())
-                    .arg(n)
-                    .arg(redis_millis(keep))
-                    .arg(if withdraws { keys.channel.as_str() } else { "" });
+                let give_back = scripts::GiveBack {
+                    permits: &keys.permits,
+                    attempt_record: &record,
+                    generation: &keys.generation,
+                    waiters: &keys.waiters,
+                    n,
+                    record_ms: redis_millis(keep),
+                    withdraw_channel: if withdraws { &keys.channel } else { "" },
+                }
+                .call();
                 self.client.spawn_release(give_back, Retry::UntilConfirmed);
             }
         }
@@ -79,12 +81,14 @@ impl SemCore {
 
     fn add_call(&self, n: i64) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        Ok(ScriptCall::new(&scripts::ADD)
-            .key(keys.permits.as_str())
-            .key(keys.generation.as_str())
-            .key(keys.waiters.as_str())
-            .arg(n)
-            .arg(self.client.unique_id()))
+        Ok(scripts::AddPermits {
+            permits: &keys.permits,
+            generation: &keys.generation,
+            waiters: &keys.waiters,
+            added: n,
+            new_generation: &self.client.unique_id(),
+        }
+        .call())
     }
 }
 
@@ -103,11 +107,13 @@ impl Waited for SemCore {
 
     fn withdraw_call(&self) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        Ok(ScriptCall::new(&scripts::WITHDRAW)
-            .key(keys.permits.as_str())
-            .key(keys.generation.as_str())
-            .key(keys.waiters.as_str())
-            .arg(keys.channel.as_str()))
+        Ok(scripts::Withdraw {
+            permits: &keys.permits,
+            generation: &keys.generation,
+            waiters: &keys.waiters,
+            channel: &keys.channel,
+        }
+        .call())
     }
 }
 
@@ -228,12 +234,14 @@ impl Semaphore {
     pub async fn try_set_permits(&self, n: u64) -> Result<bool> {
         let n = initial_count(n, "a semaphore")?;
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::TRY_SET)
-            .key(keys.permits.as_str())
-            .key(keys.generation.as_str())
-            .key(keys.waiters.as_str())
-            .arg(n)
-            .arg(self.core.client.unique_id());
+        let call = scripts::TrySetPermits {
+            permits: &keys.permits,
+            generation: &keys.generation,
+            waiters: &keys.waiters,
+            initial: n,
+            new_generation: &self.core.client.unique_id(),
+        }
+        .call();
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 
@@ -250,7 +258,10 @@ impl Semaphore {
     /// after removing more than there were).
     pub async fn available_permits(&self) -> Result<i64> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::AVAILABLE).key(keys.permits.as_str());
+        let call = scripts::AvailablePermits {
+            permits: &keys.permits,
+        }
+        .call();
         self.core.client.eval(call).await
     }
 
@@ -258,7 +269,10 @@ impl Semaphore {
     /// negative count is left alone).
     pub async fn drain_permits(&self) -> Result<i64> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::DRAIN).key(keys.permits.as_str());
+        let call = scripts::DrainPermits {
+            permits: &keys.permits,
+        }
+        .call();
         self.core.client.eval(call).await
     }
 
@@ -373,14 +387,19 @@ impl Semaphore {
         let Some(attempt) = granted else {
             return Ok(None);
         };
-        let release = ScriptCall::new(&scripts::RELEASE)
-            .key(keys.permits.as_str())
-            .key(format!("{}{attempt}", keys.attempt_prefix))
-            .key(keys.generation.as_str())
-            .key(keys.waiters.as_str())
-            .arg(count);
-        let forget =
-            ScriptCall::new(&scripts::FORGET).key(format!("{}{attempt}", keys.attempt_prefix));
+        let record = format!("{}{attempt}", keys.attempt_prefix);
+        let release = scripts::Release {
+            permits: &keys.permits,
+            attempt_record: &record,
+            generation: &keys.generation,
+            waiters: &keys.waiters,
+            n: count,
+        }
+        .call();
+        let forget = scripts::Forget {
+            attempt_record: &record,
+        }
+        .call();
         Ok(Some(SemaphorePermit {
             name: core.name.clone(),
             count: n,
@@ -402,15 +421,17 @@ impl Semaphore {
         let attempt = core.client.unique_id();
         let request = core.keys().map(|keys| {
             let record = format!("{}{attempt}", keys.attempt_prefix);
-            let call = ScriptCall::new(&scripts::ACQUIRE)
-                .key(keys.permits.as_str())
-                .key(record.as_str())
-                .key(keys.generation.as_str())
-                .key(keys.waiters.as_str())
-                .arg(n)
-                .arg(turn.channel.as_str())
-                .arg(turn.requeue_arg())
-                .arg(waiters::registry_ttl(&core.client));
+            let call = scripts::Acquire {
+                permits: &keys.permits,
+                attempt_record: &record,
+                generation: &keys.generation,
+                waiters: &keys.waiters,
+                n,
+                channel: &turn.channel,
+                requeue: turn.requeue,
+                registry_ms: waiters::registry_ttl(&core.client),
+            }
+            .call();
             let (undo_core, registers) = (core.clone(), turn.registers());
             core.client
                 .eval_undoable(call, move |outcome: LateOutcome<i64>| async move {
@@ -444,9 +465,11 @@ impl DistributedPrimitive for Semaphore {
     /// semaphore later created under the same name.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::DELETE)
-            .key(keys.permits.as_str())
-            .key(keys.generation.as_str());
+        let call = scripts::Delete {
+            permits: &keys.permits,
+            generation: &keys.generation,
+        }
+        .call();
         Ok(self.core.client.eval::<i64>(call).await? == 1)
     }
 }

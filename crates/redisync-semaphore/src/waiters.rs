@@ -89,15 +89,6 @@ impl Turn {
         !self.channel.is_empty()
     }
 
-    /// The `requeue` argument of the scripts.
-    pub(crate) fn requeue_arg(&self) -> &'static str {
-        if self.requeue {
-            "1"
-        } else {
-            "0"
-        }
-    }
-
     /// Notes the outcome of the attempt it was used for: one that got in and left the
     /// registry unregistered the client.
     pub(crate) fn acquired(&self, local: &LocalWaiters) {
@@ -221,7 +212,7 @@ mod tests {
     fn a_first_try_leaves_the_registry_alone() {
         let turn = Turn::first_try();
         assert!(!turn.registers());
-        assert_eq!(turn.requeue_arg(), "0");
+        assert!(!turn.requeue);
         let local = LocalWaiters::default();
         local.registered.store(true, Ordering::Release);
         turn.acquired(&local);
