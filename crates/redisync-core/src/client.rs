@@ -526,7 +526,18 @@ impl Client {
     /// Primitives keep per-client, per-name knowledge here, such as what their local waiters
     /// have already learnt from Redis.
     pub fn local_cell<T: Default + Send + Sync + 'static>(&self, key: &str) -> Arc<T> {
-        self.shared().cells.get(key)
+        self.shared().cells.get_or_init(key, T::default)
+    }
+
+    /// Like [`local_cell`](Self::local_cell), for a value made by `init` rather than by
+    /// `Default`: the first handle makes it, the others share it. Primitives keep a name's key
+    /// strings here, so that a thousand handles of one name hold them once.
+    pub fn local_cell_with<T: Send + Sync + 'static>(
+        &self,
+        key: &str,
+        init: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        self.shared().cells.get_or_init(key, init)
     }
 
     /// Counts `n` successful acquisitions in [`Stats::acquires`], for a primitive that
