@@ -631,8 +631,15 @@ impl Client {
     /// A new identifier unique within this client: `<client id>:<n>`. Used for owner ids and
     /// request ids.
     pub fn unique_id(&self) -> String {
+        use std::fmt::Write as _;
         let n = self.shared().next_id.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.shared().id)
+        let id = &self.shared().id;
+        // Sized exactly: an owner id lives as long as its handle, and `format!` would leave
+        // it almost twice as large.
+        let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        let mut unique = String::with_capacity(id.len() + 1 + digits);
+        let _ = write!(unique, "{id}:{n}");
+        unique
     }
 
     /// Fails with [`Error::Shutdown`] once the client is shut down.
