@@ -88,7 +88,7 @@ struct ClientInner {
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
-        self.shared.shutdown.set();
+        self.shared.shut_down();
     }
 }
 
@@ -576,7 +576,7 @@ impl Client {
     /// and this call waits for them, at most about two command timeouts. Those that still
     /// fail are counted in [`Stats::unconfirmed_releases`] and logged.
     pub async fn shutdown(&self) {
-        if self.shared().shutdown.set() {
+        if self.shared().shut_down() {
             tracing::debug!(client = %self.id(), "redisync client shut down");
         }
         // Let the background tasks observe the signal before returning.
@@ -994,6 +994,15 @@ fn cluster_name(nodes: &[String]) -> String {
 }
 
 impl Shared {
+    /// Sets the shutdown flag and wakes every task waiting in a local queue. Returns `true` if
+    /// this call shut the client down.
+    pub(crate) fn shut_down(&self) -> bool {
+        let first = self.shutdown.set();
+        // After the flag: see `WaitQueues::close`.
+        self.queues.close();
+        first
+    }
+
     pub(crate) fn connection(&self) -> Connection {
         let connections = self
             .connections
