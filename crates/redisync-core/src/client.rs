@@ -531,7 +531,8 @@ impl Client {
 
     /// Like [`local_cell`](Self::local_cell), for a value made by `init` rather than by
     /// `Default`: the first handle makes it, the others share it. Primitives keep a name's key
-    /// strings here, so that a thousand handles of one name hold them once.
+    /// strings here, so that a thousand handles of one name hold them once. `init` runs while
+    /// the client's cells are locked: it must not ask for a cell itself.
     pub fn local_cell_with<T: Send + Sync + 'static>(
         &self,
         key: &str,
