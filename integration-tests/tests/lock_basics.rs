@@ -175,6 +175,34 @@ async fn client_shut_down_while_holding_frees_the_lock_within_its_lease() {
     taken.unlock().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_wakes_the_tasks_waiting_behind_the_head_with_an_error() {
+    let server = RedisServer::start();
+    let (holder, a) = (client(&server).await, client(&server).await);
+    let guard = holder.lock("queue").lock().await.unwrap();
+    // The first asks Redis; the others wait behind it in the client's local queue.
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = a.lock("queue");
+            tokio::spawn(async move { lock.lock().await.map(drop) })
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(10), || a.stats().contended_waits == 4).await,
+        "every task waits"
+    );
+    a.shutdown().await;
+    for waiter in waiters {
+        let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("a waiter returns once its client is shut down")
+            .unwrap();
+        assert!(matches!(outcome, Err(Error::Shutdown)), "{outcome:?}");
+    }
+    assert_eq!(a.local_state().waiting_queues, 0);
+    guard.unlock().await.unwrap();
+}
+
 #[tokio::test]
 async fn dropping_guard_and_client_together_releases_at_once() {
     let server = RedisServer::start();

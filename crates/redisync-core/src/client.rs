@@ -89,7 +89,7 @@ struct ClientInner {
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
-        self.shared.shutdown.set();
+        self.shared.shut_down();
     }
 }
 
@@ -539,7 +539,19 @@ impl Client {
     /// Primitives keep per-client, per-name knowledge here, such as what their local waiters
     /// have already learnt from Redis.
     pub fn local_cell<T: Default + Send + Sync + 'static>(&self, key: &str) -> Arc<T> {
-        self.shared().cells.get(key)
+        self.shared().cells.get_or_init(key, T::default)
+    }
+
+    /// Like [`local_cell`](Self::local_cell), for a value made by `init` rather than by
+    /// `Default`: the first handle makes it, the others share it. Primitives keep a name's key
+    /// strings here, so that a thousand handles of one name hold them once. `init` runs while
+    /// the client's cells are locked: it must not ask for a cell itself.
+    pub fn local_cell_with<T: Send + Sync + 'static>(
+        &self,
+        key: &str,
+        init: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        self.shared().cells.get_or_init(key, init)
     }
 
     /// Counts `n` successful acquisitions in [`Stats::acquires`], for a primitive that
@@ -578,7 +590,7 @@ impl Client {
     /// and this call waits for them, at most about two command timeouts. Those that still
     /// fail are counted in [`Stats::unconfirmed_releases`] and logged.
     pub async fn shutdown(&self) {
-        if self.shared().shutdown.set() {
+        if self.shared().shut_down() {
             tracing::debug!(client = %self.id(), "redisync client shut down");
         }
         // Let the background tasks observe the signal before returning.
@@ -633,8 +645,15 @@ impl Client {
     /// A new identifier unique within this client: `<client id>:<n>`. Used for owner ids and
     /// request ids.
     pub fn unique_id(&self) -> String {
+        use std::fmt::Write as _;
         let n = self.shared().next_id.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.shared().id)
+        let id = &self.shared().id;
+        // Sized exactly: an owner id lives as long as its handle, and `format!` would leave
+        // it almost twice as large.
+        let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        let mut unique = String::with_capacity(id.len() + 1 + digits);
+        let _ = write!(unique, "{id}:{n}");
+        unique
     }
 
     /// Fails with [`Error::Shutdown`] once the client is shut down.
@@ -998,6 +1017,15 @@ fn cluster_name(nodes: &[String]) -> String {
 }
 
 impl Shared {
+    /// Sets the shutdown flag and wakes every task waiting in a local queue. Returns `true` if
+    /// this call shut the client down.
+    pub(crate) fn shut_down(&self) -> bool {
+        let first = self.shutdown.set();
+        // After the flag: see `WaitQueues::close`.
+        self.queues.close();
+        first
+    }
+
     pub(crate) fn connection(&self) -> Connection {
         let connections = self
             .connections

@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use crate::locking::lock;
 use std::time::{Duration, Instant};
@@ -84,9 +85,13 @@ pub struct WaitSpec<'a> {
     pub shared: bool,
 }
 
-#[derive(Default)]
+/// One primitive's local queue. Its key lives here, once, rather than in every ticket.
 struct QueueSlot {
-    head: Arc<tokio::sync::Mutex<()>>,
+    key: Box<str>,
+    /// The head's place: one permit, held by the task that talks to Redis. Closed when the
+    /// client shuts down, which is how a task waiting behind the head learns of it (one
+    /// future per queued task, not two).
+    head: tokio::sync::Semaphore,
     subscription: Mutex<Option<Arc<Subscription>>>,
     /// The last error a head met, with a count of errors so far. Waiters behind the head give
     /// up with it rather than each waiting a command timeout of its own in turn when Redis is
@@ -95,6 +100,15 @@ struct QueueSlot {
 }
 
 impl QueueSlot {
+    fn new(key: &str) -> Self {
+        QueueSlot {
+            key: key.into(),
+            head: tokio::sync::Semaphore::new(1),
+            subscription: Mutex::default(),
+            failures: watch::Sender::default(),
+        }
+    }
+
     fn fail(&self, err: &Error) {
         self.failures.send_modify(|(count, last)| {
             *count += 1;
@@ -121,7 +135,6 @@ struct Queue {
 /// A place in a local queue; dropping it leaves the queue (and removes an empty queue).
 struct Ticket {
     queues: Arc<WaitQueues>,
-    key: String,
     slot: Arc<QueueSlot>,
 }
 
@@ -135,7 +148,7 @@ impl WaitQueues {
     fn join(self: &Arc<Self>, key: &str) -> Ticket {
         let mut slots = lock(&self.slots);
         let queue = slots.entry(key.to_owned()).or_insert_with(|| Queue {
-            slot: Arc::default(),
+            slot: Arc::new(QueueSlot::new(key)),
             tickets: 0,
         });
         queue.tickets += 1;
@@ -143,7 +156,6 @@ impl WaitQueues {
         drop(slots);
         Ticket {
             queues: self.clone(),
-            key: key.to_owned(),
             slot,
         }
     }
@@ -155,16 +167,25 @@ impl WaitQueues {
     fn has_waiters(&self, key: &str) -> bool {
         lock(&self.slots).contains_key(key)
     }
+
+    /// Wakes every task waiting behind a head, for a client that shut down. Called after the
+    /// shutdown flag is set: a queue made after this sweep is made by a task that then sees
+    /// the flag (both happen under the map's lock).
+    pub(crate) fn close(&self) {
+        for queue in lock(&self.slots).values() {
+            queue.slot.head.close();
+        }
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut slots = lock(&self.queues.slots);
-        if let Some(queue) = slots.get_mut(&self.key) {
+        if let Some(queue) = slots.get_mut(&*self.slot.key) {
             if Arc::ptr_eq(&queue.slot, &self.slot) {
                 queue.tickets -= 1;
                 if queue.tickets == 0 {
-                    slots.remove(&self.key);
+                    slots.remove(&*self.slot.key);
                 }
             }
         }
@@ -193,8 +214,6 @@ impl Client {
     /// Dropping the future leaves the local queue and releases the subscription reference at
     /// once. An attempt in flight at that moment is the attempt's own business: primitives
     /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
-    // Not an `async fn`: one layer less in every waiting task's future (each layer keeps its
-    // own copy of the arguments).
     pub fn acquire<'a, T, F, Fut>(
         &'a self,
         spec: WaitSpec<'a>,
@@ -205,14 +224,7 @@ impl Client {
         Fut: Future<Output = Result<Attempt<T>>> + 'a,
         T: 'a,
     {
-        let span = tracing::debug_span!(
-            "redisync.acquire",
-            queue = spec.queue,
-            shared = spec.shared,
-            waited_ms = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        self.wait_traced(span, spec, attempt, true)
+        self.wait_traced(spec, attempt, true)
     }
 
     /// Waits for a condition that takes nothing (a latch to open) exactly as
@@ -229,124 +241,160 @@ impl Client {
         Fut: Future<Output = Result<Attempt<T>>> + 'a,
         T: 'a,
     {
-        let span = tracing::debug_span!(
-            "redisync.wait",
-            queue = spec.queue,
-            waited_ms = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        self.wait_traced(span, spec, check, false)
+        self.wait_traced(spec, check, false)
     }
 
-    /// Runs the waiting loop in `span`, recording the wait and its outcome; `acquisition`
-    /// says whether it counts in the acquire statistics.
-    async fn wait_traced<T, F, Fut>(
-        &self,
-        span: tracing::Span,
-        spec: WaitSpec<'_>,
-        attempt: F,
-        acquisition: bool,
-    ) -> Result<Option<T>>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
-    {
-        let started = Instant::now();
-        // The span lives in the instrumented future only (a copy would be one more in every
-        // waiting task).
-        let mut waiting = std::pin::pin!(self
-            .wait_for_turn(spec, attempt, acquisition)
-            .instrument(span));
-        let result = waiting.as_mut().await;
-        let span = waiting.span();
-        span.record("waited_ms", started.elapsed().as_millis() as u64);
-        match &result {
-            Ok(Some(_)) => {
-                span.record("outcome", "acquired");
-                if acquisition {
-                    Counters::bump(&self.shared().counters.acquires, 1);
-                }
-            }
-            Ok(None) => {
-                span.record("outcome", "busy");
-            }
-            Err(err) => {
-                span.record("outcome", tracing::field::display(err));
-            }
-        }
-        result
-    }
-
-    async fn wait_for_turn<T, F, Fut>(
-        &self,
-        spec: WaitSpec<'_>,
+    /// Runs the waiting loop in a span, recording the wait and its outcome; `acquisition`
+    /// says whether it is an acquire (a `redisync.acquire` span, counted in the acquire
+    /// statistics) or a wait (a `redisync.wait` span).
+    // A waiting task's memory is mostly this future, so it is laid out with care: not an
+    // `async fn` (those keep a second copy of every argument), the arguments are kept once
+    // and lent to the loop, and the span is made where it is moved into its instrumented
+    // future (at the first poll, inside the caller's span as before).
+    #[allow(clippy::manual_async_fn)]
+    fn wait_traced<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
         mut attempt: F,
         acquisition: bool,
-    ) -> Result<Option<T>>
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
+    where
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
+    {
+        async move {
+            let started = Instant::now();
+            let span = if acquisition {
+                tracing::debug_span!(
+                    "redisync.acquire",
+                    queue = spec.queue,
+                    shared = spec.shared,
+                    waited_ms = tracing::field::Empty,
+                    outcome = tracing::field::Empty,
+                )
+            } else {
+                tracing::debug_span!(
+                    "redisync.wait",
+                    queue = spec.queue,
+                    waited_ms = tracing::field::Empty,
+                    outcome = tracing::field::Empty,
+                )
+            };
+            let mut waiting = std::pin::pin!(self
+                .wait_for_turn(&spec, &mut attempt, acquisition)
+                .instrument(span));
+            let result = waiting.as_mut().await;
+            let span = waiting.span();
+            span.record("waited_ms", started.elapsed().as_millis() as u64);
+            match &result {
+                Ok(Some(_)) => {
+                    span.record("outcome", "acquired");
+                    if acquisition {
+                        Counters::bump(&self.shared().counters.acquires, 1);
+                    }
+                }
+                Ok(None) => {
+                    span.record("outcome", "busy");
+                }
+                Err(err) => {
+                    span.record("outcome", tracing::field::display(err));
+                }
+            }
+            result
+        }
+    }
+
+    // Not an `async fn` either, for the same reason.
+    #[allow(clippy::manual_async_fn)]
+    fn wait_for_turn<'s, T, F, Fut>(
+        &'s self,
+        spec: &'s WaitSpec<'_>,
+        attempt: &'s mut F,
+        acquisition: bool,
+    ) -> impl Future<Output = Result<Option<T>>> + 's
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>>>,
     {
-        self.check_running()?;
-        let shared = self.shared().clone();
-        let others_waiting =
-            !spec.may_reenter && !spec.shared && shared.queues.has_waiters(spec.queue);
-        let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
-        if !others_waiting || no_wait {
-            // Boxed, as is the head's part below: a task waiting behind the head then keeps
-            // only this function's small state, not an attempt's or the head's (a waiting
-            // task's memory is this future's size).
-            if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
-                return Ok(Some(held));
-            }
-            if no_wait {
-                return Ok(None);
-            }
-        }
-        if acquisition {
-            Counters::bump(&shared.counters.contended_waits, 1);
-        }
-
-        let ticket = shared.queues.join(spec.queue);
-        let slot = ticket.slot();
-        if spec.shared {
-            return Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
-        }
-        // A task waiting behind the head keeps only this: the head's mutex, and a timer when
-        // it has a deadline. A head that fails records the failure before it lets the next
-        // task in, which then returns it at once, and so on down the queue: waiters behind a
-        // head that met an outage do not each wait a command timeout of their own.
-        let seen_failures = slot.failures.borrow().0;
-        let mut deadline = spec
-            .deadline
-            .map(|at| Box::pin(tokio::time::sleep_until(at.into())));
-        let has_deadline = deadline.is_some();
-        let _head = tokio::select! {
-            biased;
-            _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-            head = slot.head.clone().lock_owned() => head,
-            _ = async {
-                if let Some(sleep) = deadline.as_mut() {
-                    sleep.as_mut().await;
+        async move {
+            // `self.shared()` and `ticket.slot()` are not kept in locals: every local that
+            // lives across an await is kept in every waiting task.
+            self.check_running()?;
+            let others_waiting =
+                !spec.may_reenter && !spec.shared && self.shared().queues.has_waiters(spec.queue);
+            let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
+            if !others_waiting || no_wait {
+                // Boxed, as is the head's part below: a task waiting behind the head then
+                // keeps only this function's small state, not an attempt's or the head's (a
+                // waiting task's memory is this future's size).
+                if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
+                    return Ok(Some(held));
                 }
-            }, if has_deadline => return Ok(None),
-        };
-        let failures = slot.failures.borrow().clone();
-        if failures.0 > seen_failures {
-            return Err(failures.1.unwrap_or(Error::Shutdown));
-        }
-        if shared.shutdown.is_set() {
-            return Err(Error::Shutdown);
-        }
-        let result = Box::pin(self.wait_as_head(&spec, slot, attempt)).await;
-        if let Err(err) = &result {
-            // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an error
-            // about this caller's own request (an upgrade refused, a bad argument) does not.
-            if matches!(err, Error::Redis(_) | Error::Timeout | Error::Shutdown) {
-                slot.fail(err);
+                if no_wait {
+                    return Ok(None);
+                }
             }
+            if acquisition {
+                Counters::bump(&self.shared().counters.contended_waits, 1);
+            }
+
+            let ticket = self.shared().queues.join(spec.queue);
+            if self.is_shut_down() {
+                // Shut down before this queue place was made: the shutdown's sweep of the
+                // queues may not have seen it (see `WaitQueues::close`).
+                return Err(Error::Shutdown);
+            }
+            if spec.shared {
+                return Box::pin(self.wait_as_head(spec, ticket.slot(), attempt)).await;
+            }
+            // A task waiting behind the head keeps only this: the head's permit, and a timer
+            // when it has a deadline. A head that fails records the failure before it lets
+            // the next task in, which then returns it at once, and so on down the queue:
+            // waiters behind a head that met an outage do not each wait a command timeout of
+            // their own.
+            let seen_failures = ticket.slot().failures.borrow().0;
+            let head = {
+                let mut turn = std::pin::pin!(ticket.slot().head.acquire());
+                let mut deadline = spec
+                    .deadline
+                    .map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+                // The head's place first: a task that gets it as its deadline passes goes on.
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(head) = turn.as_mut().poll(cx) {
+                        return Poll::Ready(Some(head));
+                    }
+                    match deadline.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
+                        Some(Poll::Ready(())) => Poll::Ready(None),
+                        _ => Poll::Pending,
+                    }
+                })
+                .await
+            };
+            let _head = match head {
+                Some(Ok(permit)) => permit,
+                // Closed: the client shut down.
+                Some(Err(_)) => return Err(Error::Shutdown),
+                None => return Ok(None),
+            };
+            let failures = ticket.slot().failures.borrow().clone();
+            if failures.0 > seen_failures {
+                return Err(failures.1.unwrap_or(Error::Shutdown));
+            }
+            if self.is_shut_down() {
+                return Err(Error::Shutdown);
+            }
+            let result = Box::pin(self.wait_as_head(spec, ticket.slot(), attempt)).await;
+            if let Err(err) = &result {
+                // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an
+                // error about this caller's own request (an upgrade refused, a bad argument)
+                // does not.
+                if matches!(err, Error::Redis(_) | Error::Timeout | Error::Shutdown) {
+                    ticket.slot().fail(err);
+                }
+            }
+            result
         }
-        result
     }
 
     /// The head's part: subscribe, retry, sleep until woken or the holder's lease runs out.
@@ -354,7 +402,7 @@ impl Client {
         &self,
         spec: &WaitSpec<'_>,
         slot: &QueueSlot,
-        mut attempt: F,
+        attempt: &mut F,
     ) -> Result<Option<T>>
     where
         F: FnMut() -> Fut,

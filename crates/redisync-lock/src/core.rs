@@ -27,7 +27,8 @@ pub(crate) fn place_lifetime(heartbeat: Duration, command_timeout: Duration) -> 
         .max(heartbeat.saturating_add(command_timeout))
 }
 
-/// The Redis names of one lock.
+/// The Redis names of one lock, made once per client, kind and name, and shared by every
+/// handle of them (a waiting task's handle then costs a few words, not a copy of every key).
 #[derive(Debug)]
 pub(crate) struct LockKeys {
     pub(crate) hash: String,
@@ -80,8 +81,7 @@ pub(crate) enum Kind {
 #[derive(Debug)]
 pub(crate) struct LockCore {
     pub(crate) client: Client,
-    pub(crate) name: String,
-    keys: Result<LockKeys>,
+    names: Arc<LockNames>,
     pub(crate) owner: String,
     kind: Kind,
     /// Guards of this owner alive in this process: when non-zero, an acquire may be a
@@ -89,49 +89,84 @@ pub(crate) struct LockCore {
     pub(crate) live_guards: Arc<AtomicUsize>,
 }
 
+/// A lock's name and keys (or why the name is refused), and what the client knows of it.
+#[derive(Debug)]
+struct LockNames {
+    name: String,
+    keys: Result<LockKeys>,
+    /// Whether this client may be registered as waiting (plain lock): the client's
+    /// knowledge, shared by all its tasks waiting for the lock.
+    registration: Arc<ClientRegistration>,
+}
+
 impl LockCore {
     pub(crate) fn new(client: &Client, name: String, kind: Kind) -> Self {
-        let keys = client.key_space(&name).map(|space| match kind {
-            Kind::Reentrant => LockKeys {
-                hash: space.key("lock"),
-                fence: space.key("fence"),
-                attempt_prefix: space.key("attempt:"),
-                waiting: Waiting::Clients {
-                    waiters: space.key("waiters"),
-                    channel: space.key(&format!("wake:{}", client.id())),
-                },
-            },
-            Kind::Fair { .. } => LockKeys {
-                hash: space.key("fair:lock"),
-                fence: space.key("fair:fence"),
-                attempt_prefix: space.key("fair:attempt:"),
-                waiting: Waiting::Queue {
-                    queue: space.key("fair:queue"),
-                    deadlines: space.key("fair:deadlines"),
-                    wake_prefix: space.key("fair:wake:"),
-                },
-            },
-        });
+        let names = match client.key_space(&name) {
+            Ok(space) => {
+                let hash = space.key(match kind {
+                    Kind::Reentrant => "lock",
+                    Kind::Fair { .. } => "fair:lock",
+                });
+                // Keyed by the lock's hash, which differs by kind and name.
+                client.local_cell_with(&hash.clone(), || {
+                    let keys = match kind {
+                        Kind::Reentrant => LockKeys {
+                            hash,
+                            fence: space.key("fence"),
+                            attempt_prefix: space.key("attempt:"),
+                            waiting: Waiting::Clients {
+                                waiters: space.key("waiters"),
+                                channel: space.key(&format!("wake:{}", client.id())),
+                            },
+                        },
+                        Kind::Fair { .. } => LockKeys {
+                            hash,
+                            fence: space.key("fair:fence"),
+                            attempt_prefix: space.key("fair:attempt:"),
+                            waiting: Waiting::Queue {
+                                queue: space.key("fair:queue"),
+                                deadlines: space.key("fair:deadlines"),
+                                wake_prefix: space.key("fair:wake:"),
+                            },
+                        },
+                    };
+                    LockNames {
+                        name,
+                        keys: Ok(keys),
+                        registration: Arc::default(),
+                    }
+                })
+            }
+            Err(err) => Arc::new(LockNames {
+                name,
+                keys: Err(err),
+                registration: Arc::default(),
+            }),
+        };
         LockCore {
             owner: client.unique_id(),
             client: client.clone(),
-            name,
-            keys,
+            names,
             kind,
             live_guards: Arc::default(),
         }
     }
 
+    /// The lock's name, as the user gave it.
+    pub(crate) fn name(&self) -> &str {
+        &self.names.name
+    }
+
     /// The same lock and owner, as another kind (a fair lock with another heartbeat).
     pub(crate) fn with_kind(&self, kind: Kind) -> Self {
-        let mut core = LockCore::new(&self.client, self.name.clone(), kind);
+        let mut core = LockCore::new(&self.client, self.name().to_owned(), kind);
         core.owner = self.owner.clone();
         core.live_guards = self.live_guards.clone();
         core
     }
 
     pub(crate) fn keys(&self) -> Result<&LockKeys> {
-        self.keys.as_ref().map_err(Clone::clone)
+        self.names.keys.as_ref().map_err(Clone::clone)
     }
 
     /// The script call that gives back the hold of acquire attempt `attempt` (and for the
@@ -216,32 +251,43 @@ impl LockCore {
 
     /// Acquires with a fixed `lease` (or the watchdog's), waiting at most `wait` (for ever
     /// when `None`).
-    pub(crate) async fn acquire(
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn acquire(
         self: &Arc<Self>,
         lease: Option<Duration>,
         wait: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.keys()?;
-        let lease_for = lease.unwrap_or_else(|| self.client.watchdog_timeout());
-        lease_millis(lease_for)?;
-        let deadline = wait.map(wait_deadline).transpose()?;
-        let granted = match self.kind {
-            Kind::Reentrant => {
-                self.acquire_registered(lease_for, wait, deadline)
-                    .instrument(tracing::debug_span!("redisync.lock", name = %self.name))
+    ) -> impl std::future::Future<Output = Result<Option<LockGuard>>> + '_ {
+        async move {
+            self.keys()?;
+            let lease_for = lease.unwrap_or_else(|| self.client.watchdog_timeout());
+            lease_millis(lease_for)?;
+            let deadline = wait.map(wait_deadline).transpose()?;
+            // Boxed, span included: a waiting task's state is then one allocation of the size
+            // it needs, and the future of `lock()` stays small (a task's memory grows in steps
+            // of 128 bytes).
+            let granted = match self.kind {
+                Kind::Reentrant => {
+                    Box::pin(
+                        self.acquire_registered(lease_for, wait, deadline)
+                            .instrument(tracing::debug_span!("redisync.lock", name = %self.name())),
+                    )
                     .await?
-            }
-            // Boxed: its state would otherwise size every plain lock's future too.
-            Kind::Fair { heartbeat } => {
-                Box::pin(self.acquire_in_turn(lease_for, wait, deadline, heartbeat))
-                    .instrument(tracing::debug_span!("redisync.fair_lock", name = %self.name))
+                }
+                Kind::Fair { heartbeat } => {
+                    Box::pin(
+                        self.acquire_in_turn(lease_for, wait, deadline, heartbeat)
+                            .instrument(
+                                tracing::debug_span!("redisync.fair_lock", name = %self.name()),
+                            ),
+                    )
                     .await?
-            }
-        };
-        let Some((attempt, token, sent_at)) = granted else {
-            return Ok(None);
-        };
-        self.guard(&attempt, token, sent_at, lease).map(Some)
+                }
+            };
+            let Some((attempt, token, sent_at)) = granted else {
+                return Ok(None);
+            };
+            self.guard(&attempt, token, sent_at, lease).map(Some)
+        }
     }
 
     /// The guard of a hold granted to `attempt` by a request sent at `sent_at`: with a fixed
@@ -301,7 +347,7 @@ impl LockCore {
             if !hashes.insert(keys.hash.as_str()) {
                 return Err(Error::invalid(format!(
                     "lock {:?} appears twice among locks acquired together",
-                    core.name
+                    core.name()
                 )));
             }
         }
@@ -427,16 +473,13 @@ impl LockCore {
     /// The plain lock's wait: only the head of this client's local queue asks Redis; when it
     /// finds the lock taken, Redis registers the client as waiting, and the release that frees
     /// the lock wakes the client that has waited longest (see `lua/wake_prelude.lua`).
-    async fn acquire_registered(
+    // Not an `async fn`, which would keep a second copy of its arguments for the whole wait.
+    fn acquire_registered(
         self: &Arc<Self>,
         lease: Duration,
         wait: Option<Duration>,
         deadline: Option<Instant>,
-    ) -> Result<Option<(String, u64, Instant)>> {
-        let keys = self.keys()?;
-        let Waiting::Clients { channel, .. } = &keys.waiting else {
-            return Err(Error::invalid("a fair lock waits in its queue"));
-        };
+    ) -> impl std::future::Future<Output = Result<Option<(String, u64, Instant)>>> + '_ {
         // A registered waiter asks again at least every `RECHECK` (see below); its
         // registration outlasts a few of those.
         let registration = (wait != Some(Duration::ZERO)).then(|| {
@@ -444,63 +487,69 @@ impl LockCore {
                 .saturating_mul(5)
                 .saturating_add(self.client.command_timeout().saturating_mul(2))
         });
-        let state = Arc::new(Mutex::new(Registration::default()));
-        // Whether the client may be registered is the client's, not this wait's: another
-        // task of it may have registered it, and this one may be the one to withdraw it.
-        let client_registered: Arc<ClientRegistration> = self
-            .client
-            .local_cell(&format!("lock registration {}", keys.hash));
-        let withdraw = Withdraw {
-            core: self.clone(),
-            registration: registration.unwrap_or_default(),
-            state: state.clone(),
-            client: client_registered.clone(),
-        };
-        let spec = WaitSpec {
-            queue: &keys.hash,
-            channel,
-            deadline,
-            may_reenter: self.live_guards.load(Ordering::Acquire) > 0,
-            shared: false,
-        };
-        let waiting = self.client.acquire(spec, || {
-            lock(&state).in_flight = true;
-            // Counted as registered from the moment an attempt that may register is sent:
-            // one cut off on the wire may still register the client.
-            let earlier = match registration {
-                Some(_) => client_registered.registered.swap(true, Ordering::AcqRel),
-                None => client_registered.registered.load(Ordering::Acquire),
+        async move {
+            let keys = self.keys()?;
+            let Waiting::Clients { channel, .. } = &keys.waiting else {
+                return Err(Error::invalid("a fair lock waits in its queue"));
             };
-            let attempt = self.attempt(lease, self.client.unique_id(), &withdraw, earlier);
-            let (state, client_registered) = (state.clone(), client_registered.clone());
-            async move {
-                let outcome = attempt.await;
-                // An attempt whose outcome is unknown is still on the wire for all this wait
-                // knows: it ends in `Withdraw::abandoned_attempt_ended`.
-                let unknown = matches!(&outcome, Err(err) if err.is_outcome_unknown());
-                lock(&state).in_flight = unknown;
-                match outcome {
-                    Ok(Attempt::Acquired(held)) => {
-                        // The grant took the registration out (or there was none).
-                        client_registered.registered.store(false, Ordering::Release);
-                        Ok(Attempt::Acquired(held))
+            // Outlives the wait, which borrows it: the wait (with the local queue place it
+            // holds) is gone before the withdrawal asks whether other local tasks still wait,
+            // also when this future is dropped mid-wait.
+            let withdrawal = Withdrawal(Withdraw {
+                core: self.clone(),
+                registration: registration.unwrap_or_default(),
+                state: Arc::default(),
+                // Whether the client may be registered is the client's, not this wait's:
+                // another task of it may have registered it, and this one may be the one to
+                // withdraw it.
+                client: self.names.registration.clone(),
+            });
+            let withdraw = &withdrawal.0;
+            let spec = WaitSpec {
+                queue: &keys.hash,
+                channel,
+                deadline,
+                may_reenter: self.live_guards.load(Ordering::Acquire) > 0,
+                shared: false,
+            };
+            // The attempt closure reaches everything through `withdraw` (it is kept in every
+            // waiting task: the fewer captures, the smaller).
+            let waiting = self.client.acquire(spec, || {
+                lock(&withdraw.state).in_flight = true;
+                // Counted as registered from the moment an attempt that may register is sent:
+                // one cut off on the wire may still register the client.
+                let earlier = match withdraw.registration.is_zero() {
+                    false => withdraw.client.registered.swap(true, Ordering::AcqRel),
+                    true => withdraw.client.registered.load(Ordering::Acquire),
+                };
+                let core = &withdraw.core;
+                let attempt = core.attempt(lease, core.client.unique_id(), withdraw, earlier);
+                let (state, client_registered) = (withdraw.state.clone(), withdraw.client.clone());
+                async move {
+                    let outcome = attempt.await;
+                    // An attempt whose outcome is unknown is still on the wire for all this
+                    // wait knows: it ends in `Withdraw::abandoned_attempt_ended`.
+                    let unknown = matches!(&outcome, Err(err) if err.is_outcome_unknown());
+                    lock(&state).in_flight = unknown;
+                    match outcome {
+                        Ok(Attempt::Acquired(held)) => {
+                            // The grant took the registration out (or there was none).
+                            client_registered.registered.store(false, Ordering::Release);
+                            Ok(Attempt::Acquired(held))
+                        }
+                        // Registered: the release wakes this client when its turn comes. It
+                        // asks again now and then all the same, which registers it again: a
+                        // wake-up lost with a stopped client, or a registration lost with a
+                        // failed-over primary, costs at most that long.
+                        Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
+                            retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
+                        }),
+                        Err(err) => Err(err),
                     }
-                    // Registered: the release wakes this client when its turn comes. It asks
-                    // again now and then all the same, which registers it again: a wake-up
-                    // lost with a stopped client, or a registration lost with a failed-over
-                    // primary, costs at most that long.
-                    Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
-                        retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
-                    }),
-                    Err(err) => Err(err),
                 }
-            }
-        });
-        WithdrawAfter {
-            wait: Box::pin(waiting),
-            _withdrawal: Withdrawal(withdraw.clone()),
+            });
+            waiting.await
         }
-        .await
     }
 
     /// One acquire request of the plain lock under attempt id `attempt`, for the wait whose
@@ -648,8 +697,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Whether this client may be registered in Redis as waiting for one lock: set when an
 /// attempt that registers is sent, cleared by a grant (which takes the registration out) and
-/// by a withdrawal. Shared by every task of the client waiting for the lock
-/// ([`Client::local_cell`]).
+/// by a withdrawal. Shared by every task of the client waiting for the lock (it lives with
+/// the lock's keys, made once per client and lock).
 #[derive(Debug, Default)]
 struct ClientRegistration {
     registered: AtomicBool,
@@ -720,26 +769,6 @@ impl Withdraw {
         // itself, or is skipped by the next wake-up once nobody listens on it.
         let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
         client.spawn_release(call, retry);
-    }
-}
-
-/// A wait, then its [`Withdrawal`]: fields drop in declaration order, so the wait (with the
-/// local queue place it holds) is gone before the withdrawal asks whether other local tasks
-/// still wait.
-struct WithdrawAfter<F> {
-    wait: std::pin::Pin<Box<F>>,
-    // Only dropped, after `wait`.
-    _withdrawal: Withdrawal,
-}
-
-impl<F: std::future::Future> std::future::Future for WithdrawAfter<F> {
-    type Output = F::Output;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
-        self.wait.as_mut().poll(cx)
     }
 }
 

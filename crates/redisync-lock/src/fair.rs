@@ -242,7 +242,7 @@ impl FairLock {
 #[async_trait]
 impl DistributedPrimitive for FairLock {
     fn name(&self) -> &str {
-        &self.core.name
+        self.core.name()
     }
 
     /// Same as [`FairLock::force_unlock`]: live waiters keep their places, and the fencing

@@ -75,7 +75,7 @@ impl LockGuard {
 
     /// The name of the lock.
     pub fn name(&self) -> &str {
-        &self.core.name
+        self.core.name()
     }
 
     /// The client that holds the lock.
@@ -172,7 +172,7 @@ impl LockGuard {
     pub async fn unlock(self) -> Result<()> {
         let span = tracing::debug_span!(
             "redisync.lock.release",
-            name = %self.core.name,
+            name = %self.core.name(),
             token = self.token,
         );
         let released = self.hold.release_confirmed(span).await?;

@@ -431,7 +431,7 @@ impl ReentrantLock {
 #[async_trait]
 impl DistributedPrimitive for ReentrantLock {
     fn name(&self) -> &str {
-        &self.core.name
+        self.core.name()
     }
 
     /// Same as [`ReentrantLock::force_unlock`]: the lock has no other state (the fencing

@@ -38,14 +38,15 @@ impl XKeys {
 struct XCore {
     client: Client,
     name: String,
-    keys: Result<XKeys>,
+    /// Made once per client and name, shared by every handle of it.
+    keys: Result<Arc<XKeys>>,
     /// What this client's tasks waiting on the semaphore share, across its handles.
     local: Arc<LocalWaiters>,
 }
 
 impl XCore {
     fn keys(&self) -> Result<&XKeys> {
-        self.keys.as_ref().map_err(Clone::clone)
+        self.keys.as_deref().map_err(Clone::clone)
     }
 
     /// The call that returns permit `id`. It keeps no record: a repeat answers as for a
@@ -210,13 +211,16 @@ impl ExpirableSemaphore {
     /// as [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client.key_space(&name).map(|space| XKeys {
-            permits: space.key("expirable-semaphore"),
-            deadlines: space.key("expirable-semaphore:leases"),
-            waiters: space.key("expirable-semaphore:waiters"),
-            channel: waiters::client_channel(&space.key("expirable-semaphore:wake:"), client),
-            queue: space.key("expirable-semaphore:queue"),
-            record_prefix: space.key("expirable-semaphore:permit:"),
+        let keys = client.key_space(&name).map(|space| {
+            let permits = space.key("expirable-semaphore");
+            client.local_cell_with(&permits.clone(), || XKeys {
+                permits,
+                deadlines: space.key("expirable-semaphore:leases"),
+                waiters: space.key("expirable-semaphore:waiters"),
+                channel: waiters::client_channel(&space.key("expirable-semaphore:wake:"), client),
+                queue: space.key("expirable-semaphore:queue"),
+                record_prefix: space.key("expirable-semaphore:permit:"),
+            })
         });
         let local = match &keys {
             Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),

@@ -34,14 +34,15 @@ struct SemKeys {
 struct SemCore {
     client: Client,
     name: String,
-    keys: Result<SemKeys>,
+    /// Made once per client and name, shared by every handle of it.
+    keys: Result<Arc<SemKeys>>,
     /// What this client's tasks waiting on the semaphore share, across its handles.
     local: Arc<LocalWaiters>,
 }
 
 impl SemCore {
     fn keys(&self) -> Result<&SemKeys> {
-        self.keys.as_ref().map_err(Clone::clone)
+        self.keys.as_deref().map_err(Clone::clone)
     }
 
     /// Undoes an acquire attempt whose caller went away, given how it ended: gives back what it took (or forbids it from taking anything), and withdraws the client
@@ -207,13 +208,16 @@ impl Semaphore {
     /// [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client.key_space(&name).map(|space| SemKeys {
-            permits: space.key("semaphore"),
-            generation: space.key("semaphore:generation"),
-            waiters: space.key("semaphore:waiters"),
-            channel: waiters::client_channel(&space.key("semaphore:wake:"), client),
-            queue: space.key("semaphore:queue"),
-            attempt_prefix: space.key("semaphore:attempt:"),
+        let keys = client.key_space(&name).map(|space| {
+            let permits = space.key("semaphore");
+            client.local_cell_with(&permits.clone(), || SemKeys {
+                permits,
+                generation: space.key("semaphore:generation"),
+                waiters: space.key("semaphore:waiters"),
+                channel: waiters::client_channel(&space.key("semaphore:wake:"), client),
+                queue: space.key("semaphore:queue"),
+                attempt_prefix: space.key("semaphore:attempt:"),
+            })
         });
         let local = match &keys {
             Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
