@@ -24,7 +24,10 @@ end
 -- Returns the token.
 local function grant(hash, fence, owner, lease_ms, attempt)
     local token = redis.call('INCR', fence)
-    redis.call('HSET', hash, 'owner', owner, 'count', 1, 'token', token, 'a:' .. attempt, 1)
+    -- Strings, not Lua numbers: Redis 7.0 turns a number argument into text with a costly
+    -- floating-point format; '%d' is an integer's.
+    redis.call('HSET', hash, 'owner', owner, 'count', '1', 'token', string.format('%d', token),
+        'a:' .. attempt, '1')
     redis.call('PEXPIRE', hash, lease_ms)
     return token
 end
@@ -34,7 +37,7 @@ end
 -- number of holds.
 local function reenter(hash, lease_ms, attempt)
     local count = redis.call('HINCRBY', hash, 'count', 1)
-    redis.call('HSET', hash, 'a:' .. attempt, 1)
+    redis.call('HSET', hash, 'a:' .. attempt, '1')
     redis.call('PEXPIRE', hash, lease_ms, 'GT')
     return count
 end
