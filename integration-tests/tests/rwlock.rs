@@ -1611,6 +1611,7 @@ async fn a_refused_upgrade_does_not_fail_other_waiting_writers() {
     let a = client(&server).await;
     let (head_busy_tx, head_busy_rx) = tokio::sync::oneshot::channel::<()>();
     let spec = |deadline| WaitSpec {
+        kind: "test",
         queue: "q",
         channel: "redisync:{fanout}:wake",
         deadline,

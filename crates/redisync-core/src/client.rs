@@ -554,18 +554,21 @@ impl Client {
         self.shared().cells.get_or_init(key, init)
     }
 
-    /// Counts `n` successful acquisitions in [`Stats::acquires`], for a primitive that
-    /// acquires without [`acquire`](Self::acquire) (several locks in one script).
-    pub fn record_acquires(&self, n: u64) {
+    /// Counts `n` successful acquisitions in [`Stats::acquires`] (and in the metrics, for
+    /// primitives of `kind` keyed `key`), for a primitive that acquires without
+    /// [`acquire`](Self::acquire) (several locks in one script).
+    pub fn record_acquires(&self, kind: &'static str, key: &str, n: u64) {
         Counters::bump(&self.shared().counters.acquires, n);
+        self.shared().config.metrics.acquired_together(kind, key, n);
     }
 
     /// Counts `n` acquires that had to wait in [`Stats::contended_waits`], for a primitive
     /// whose callers wait for one another in-process before (or instead of) waiting in
     /// [`acquire`](Self::acquire) (readers queued behind the one that asks Redis for the
     /// hold they will share).
-    pub fn record_contended_waits(&self, n: u64) {
+    pub fn record_contended_waits(&self, kind: &'static str, key: &str, n: u64) {
         Counters::bump(&self.shared().counters.contended_waits, n);
+        self.shared().config.metrics.contended(kind, key, n);
     }
 
     /// The counters since the client was built.

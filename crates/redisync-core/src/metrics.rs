@@ -83,13 +83,13 @@ impl Metrics {
         metrics::counter!("redisync_acquires_total", labels).increment(n);
     }
 
-    /// An acquire call found the primitive taken and waits.
-    pub(crate) fn contended(self, kind: &'static str, key: &str) {
+    /// `n` acquire calls found the primitive taken and wait.
+    pub(crate) fn contended(self, kind: &'static str, key: &str, n: u64) {
         metrics::counter!(
             "redisync_contended_waits_total",
             self.labels(kind, key, None)
         )
-        .increment(1);
+        .increment(n);
     }
 
     /// A hold ended after `held`.
@@ -136,8 +136,7 @@ impl Metrics {
 impl Metrics {
     pub(crate) fn acquire_ended(self, _: &'static str, _: &str, _: &'static str, _: Duration) {}
     pub(crate) fn acquired_together(self, _: &'static str, _: &str, _: u64) {}
-    pub(crate) fn contended(self, _: &'static str, _: &str) {}
-    pub(crate) fn held(self, _: &'static str, _: &str, _: Duration) {}
+    pub(crate) fn contended(self, _: &'static str, _: &str, _: u64) {}
     pub(crate) fn renewal(self, _: &'static str, _: &str, _: &'static str) {}
     pub(crate) fn lost(self, _: &'static str, _: &str, _: u64) {}
     pub(crate) fn release(self, _: &'static str, _: &str, _: &'static str) {}

@@ -65,6 +65,9 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 /// Where waiters of one primitive meet.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitSpec<'a> {
+    /// The kind of primitive (`"lock"`, `"semaphore"`...), for metrics: the same as its
+    /// scripts' ([`LuaScript::kind`](crate::LuaScript::kind)).
+    pub kind: &'static str,
     /// Identifies the primitive within the client (its main key); waiters with the same queue
     /// key share one local queue.
     pub queue: &'a str,
@@ -286,7 +289,17 @@ impl Client {
                 .instrument(span));
             let result = waiting.as_mut().await;
             let span = waiting.span();
-            span.record("waited_ms", started.elapsed().as_millis() as u64);
+            let waited = started.elapsed();
+            span.record("waited_ms", waited.as_millis() as u64);
+            if acquisition {
+                let outcome = match &result {
+                    Ok(Some(_)) => "acquired",
+                    Ok(None) => "timed_out",
+                    Err(_) => "failed",
+                };
+                let metrics = self.shared().config.metrics;
+                metrics.acquire_ended(spec.kind, spec.queue, outcome, waited);
+            }
             match &result {
                 Ok(Some(_)) => {
                     span.record("outcome", "acquired");
@@ -337,6 +350,10 @@ impl Client {
             }
             if acquisition {
                 Counters::bump(&self.shared().counters.contended_waits, 1);
+                self.shared()
+                    .config
+                    .metrics
+                    .contended(spec.kind, spec.queue, 1);
             }
 
             let ticket = self.shared().queues.join(spec.queue);

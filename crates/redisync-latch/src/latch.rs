@@ -441,6 +441,7 @@ impl CountDownLatch {
         // armed, and once it has seen the opening the others return without asking. Each
         // still asks once on arrival (`may_reenter`), to learn which arming it waits on.
         let spec = WaitSpec {
+            kind: "latch",
             queue: &keys.queue,
             channel: &keys.channel,
             deadline,

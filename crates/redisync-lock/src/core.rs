@@ -181,24 +181,28 @@ impl LockCore {
             false => redis_millis(remember),
         };
         Ok(match &keys.waiting {
-            Waiting::Clients { waiters, .. } => ScriptCall::new(&scripts::RELEASE)
-                .key(keys.hash.as_str())
-                .key(record)
-                .key(waiters.as_str())
-                .arg(attempt)
-                .arg(remember),
+            Waiting::Clients { waiters, .. } => scripts::Release {
+                hash: &keys.hash,
+                attempt_record: &record,
+                waiters,
+                attempt,
+                remember_ms: remember,
+            }
+            .call(),
             Waiting::Queue {
                 queue,
                 deadlines,
                 wake_prefix,
-            } => ScriptCall::new(&scripts::FAIR_RELEASE)
-                .key(keys.hash.as_str())
-                .key(record)
-                .key(queue.as_str())
-                .key(deadlines.as_str())
-                .arg(attempt)
-                .arg(wake_prefix.as_str())
-                .arg(remember),
+            } => scripts::FairRelease {
+                hash: &keys.hash,
+                attempt_record: &record,
+                queue,
+                deadlines,
+                waiter: attempt,
+                wake_prefix,
+                remember_ms: remember,
+            }
+            .call(),
         })
     }
 
@@ -210,9 +214,11 @@ impl LockCore {
     /// The lock's remaining lease (None when free) and this owner's hold count.
     pub(crate) async fn status(&self) -> Result<(Option<Duration>, u32)> {
         let keys = self.keys()?;
-        let call = ScriptCall::new(&scripts::STATUS)
-            .key(keys.hash.as_str())
-            .arg(self.owner.as_str());
+        let call = scripts::Status {
+            hash: &keys.hash,
+            owner: &self.owner,
+        }
+        .call();
         let reply: Vec<i64> = self.client.eval(call).await?;
         decode_status(&reply)
     }
@@ -232,18 +238,22 @@ impl LockCore {
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
         let call = match &keys.waiting {
-            Waiting::Clients { waiters, .. } => ScriptCall::new(&scripts::FORCE_UNLOCK)
-                .key(keys.hash.as_str())
-                .key(waiters.as_str()),
+            Waiting::Clients { waiters, .. } => scripts::ForceUnlock {
+                hash: &keys.hash,
+                waiters,
+            }
+            .call(),
             Waiting::Queue {
                 queue,
                 deadlines,
                 wake_prefix,
-            } => ScriptCall::new(&scripts::FAIR_FORCE_UNLOCK)
-                .key(keys.hash.as_str())
-                .key(queue.as_str())
-                .key(deadlines.as_str())
-                .arg(wake_prefix.as_str()),
+            } => scripts::FairForceUnlock {
+                hash: &keys.hash,
+                queue,
+                deadlines,
+                wake_prefix,
+            }
+            .call(),
         };
         let freed: i64 = self.client.eval(call).await?;
         Ok(freed == 1)
@@ -302,12 +312,16 @@ impl LockCore {
         let keys = self.keys()?;
         let lease = match lease {
             Some(lease) => HoldLease::fixed(sent_at, lease),
-            None => self.client.watch_lease(
-                &scripts::RENEW,
-                vec![keys.hash.clone()],
-                vec![self.owner.clone(), token.to_string(), attempt.to_owned()],
-                sent_at,
-            ),
+            None => {
+                let hold = scripts::RenewedHold {
+                    hash: &keys.hash,
+                    owner: &self.owner,
+                    token,
+                    attempt,
+                };
+                self.client
+                    .watch_lease(&scripts::RENEW, hold.keys(), hold.args(), sent_at)
+            }
         };
         // The acquire was answered, so no late acquire of this attempt exists to refuse, and
         // the guard judges a repeat itself (see `LockGuard::unlock`): no record is needed.
@@ -352,18 +366,19 @@ impl LockCore {
             }
         }
         let attempt = client.unique_id();
-        let mut call = ScriptCall::new(&scripts::ACQUIRE_ALL);
-        for core in cores {
-            let keys = core.keys()?;
-            call = call
-                .key(keys.hash.as_str())
-                .key(keys.fence.as_str())
-                .key(keys.attempt_record(&attempt));
-        }
-        call = call.arg(redis_millis(lease_for)).arg(attempt.as_str());
-        for core in cores {
-            call = call.arg(core.owner.as_str());
-        }
+        let locks = cores
+            .iter()
+            .map(|core| {
+                let keys = core.keys()?;
+                Ok(scripts::OneOfAll {
+                    hash: &keys.hash,
+                    fence: &keys.fence,
+                    attempt_record: keys.attempt_record(&attempt),
+                    owner: &core.owner,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let call = scripts::acquire_all(&locks, redis_millis(lease_for), &attempt);
         // Remembered past the lease, so a grant that could still run is refused.
         let give_back = cores
             .iter()
@@ -393,7 +408,7 @@ impl LockCore {
         let Some(tokens) = decode_acquire_all(&reply, count)? else {
             return Ok(None);
         };
-        client.record_acquires(count as u64);
+        client.record_acquires("lock", first.keys()?.hash.as_str(), count as u64);
         let mut guards = Vec::with_capacity(count);
         for (core, token) in cores.iter().zip(tokens) {
             guards.push(core.guard(&attempt, token, sent_at, lease)?);
@@ -434,6 +449,7 @@ impl LockCore {
         };
         // Each waiter waits by itself on its own channel: the queue that orders them is Redis's.
         let spec = WaitSpec {
+            kind: "fair_lock",
             queue: &channel,
             channel: &channel,
             deadline,
@@ -506,6 +522,7 @@ impl LockCore {
             });
             let withdraw = &withdrawal.0;
             let spec = WaitSpec {
+                kind: "lock",
                 queue: &keys.hash,
                 channel,
                 deadline,
@@ -573,17 +590,19 @@ impl LockCore {
                 true => 0,
                 false => redis_millis(withdraw.registration),
             };
-            let call = ScriptCall::new(&scripts::ACQUIRE)
-                .key(keys.hash.as_str())
-                .key(keys.fence.as_str())
-                .key(keys.attempt_record(&attempt))
-                .key(waiters.as_str())
-                .arg(self.owner.as_str())
-                .arg(redis_millis(lease))
-                .arg(attempt.as_str())
-                .arg(channel.as_str())
-                .arg(registration)
-                .arg(if registered { "1" } else { "0" });
+            let call = scripts::Acquire {
+                hash: &keys.hash,
+                fence: &keys.fence,
+                attempt_record: &keys.attempt_record(&attempt),
+                waiters,
+                owner: &self.owner,
+                lease_ms: redis_millis(lease),
+                attempt: &attempt,
+                channel,
+                registration_ms: registration,
+                registered,
+            }
+            .call();
             Ok((call, Some(withdraw.clone())))
         });
         self.send_attempt(request, attempt, lease)
@@ -595,10 +614,12 @@ impl LockCore {
         let Waiting::Clients { waiters, channel } = &keys.waiting else {
             return Err(Error::invalid("a fair lock waits in its queue"));
         };
-        Ok(ScriptCall::new(&scripts::WITHDRAW)
-            .key(keys.hash.as_str())
-            .key(waiters.as_str())
-            .arg(channel.as_str()))
+        Ok(scripts::Withdraw {
+            hash: &keys.hash,
+            waiters,
+            channel,
+        }
+        .call())
     }
 
     /// One acquire request of the fair lock for waiter `waiter`; `place` is how long the
@@ -620,18 +641,20 @@ impl LockCore {
             else {
                 return Err(Error::invalid("a plain lock has no waiting queue"));
             };
-            Ok(ScriptCall::new(&scripts::FAIR_ACQUIRE)
-                .key(keys.hash.as_str())
-                .key(keys.fence.as_str())
-                .key(keys.attempt_record(&waiter))
-                .key(queue.as_str())
-                .key(deadlines.as_str())
-                .arg(self.owner.as_str())
-                .arg(redis_millis(lease))
-                .arg(waiter.as_str())
-                .arg(place.map_or(0, redis_millis))
-                .arg(wake_prefix.as_str()))
-            .map(|call| (call, None))
+            let call = scripts::FairAcquire {
+                hash: &keys.hash,
+                fence: &keys.fence,
+                attempt_record: &keys.attempt_record(&waiter),
+                queue,
+                deadlines,
+                owner: &self.owner,
+                lease_ms: redis_millis(lease),
+                waiter: &waiter,
+                place_ms: place.map_or(0, redis_millis),
+                wake_prefix,
+            }
+            .call();
+            Ok((call, None))
         });
         self.send_attempt(request, waiter, lease)
     }

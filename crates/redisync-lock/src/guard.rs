@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redisync_core::duration::{lease_millis, redis_millis};
-use redisync_core::{Error, Hold, Result, ScriptCall};
+use redisync_core::{Error, Hold, Result};
 
 use crate::core::LockCore;
 use crate::scripts::{self, decode_release};
@@ -113,12 +113,14 @@ impl LockGuard {
     pub async fn fix_lease(&mut self, lease: Duration) -> Result<()> {
         lease_millis(lease)?;
         let keys = self.core.keys()?;
-        let call = ScriptCall::new(&scripts::SET_LEASE)
-            .key(keys.hash.as_str())
-            .arg(self.core.owner.as_str())
-            .arg(self.token)
-            .arg(redis_millis(lease))
-            .arg(self.attempt.as_str());
+        let call = scripts::SetLease {
+            hash: &keys.hash,
+            owner: &self.core.owner,
+            token: self.token,
+            lease_ms: redis_millis(lease),
+            attempt: &self.attempt,
+        }
+        .call();
         let sent_at = Instant::now();
         let pending = self.hold.pending_fix(sent_at, lease);
         let reply = self.core.client.eval::<i64>(call).await;

@@ -2,38 +2,165 @@
 
 use std::time::Duration;
 
-use redisync_core::{Error, LuaScript, Result};
+use redisync_core::{Error, Result, ScriptCall};
 
-/// A lock script, with the preludes it builds on (`lock` for lock_prelude, `wake` for the
-/// registry of waiting clients, `fair` for the fair lock's queue), in that order.
-macro_rules! script {
-    ($name:literal) => {
-        LuaScript::new($name, include_str!(concat!("../lua/", $name, ".lua")))
-    };
-    ($name:literal, $($prelude:literal),+) => {
-        LuaScript::new(
-            $name,
-            concat!(
-                $(include_str!(concat!("../lua/", $prelude, "_prelude.lua")),)+
-                include_str!(concat!("../lua/", $name, ".lua"))
-            ),
-        )
-    };
+redisync_core::lua_script! {
+    /// Takes a lock, or re-enters it, or registers the client as waiting
+    /// (`lua/lock_acquire.lua`).
+    pub(crate) struct Acquire = new "lock_acquire" for "lock"
+        after ["lock_prelude", "wake_prelude"] {
+        keys { hash, fence, attempt_record, waiters }
+        args {
+            owner: &'a str,
+            lease_ms: u64,
+            attempt: &'a str,
+            channel: &'a str,
+            registration_ms: u64,
+            registered: bool,
+        }
+    }
 }
 
-pub(crate) static ACQUIRE: LuaScript = script!("lock_acquire", "lock", "wake");
-pub(crate) static RELEASE: LuaScript = script!("lock_release", "lock", "wake");
-pub(crate) static WITHDRAW: LuaScript = script!("lock_withdraw", "lock", "wake");
-pub(crate) static FORCE_UNLOCK: LuaScript = script!("lock_force_unlock", "lock", "wake");
-pub(crate) static FAIR_ACQUIRE: LuaScript = script!("fair_lock_acquire", "lock", "fair_lock");
-pub(crate) static FAIR_RELEASE: LuaScript = script!("fair_lock_release", "lock", "fair_lock");
-pub(crate) static FAIR_FORCE_UNLOCK: LuaScript =
-    script!("fair_lock_force_unlock", "lock", "fair_lock");
-pub(crate) static ACQUIRE_ALL: LuaScript = script!("lock_acquire_all", "lock");
-pub(crate) static SET_LEASE: LuaScript = script!("lock_set_lease");
-pub(crate) static RENEW: LuaScript = script!("lock_renew");
-pub(crate) static STATUS: LuaScript =
-    LuaScript::read_only("lock_status", include_str!("../lua/lock_status.lua"));
+redisync_core::lua_script! {
+    /// Gives back one attempt's hold and wakes the next waiting client
+    /// (`lua/lock_release.lua`).
+    pub(crate) struct Release = new "lock_release" for "lock"
+        after ["lock_prelude", "wake_prelude"] {
+        keys { hash, attempt_record, waiters }
+        args { attempt: &'a str, remember_ms: u64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Takes a client out of the lock's waiters (`lua/lock_withdraw.lua`).
+    pub(crate) struct Withdraw = new "lock_withdraw" for "lock"
+        after ["lock_prelude", "wake_prelude"] {
+        keys { hash, waiters }
+        args { channel: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Frees the lock whoever holds it (`lua/lock_force_unlock.lua`).
+    pub(crate) struct ForceUnlock = new "lock_force_unlock" for "lock"
+        after ["lock_prelude", "wake_prelude"] {
+        keys { hash, waiters }
+        args {}
+    }
+}
+
+redisync_core::lua_script! {
+    /// The fair lock's acquire: takes the lock in queue order, or keeps the waiter's place
+    /// (`lua/fair_lock_acquire.lua`).
+    pub(crate) struct FairAcquire = new "fair_lock_acquire" for "fair_lock"
+        after ["lock_prelude", "fair_lock_prelude"] {
+        keys { hash, fence, attempt_record, queue, deadlines }
+        args {
+            owner: &'a str,
+            lease_ms: u64,
+            waiter: &'a str,
+            place_ms: u64,
+            wake_prefix: &'a str,
+        }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Gives back a fair waiter's hold and place (`lua/fair_lock_release.lua`).
+    pub(crate) struct FairRelease = new "fair_lock_release" for "fair_lock"
+        after ["lock_prelude", "fair_lock_prelude"] {
+        keys { hash, attempt_record, queue, deadlines }
+        args { waiter: &'a str, wake_prefix: &'a str, remember_ms: u64 }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Frees the fair lock whoever holds it (`lua/fair_lock_force_unlock.lua`).
+    pub(crate) struct FairForceUnlock = new "fair_lock_force_unlock" for "fair_lock"
+        after ["lock_prelude", "fair_lock_prelude"] {
+        keys { hash, queue, deadlines }
+        args { wake_prefix: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Fixes a hold's lease (`lua/lock_set_lease.lua`).
+    pub(crate) struct SetLease = new "lock_set_lease" for "lock" {
+        keys { hash }
+        args { owner: &'a str, token: u64, lease_ms: u64, attempt: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// The lock's remaining lease and the asking owner's hold count; reads only
+    /// (`lua/lock_status.lua`).
+    pub(crate) struct Status = read_only "lock_status" for "lock" {
+        keys { hash }
+        args { owner: &'a str }
+    }
+}
+
+redisync_core::lua_script! {
+    /// Acquires several locks or none (`lua/lock_acquire_all.lua`); its keys and owners repeat
+    /// per lock, so its call is built by [`acquire_all`].
+    pub(crate) static ACQUIRE_ALL = new "lock_acquire_all" for "lock" after ["lock_prelude"];
+}
+
+redisync_core::lua_script! {
+    /// The watchdog's batch renewal of lock holds (`lua/lock_renew.lua`); one hold's part is a
+    /// [`RenewedHold`].
+    pub(crate) static RENEW = new "lock_renew" for "lock";
+}
+
+/// One lock of an [`acquire_all`] request.
+pub(crate) struct OneOfAll<'a> {
+    pub(crate) hash: &'a str,
+    pub(crate) fence: &'a str,
+    pub(crate) attempt_record: String,
+    pub(crate) owner: &'a str,
+}
+
+/// The `lock_acquire_all` request for `locks` under attempt id `attempt`, each lock with its
+/// hash, fence, attempt record and owner, in the script's order.
+pub(crate) fn acquire_all(locks: &[OneOfAll<'_>], lease_ms: u64, attempt: &str) -> ScriptCall {
+    let mut call = ScriptCall::new(&ACQUIRE_ALL);
+    for lock in locks {
+        call = call
+            .key(lock.hash)
+            .key(lock.fence)
+            .key(lock.attempt_record.as_str());
+    }
+    call = call.arg(lease_ms).arg(attempt);
+    for lock in locks {
+        call = call.arg(lock.owner);
+    }
+    call
+}
+
+/// One hold's part of a [`RENEW`] batch (the watchdog's convention: its keys, then its
+/// arguments).
+pub(crate) struct RenewedHold<'a> {
+    pub(crate) hash: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) token: u64,
+    pub(crate) attempt: &'a str,
+}
+
+impl RenewedHold<'_> {
+    /// The hold's keys: its lock hash.
+    pub(crate) fn keys(&self) -> Vec<String> {
+        vec![self.hash.to_owned()]
+    }
+
+    /// The hold's arguments: owner, fencing token and attempt id.
+    pub(crate) fn args(&self) -> Vec<String> {
+        vec![
+            self.owner.to_owned(),
+            self.token.to_string(),
+            self.attempt.to_owned(),
+        ]
+    }
+}
 
 /// Reply of `lock_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

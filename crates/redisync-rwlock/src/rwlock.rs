@@ -623,7 +623,7 @@ impl ReadWriteLock {
     ) -> Result<Option<ReadGuard>> {
         let core = &self.core;
         if let Some(share) = join(coalescer, core).await {
-            core.client.record_acquires(1);
+            core.client.record_acquires("rwlock", &core.keys()?.hash, 1);
             // This read waited for nothing: let the runtime run other tasks now and then, as
             // tokio's own primitives do, or a task reading in a loop would never yield.
             tokio::task::coop::consume_budget().await;
@@ -652,11 +652,14 @@ impl ReadWriteLock {
         deadline: Option<Instant>,
     ) -> Result<Option<Share>> {
         let core = &self.core;
-        let Some(_turn) = coalescer.founding_turn(&core.client, deadline).await? else {
+        let Some(_turn) = coalescer
+            .founding_turn(&core.client, &core.keys()?.hash, deadline)
+            .await?
+        else {
             return Ok(None);
         };
         if let Some(share) = join(coalescer, core).await {
-            core.client.record_acquires(1);
+            core.client.record_acquires("rwlock", &core.keys()?.hash, 1);
             return Ok(Some(share));
         }
         let mut within = core.client.command_timeout();
@@ -726,6 +729,7 @@ impl ReadWriteLock {
             .lease
             .unwrap_or_else(|| core.client.watchdog_timeout());
         let spec = WaitSpec {
+            kind: "rwlock",
             queue: match side {
                 Side::Read => &keys.read_queue,
                 Side::Write => &keys.write_queue,

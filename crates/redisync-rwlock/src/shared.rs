@@ -366,6 +366,7 @@ impl Coalescer {
     pub(crate) async fn founding_turn(
         &self,
         client: &Client,
+        key: &str,
         deadline: Option<Instant>,
     ) -> Result<Option<tokio::sync::MutexGuard<'_, ()>>> {
         let mut failures = self.failures.subscribe();
@@ -373,7 +374,7 @@ impl Coalescer {
         if let Ok(turn) = self.founding.try_lock() {
             return Ok(Some(turn));
         }
-        client.record_contended_waits(1);
+        client.record_contended_waits("rwlock", key, 1);
         // Biased: a founder that failed signals it before it lets the next one in, and that
         // one must take the failure (it would only meet the same outage).
         tokio::select! {

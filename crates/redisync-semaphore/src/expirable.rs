@@ -444,6 +444,7 @@ impl Acquire for ExpirableSemaphore {
         let deadline = wait.deadline()?;
         // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
+            kind: "expirable_semaphore",
             queue: &keys.queue,
             channel: &keys.channel,
             deadline,

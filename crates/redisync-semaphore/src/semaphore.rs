@@ -379,6 +379,7 @@ impl Semaphore {
         let queue = format!("{}:{n}", keys.queue);
         // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
+            kind: "semaphore",
             queue: &queue,
             channel: &keys.channel,
             deadline,
