@@ -11,6 +11,7 @@
 
 mod common;
 
+use redisync::core::toolkit::Toolkit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, Ordering};

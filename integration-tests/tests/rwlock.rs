@@ -8,6 +8,7 @@
 
 mod common;
 
+use redisync::core::toolkit::Toolkit;
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::future::Future;

@@ -14,6 +14,7 @@ mod exit;
 mod inspect;
 mod run;
 
+use redisync::core::toolkit::Toolkit;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 

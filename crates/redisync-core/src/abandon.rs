@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use futures_util::future::BoxFuture;
 
 /// How a request ended that its caller no longer waited for: what the undo of an abandoned
-/// acquire learns (see [`Client::eval_undoable`](crate::Client::eval_undoable)).
+/// acquire learns (see [`Toolkit::eval_undoable`](crate::toolkit::Toolkit::eval_undoable)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LateOutcome<T> {
     /// Redis ran the request and answered this.

@@ -1,11 +1,9 @@
 //! The client: configuration, connections, and the shared runtime every primitive uses.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::locking::lock;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -13,12 +11,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::FromRedisValue;
 use tracing::Instrument;
 
-use crate::abandon::LateOutcome;
 use crate::connection::Connection;
 use crate::error::{Error, Result};
-use crate::keys::{self, KeySpace};
+use crate::keys;
 use crate::pubsub::Hub;
-use crate::retry::Retry;
 use crate::script::ScriptCall;
 use crate::signal::Flag;
 use crate::stats::{Counters, Stats};
@@ -36,7 +32,7 @@ pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The largest pool a client accepts.
 pub const MAX_POOL_SIZE: u32 = 1024;
 /// How many command timeouts a request abandoned by its caller may take to finish.
-const ABANDONED_REQUEST_GRACE: u32 = 4;
+pub(crate) const ABANDONED_REQUEST_GRACE: u32 = 4;
 /// Default number of multiplexed connections.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
 
@@ -110,7 +106,7 @@ pub(crate) struct Shared {
     /// Set when the client follows the primary Redis Sentinel names.
     pub(crate) sentinels: Option<crate::sentinel::Sentinels>,
     next_connection: AtomicUsize,
-    next_id: AtomicU64,
+    pub(crate) next_id: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) shutdown: Flag,
     pub(crate) hub: Arc<Hub>,
@@ -118,7 +114,7 @@ pub(crate) struct Shared {
     pub(crate) queues: Arc<WaitQueues>,
     /// Give-backs still being retried in the background.
     pub(crate) pending: crate::retry::Pending,
-    cells: crate::cells::Cells,
+    pub(crate) cells: crate::cells::Cells,
 }
 
 #[derive(Clone)]
@@ -527,50 +523,6 @@ impl Client {
         self.shared().sharded()
     }
 
-    /// Which part of the deployment holds `keys`: their cluster slot on a cluster client, and
-    /// `None` on a single server, where everything lives together. Scripts that touch several
-    /// primitives at once (a renewal batch, a multi-lock) group them by this.
-    pub fn shard_of(&self, keys: &KeySpace) -> Option<u16> {
-        self.is_cluster().then(|| keys.slot())
-    }
-
-    /// The value of type `T` that every handle of this client asking with `key` shares:
-    /// created (with `T::default()`) by the first, dropped after the last reference goes.
-    /// Primitives keep per-client, per-name knowledge here, such as what their local waiters
-    /// have already learnt from Redis.
-    pub fn local_cell<T: Default + Send + Sync + 'static>(&self, key: &str) -> Arc<T> {
-        self.shared().cells.get_or_init(key, T::default)
-    }
-
-    /// Like [`local_cell`](Self::local_cell), for a value made by `init` rather than by
-    /// `Default`: the first handle makes it, the others share it. Primitives keep a name's key
-    /// strings here, so that a thousand handles of one name hold them once. `init` runs while
-    /// the client's cells are locked: it must not ask for a cell itself.
-    pub fn local_cell_with<T: Send + Sync + 'static>(
-        &self,
-        key: &str,
-        init: impl FnOnce() -> T,
-    ) -> Arc<T> {
-        self.shared().cells.get_or_init(key, init)
-    }
-
-    /// Counts `n` successful acquisitions in [`Stats::acquires`] (and in the metrics, for
-    /// primitives of `kind` keyed `key`), for a primitive that acquires without
-    /// [`acquire`](Self::acquire) (several locks in one script).
-    pub fn record_acquires(&self, kind: &'static str, key: &str, n: u64) {
-        Counters::bump(&self.shared().counters.acquires, n);
-        self.shared().config.metrics.acquired_together(kind, key, n);
-    }
-
-    /// Counts `n` acquires that had to wait in [`Stats::contended_waits`], for a primitive
-    /// whose callers wait for one another in-process before (or instead of) waiting in
-    /// [`acquire`](Self::acquire) (readers queued behind the one that asks Redis for the
-    /// hold they will share).
-    pub fn record_contended_waits(&self, kind: &'static str, key: &str, n: u64) {
-        Counters::bump(&self.shared().counters.contended_waits, n);
-        self.shared().config.metrics.contended(kind, key, n);
-    }
-
     /// The counters since the client was built.
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
@@ -589,7 +541,7 @@ impl Client {
     /// lease. Shutdown releases nothing it does not own and is idempotent.
     ///
     /// Give-backs still being retried in the background (releases and count-downs Redis has
-    /// not confirmed yet, see [`spawn_release`](Self::spawn_release)) get one last attempt,
+    /// not confirmed yet, see [`spawn_release`](crate::toolkit::Toolkit::spawn_release)) get one last attempt,
     /// and this call waits for them, at most about two command timeouts. Those that still
     /// fail are counted in [`Stats::unconfirmed_releases`] and logged.
     pub async fn shutdown(&self) {
@@ -626,258 +578,6 @@ impl Client {
     /// The command timeout.
     pub fn command_timeout(&self) -> Duration {
         self.shared().config.command_timeout
-    }
-
-    /// How long after being sent a request abandoned by its caller may still run in Redis as
-    /// far as this client waits for it (a few command timeouts). Records that must outlive
-    /// such a late request (a give-back, a withdrawn mark) are kept at least this long.
-    pub fn abandoned_request_grace(&self) -> Duration {
-        self.shared()
-            .config
-            .command_timeout
-            .saturating_mul(ABANDONED_REQUEST_GRACE)
-    }
-
-    /// The key space of the primitive called `name`, or [`Error::InvalidArgument`] for a bad
-    /// name. Primitive handles call this once and report the error on every call.
-    pub fn key_space(&self, name: &str) -> Result<KeySpace> {
-        keys::validate_name(name)?;
-        Ok(KeySpace::new(&self.shared().config.key_prefix, name))
-    }
-
-    /// A new identifier unique within this client: `<client id>:<n>`. Used for owner ids and
-    /// request ids.
-    pub fn unique_id(&self) -> String {
-        use std::fmt::Write as _;
-        let n = self.shared().next_id.fetch_add(1, Ordering::Relaxed);
-        let id = &self.shared().id;
-        // Sized exactly: an owner id lives as long as its handle, and `format!` would leave
-        // it almost twice as large.
-        let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
-        let mut unique = String::with_capacity(id.len() + 1 + digits);
-        let _ = write!(unique, "{id}:{n}");
-        unique
-    }
-
-    /// Fails with [`Error::Shutdown`] once the client is shut down.
-    pub fn check_running(&self) -> Result<()> {
-        if self.is_shut_down() {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Runs one script, bounded by the command timeout. The returned future owns everything it
-    /// needs, so it can be moved to a background task.
-    pub fn eval<T>(&self, call: ScriptCall) -> impl Future<Output = Result<T>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        eval(self.shared().clone(), call)
-    }
-
-    /// Runs a script whose effect must be undone if nobody is left to use it: an acquire.
-    ///
-    /// The caller gets the reply, or [`Error::Timeout`] after the command timeout. `undo` runs
-    /// in the background whenever the caller may have lost something:
-    ///
-    /// * the caller stopped waiting (dropped the future, or the timeout fired) while the
-    ///   request was on the wire: the request still runs to its end (bounded by the
-    ///   connection's own response timeout, a few command timeouts), then `undo` learns how it
-    ///   ended: [`LateOutcome::Replied`] with the reply, [`LateOutcome::Unknown`] if its outcome
-    ///   stayed unknown, [`LateOutcome::Refused`] if Redis answered with an error;
-    /// * the caller got an error that leaves the outcome unknown (a broken connection):
-    ///   `undo(LateOutcome::Unknown)`.
-    ///
-    /// `undo(LateOutcome::Unknown)` must make sure the request can no longer take effect,
-    /// whether or not Redis has run it yet (for an acquire: give back the hold if it was
-    /// granted, forbid the grant otherwise).
-    pub fn eval_undoable<T, U, UF>(
-        &self,
-        call: ScriptCall,
-        undo: U,
-    ) -> impl Future<Output = Result<T>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-        U: FnOnce(LateOutcome<T>) -> UF + Send + 'static,
-        UF: Future<Output = ()> + Send + 'static,
-    {
-        let shared = self.shared().clone();
-        async move {
-            if shared.shutdown.is_set() {
-                return Err(Error::Shutdown);
-            }
-            let timeout = shared.config.command_timeout;
-            let runtime = shared.runtime.clone();
-            // The undo goes to whichever path needs it: the abandoned request's cleanup, or
-            // the caller's error below.
-            let undo = Arc::new(Mutex::new(Some(undo)));
-            let abandoned_undo = undo.clone();
-            let mut call = call;
-            call.rollback_unreplicated = true;
-            let request = send::<T>(shared, call);
-            let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
-                let undo = lock(&abandoned_undo).take();
-                if let Some(undo) = undo {
-                    let outcome = match reply {
-                        Ok(reply) => LateOutcome::Replied(reply),
-                        Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
-                        Err(_) => LateOutcome::Refused,
-                    };
-                    undo(outcome).await;
-                }
-            });
-            let reply = match tokio::time::timeout(timeout, guarded).await {
-                Ok(reply) => reply,
-                Err(_) => Err(Error::Timeout),
-            };
-            if let Err(err) = &reply {
-                if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
-                    if let Some(undo) = lock(&undo).take() {
-                        runtime.spawn(undo(LateOutcome::Unknown));
-                    }
-                }
-            }
-            reply
-        }
-    }
-
-    /// Runs an idempotent give-back on a background task, retrying as `retry` says (see
-    /// [`crate::retry`]). Never blocks. It runs even if the client shuts down meanwhile, since
-    /// it only gives back what this client holds.
-    pub fn spawn_release(&self, call: ScriptCall, retry: Retry) {
-        crate::retry::spawn(self.shared().clone(), call, retry);
-    }
-
-    /// Runs an idempotent give-back for a caller who waits for it: the caller gets Redis's
-    /// reply, or the error that kept Redis from confirming it within the command timeout. In
-    /// that case, and if the caller drops the future first, the give-back goes on in the
-    /// background as [`spawn_release`](Self::spawn_release) does. Errors that retrying cannot
-    /// cure are returned and counted in [`Stats::unconfirmed_releases`].
-    pub fn eval_until_done<T>(
-        &self,
-        call: ScriptCall,
-        retry: Retry,
-    ) -> impl Future<Output = Result<T>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        crate::retry::until_done(self.shared().clone(), call, retry)
-    }
-
-    /// [`eval_until_done`](Self::eval_until_done), also saying whether a try before the one
-    /// that answered may have run (see [`Confirmed`](crate::Confirmed)): a give-back that
-    /// keeps no record of itself answers a repeat as if it held nothing.
-    pub fn eval_until_confirmed<T>(
-        &self,
-        call: ScriptCall,
-        retry: Retry,
-    ) -> impl Future<Output = Result<crate::Confirmed<T>>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        crate::retry::until_confirmed(self.shared().clone(), call, retry)
-    }
-
-    /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
-    /// outcome is unknown, `give_back` (an idempotent release of exactly this attempt, which
-    /// must also forbid a grant Redis has not made yet) runs in the background, unless the
-    /// reply shows nothing was granted (`granted` says which replies grant).
-    ///
-    /// This is [`eval_undoable`](Self::eval_undoable) with the undo every acquire needs.
-    pub fn eval_acquire<T>(
-        &self,
-        call: ScriptCall,
-        give_back: ScriptCall,
-        granted: fn(&T) -> bool,
-    ) -> impl Future<Output = Result<T>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        self.eval_acquire_leased(call, give_back, granted, None)
-    }
-
-    /// [`eval_acquire`](Self::eval_acquire) for an acquire whose hold has a `lease` (`None`:
-    /// no lease, like a classic permit). The give-back is retried until Redis confirms it,
-    /// or, with a lease, until that lease (counted from when the acquire was sent) and the
-    /// time a late request may take have passed: the hold is gone by itself then.
-    pub fn eval_acquire_leased<T>(
-        &self,
-        call: ScriptCall,
-        give_back: ScriptCall,
-        granted: fn(&T) -> bool,
-        lease: Option<Duration>,
-    ) -> impl Future<Output = Result<T>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        let client = self.clone();
-        let retry = self.retry_for_lease(Instant::now(), lease);
-        self.eval_undoable(call, move |outcome: LateOutcome<T>| async move {
-            // Unknown: give back whatever it got, or forbid the grant.
-            let give = match &outcome {
-                LateOutcome::Replied(reply) => granted(reply),
-                LateOutcome::Unknown => true,
-                LateOutcome::Refused => false,
-            };
-            if give {
-                tracing::debug!(
-                    script = give_back.script().name(),
-                    "giving back an abandoned acquire"
-                );
-                client.spawn_release(give_back, retry);
-            }
-        })
-    }
-
-    /// How long a give-back of a hold set at `sent_at` with `lease` (`None`: no lease) is
-    /// worth retrying: until the lease and the time a late request may still take have
-    /// passed.
-    pub fn retry_for_lease(&self, sent_at: Instant, lease: Option<Duration>) -> Retry {
-        match lease {
-            None => Retry::UntilConfirmed,
-            Some(lease) => Retry::UntilLeaseEnds(
-                crate::lease::deadline(sent_at, lease)
-                    .checked_add(self.abandoned_request_grace())
-                    .unwrap_or_else(|| crate::lease::deadline(sent_at, lease)),
-            ),
-        }
-    }
-
-    /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken
-    /// connection or a refusal until the command timeout is spent.
-    pub fn eval_idempotent<T>(
-        &self,
-        call: ScriptCall,
-    ) -> impl Future<Output = Result<T>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        eval_idempotent(self.shared().clone(), call, Mode::Caller)
-    }
-
-    /// [`eval_idempotent`](Self::eval_idempotent) for a call that keeps no record of itself
-    /// in Redis, which answers a repeat as if it found nothing to do: the reply comes with
-    /// whether a try before the one that answered may have run (see
-    /// [`Confirmed`](crate::Confirmed)). Nothing goes on in the background.
-    pub fn eval_idempotent_confirmed<T>(
-        &self,
-        call: ScriptCall,
-    ) -> impl Future<Output = Result<crate::Confirmed<T>>> + Send + 'static
-    where
-        T: FromRedisValue + Send + 'static,
-    {
-        eval_idempotent_confirmed(self.shared().clone(), call, Mode::Caller)
-    }
-
-    /// Runs an idempotent give-back on a background task and forgets it: the release path of
-    /// a dropped guard or of a cancelled acquire that got its hold. Never blocks. Retried until
-    /// Redis confirms it (see [`spawn_release`](Self::spawn_release) with
-    /// [`Retry::UntilConfirmed`]); use `spawn_release` when the hold's lease bounds how long
-    /// retrying is worth it.
-    pub fn spawn_idempotent(&self, call: ScriptCall) {
-        self.spawn_release(call, Retry::UntilConfirmed);
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -1081,7 +781,7 @@ impl Shared {
 
 /// Who is waiting for a script call.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// A caller of the public API: refused once the client is shut down.
     Caller,
     /// Background clean-up decided while the client ran: carried out regardless.
@@ -1112,7 +812,7 @@ async fn eval_in<T: FromRedisValue>(
 
 /// Sends one script call. Only the connection's response timeout bounds it; callers add the
 /// command timeout.
-async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
+pub(crate) async fn send<T: FromRedisValue>(shared: Arc<Shared>, call: ScriptCall) -> Result<T> {
     let mut connection = shared.connection();
     Counters::bump(&shared.counters.scripts_sent, 1);
     let span = tracing::trace_span!("redisync.script", script = call.script().name());
@@ -1211,7 +911,7 @@ pub(crate) async fn eval_idempotent_background_confirmed<T: FromRedisValue>(
     eval_idempotent_confirmed(shared, call, Mode::Background).await
 }
 
-async fn eval_idempotent<T: FromRedisValue>(
+pub(crate) async fn eval_idempotent<T: FromRedisValue>(
     shared: Arc<Shared>,
     call: ScriptCall,
     mode: Mode,
@@ -1222,7 +922,7 @@ async fn eval_idempotent<T: FromRedisValue>(
 }
 
 /// [`eval_idempotent`], saying whether a try before the one that answered may have run.
-async fn eval_idempotent_confirmed<T: FromRedisValue>(
+pub(crate) async fn eval_idempotent_confirmed<T: FromRedisValue>(
     shared: Arc<Shared>,
     call: ScriptCall,
     mode: Mode,
@@ -1314,32 +1014,6 @@ impl Client {
             renewed_holds: shared.watchdog.len(),
             pending_releases: shared.pending.len(),
         }
-    }
-
-    /// Registers a hold with the watchdog. `renew` follows the watchdog's calling convention
-    /// (see [`crate::watchdog`]); `keys` are the hold's keys (the same number for every hold of
-    /// one script) and `args` identify it; `sent_at` is when the acquiring request was sent,
-    /// with the watchdog timeout as its lease. Renewal stops when the
-    /// returned [`HoldLease`](crate::HoldLease) is dropped. A hold registered while the client shuts
-    /// down is lost at once: nothing will renew it.
-    pub fn watch_lease(
-        &self,
-        renew: &'static crate::LuaScript,
-        keys: Vec<String>,
-        args: Vec<String>,
-        sent_at: Instant,
-    ) -> crate::HoldLease {
-        let shared = self.shared();
-        let lease =
-            shared
-                .watchdog
-                .register(renew, keys, args, sent_at, shared.config.watchdog_timeout);
-        // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
-        // this check sees the shutdown.
-        if shared.shutdown.is_set() {
-            lease.mark_lost();
-        }
-        lease
     }
 }
 

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::lease::HoldLease;
 use crate::retry::{Confirmed, Retry};
 use crate::script::ScriptCall;
+use crate::toolkit::Toolkit;
 
 /// One hold on a primitive, as a guard owns it: its [`HoldLease`] and the idempotent script call
 /// that gives it back.

@@ -1,17 +1,23 @@
 //! The core runtime of [redisync](https://docs.rs/redisync): the [`Client`], its connections,
 //! the script runner, the pub/sub hub, the watchdog and the local waiter queues.
 //!
-//! Users normally depend on the `redisync` facade crate. This crate is for primitive crates:
-//! it knows nothing about any primitive. Every primitive implements the shared surface:
-//! [`DistributedPrimitive`], [`Acquire`] (one `acquire_with(`[`Wait`]`, `[`Lease`]`)` that
-//! every other acquire method is a shorthand for) and, for its guards and permits, [`Held`]. A primitive brings its Lua scripts and guard types and uses:
+//! Users normally depend on the `redisync` facade crate, and see only the user API here: the
+//! [`Client`] (connect, build, [`id`](Client::id), [`stats`](Client::stats),
+//! [`shutdown`](Client::shutdown)), [`ClientBuilder`], [`Error`], [`Stats`] and the shared
+//! surface of every primitive: [`DistributedPrimitive`], [`Acquire`] (one
+//! `acquire_with(`[`Wait`]`, `[`Lease`]`)` that every other acquire method is a shorthand for)
+//! and, for guards and permits, [`Held`].
 //!
-//! * [`Client::eval`] / [`Client::eval_idempotent`] to run one [`ScriptCall`] per operation;
-//! * [`Client::acquire`] to wait for a busy primitive ([`wait`] explains how);
-//! * [`Client::watch_lease`] and [`HoldLease`] for watchdog renewal and lost-lease notification;
+//! A primitive crate knows the [`toolkit`] too: it is the whole surface a primitive author
+//! uses (`use redisync_core::toolkit::*;`). A primitive brings its Lua scripts and guard types
+//! and uses, through the [`Toolkit`](toolkit::Toolkit) methods of the client:
+//!
+//! * `eval` / `eval_idempotent` to run one [`ScriptCall`] per operation;
+//! * `acquire` to wait for a busy primitive ([`wait`] explains how);
+//! * `watch_lease` and [`HoldLease`] for watchdog renewal and lost-lease notification;
 //! * [`Hold`], the part of a guard that releases on drop (in the background) or on demand;
 //! * [`Abandonable`] to make an acquire attempt undo itself when its caller goes away;
-//! * [`Client::key_space`] for cluster-safe key names ([`keys`]).
+//! * `key_space` for cluster-safe key names ([`keys`]).
 //!
 //! # Guarantees every primitive inherits
 //!
@@ -45,6 +51,7 @@ mod script;
 mod sentinel;
 mod signal;
 mod stats;
+pub mod toolkit;
 pub mod wait;
 pub mod watchdog;
 

@@ -427,18 +427,3 @@ async fn sleep_or_shutdown(
         Some(_) = changes.recv() => false,
     }
 }
-
-impl crate::Client {
-    /// Takes a reference on `channel` of the client's one subscriber connection, for a
-    /// primitive that must hear a channel while it *holds* something (waiting is
-    /// [`Client::acquire`](crate::Client::acquire)'s business, which subscribes by itself).
-    ///
-    /// The subscription is shared and reference-counted like a waiter's: `SUBSCRIBE` goes out
-    /// with the first reference and `UNSUBSCRIBE` after the last is dropped. Watch
-    /// [`Subscription::watcher`]: `subscribed` turns true once Redis confirms it, and
-    /// `generation` moves on every message and after every reconnect (messages published
-    /// while the hub was away are lost, so a holder that sees it move must re-check).
-    pub fn subscribe(&self, channel: &str) -> Subscription {
-        self.shared().hub.subscribe(channel)
-    }
-}

@@ -3,7 +3,7 @@
 //! [`LuaScript`] wraps [`redis::Script`], which sends `EVALSHA` and, when Redis answers
 //! `NOSCRIPT` (after `SCRIPT FLUSH` or a restart), loads the script and sends it again. A
 //! [`ScriptCall`] is one invocation with its keys and arguments, owned so that the call can
-//! outlive the caller's future (see [`Client::eval`](crate::Client::eval)).
+//! outlive the caller's future (see [`Toolkit::eval`](crate::toolkit::Toolkit::eval)).
 //!
 //! On a Redis Cluster, wake-ups use sharded pub/sub, so that a message goes only to the nodes
 //! of the channel's shard rather than to every node. Scripts are written with

@@ -1,6 +1,6 @@
 //! Waiting for a busy primitive: local queues, pub/sub wake-ups and bounded sleeps.
 //!
-//! [`Client::acquire`] is the one waiting loop every primitive uses. A primitive supplies an
+//! [`Toolkit::acquire`] is the one waiting loop every primitive uses. A primitive supplies an
 //! attempt (one script call that either acquires or says how long the current hold has left)
 //! and the channel its releases publish on; core does the rest:
 //!
@@ -39,6 +39,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pubsub::{self, Subscription};
 use crate::stats::Counters;
+use crate::toolkit::Toolkit;
 
 /// The outcome of one acquire attempt.
 #[derive(Debug)]
@@ -167,7 +168,7 @@ impl WaitQueues {
         lock(&self.slots).len()
     }
 
-    fn has_waiters(&self, key: &str) -> bool {
+    pub(crate) fn has_waiters(&self, key: &str) -> bool {
         lock(&self.slots).contains_key(key)
     }
 
@@ -196,57 +197,6 @@ impl Drop for Ticket {
 }
 
 impl Client {
-    /// Whether tasks of this client wait in the local queue `queue` (see
-    /// [`WaitSpec::queue`]). A primitive whose client is registered in Redis as waiting asks
-    /// this when a waiter gives up: if it was the last, the client must withdraw, so that a
-    /// wake-up meant for it is passed on rather than lost.
-    pub fn has_local_waiters(&self, queue: &str) -> bool {
-        self.shared().queues.has_waiters(queue)
-    }
-
-    /// Acquires a primitive: tries once, then waits as described in the [module docs](self).
-    /// Runs in a `redisync.acquire` tracing span (queue, wait time, outcome) and counts a
-    /// successful acquisition in [`Stats::acquires`](crate::Stats::acquires).
-    ///
-    /// `attempt` is called for every try; it must be one request. Returns `Ok(Some(_))` once an
-    /// attempt acquires, `Ok(None)` when the deadline passes first, and the attempt's error if
-    /// one fails (calls are never retried for ever).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves the local queue and releases the subscription reference at
-    /// once. An attempt in flight at that moment is the attempt's own business: primitives
-    /// wrap it in [`Abandonable`](crate::Abandonable) so that it undoes itself.
-    pub fn acquire<'a, T, F, Fut>(
-        &'a self,
-        spec: WaitSpec<'a>,
-        attempt: F,
-    ) -> impl Future<Output = Result<Option<T>>> + 'a
-    where
-        F: FnMut() -> Fut + 'a,
-        Fut: Future<Output = Result<Attempt<T>>> + 'a,
-        T: 'a,
-    {
-        self.wait_traced(spec, attempt, true)
-    }
-
-    /// Waits for a condition that takes nothing (a latch to open) exactly as
-    /// [`acquire`](Self::acquire) waits for a primitive, in a `redisync.wait` span; `check`
-    /// plays the attempt's part, and nothing is counted in [`Stats`](crate::Stats). Use a
-    /// `shared` spec, so that every waiter returns on the same message.
-    pub fn wait<'a, T, F, Fut>(
-        &'a self,
-        spec: WaitSpec<'a>,
-        check: F,
-    ) -> impl Future<Output = Result<Option<T>>> + 'a
-    where
-        F: FnMut() -> Fut + 'a,
-        Fut: Future<Output = Result<Attempt<T>>> + 'a,
-        T: 'a,
-    {
-        self.wait_traced(spec, check, false)
-    }
-
     /// Runs the waiting loop in a span, recording the wait and its outcome; `acquisition`
     /// says whether it is an acquire (a `redisync.acquire` span, counted in the acquire
     /// statistics) or a wait (a `redisync.wait` span).
@@ -255,7 +205,7 @@ impl Client {
     // and lent to the loop, and the span is made where it is moved into its instrumented
     // future (at the first poll, inside the caller's span as before).
     #[allow(clippy::manual_async_fn)]
-    fn wait_traced<'a, T, F, Fut>(
+    pub(crate) fn wait_traced<'a, T, F, Fut>(
         &'a self,
         spec: WaitSpec<'a>,
         mut attempt: F,

@@ -1,12 +1,13 @@
 //! [`CountDownLatch`]: a count in Redis that waiters on any client wait to see reach zero.
 
+use redisync_core::toolkit::Toolkit;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{redis_millis, wait_deadline};
-use redisync_core::{
+use redisync_core::toolkit::duration::{redis_millis, wait_deadline};
+use redisync_core::toolkit::{
     async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, Retry, WaitSpec,
 };
 use tracing::Instrument;

@@ -2,7 +2,7 @@
 //! that reads the latch starts with the shared prelude, after the waiters registry's
 //! (`wake_prelude.lua`) where it registers waiters.
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Arms the latch with a count if it is open (`lua/latch_try_set_count.lua`).
     pub(crate) struct TrySetCount = new "latch_try_set_count" for "latch" after ["latch_prelude"] {
         keys { latch, opened }
@@ -10,7 +10,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// One count-down, remembered so that a repeat is not applied twice
     /// (`lua/latch_count_down.lua`).
     pub(crate) struct CountDown = new "latch_count_down" for "latch" after ["latch_prelude"] {
@@ -19,7 +19,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The count and arming; reads only, so it never waits for replicas
     /// (`lua/latch_status.lua`).
     pub(crate) struct Status = read_only "latch_status" for "latch" after ["latch_prelude"] {
@@ -28,7 +28,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The status for a subscribed waiter, registering its client while the latch stays armed
     /// (`lua/latch_wait.lua`).
     pub(crate) struct Wait = new "latch_wait" for "latch" after ["wake_prelude", "latch_prelude"] {
@@ -37,7 +37,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes a client out of the latch's waiters (`lua/latch_withdraw.lua`).
     pub(crate) struct Withdraw = new "latch_withdraw" for "latch" after ["wake_prelude"] {
         keys { waiters }
@@ -45,7 +45,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Opens the latch and wakes its waiters (`lua/latch_delete.lua`).
     pub(crate) struct Delete = new "latch_delete" for "latch" after ["latch_prelude"] {
         keys { latch, opened, waiters }

@@ -3,12 +3,13 @@
 //! [`FairLock`](crate::FairLock) differ only in whether a waiting queue is passed to the
 //! scripts.
 
+use redisync_core::toolkit::Toolkit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{
+use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
+use redisync_core::toolkit::{
     Attempt, Client, Error, Hold, HoldLease, LateOutcome, Result, ScriptCall, WaitSpec, RECHECK,
 };
 use tracing::Instrument;

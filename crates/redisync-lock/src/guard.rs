@@ -1,11 +1,12 @@
 //! [`LockGuard`]: one hold of a lock.
 
+use redisync_core::toolkit::Toolkit;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, redis_millis};
-use redisync_core::{Error, Hold, Result};
+use redisync_core::toolkit::duration::{lease_millis, redis_millis};
+use redisync_core::toolkit::{Error, Hold, Result};
 
 use crate::core::LockCore;
 use crate::scripts::{self, decode_release};
@@ -185,7 +186,7 @@ impl LockGuard {
     }
 }
 
-redisync_core::impl_held!(LockGuard {
+redisync_core::toolkit::impl_held!(LockGuard {
     fencing_token: |guard| Some(guard.fencing_token()),
     release: unlock,
 });

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::{
+use redisync_core::toolkit::{
     async_trait, granted, Acquire, Client, DistributedPrimitive, Lease, Result, Wait,
 };
 
 // Named in the documentation only.
 #[cfg(doc)]
-use redisync_core::Error;
+use redisync_core::toolkit::Error;
 
 use crate::core::{Kind, LockCore};
 use crate::guard::LockGuard;

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use redisync_core::{Error, Result, ScriptCall};
+use redisync_core::toolkit::{Error, Result, ScriptCall};
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes a lock, or re-enters it, or registers the client as waiting
     /// (`lua/lock_acquire.lua`).
     pub(crate) struct Acquire = new "lock_acquire" for "lock"
@@ -21,7 +21,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Gives back one attempt's hold and wakes the next waiting client
     /// (`lua/lock_release.lua`).
     pub(crate) struct Release = new "lock_release" for "lock"
@@ -31,7 +31,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes a client out of the lock's waiters (`lua/lock_withdraw.lua`).
     pub(crate) struct Withdraw = new "lock_withdraw" for "lock"
         after ["lock_prelude", "wake_prelude"] {
@@ -40,7 +40,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Frees the lock whoever holds it (`lua/lock_force_unlock.lua`).
     pub(crate) struct ForceUnlock = new "lock_force_unlock" for "lock"
         after ["lock_prelude", "wake_prelude"] {
@@ -49,7 +49,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The fair lock's acquire: takes the lock in queue order, or keeps the waiter's place
     /// (`lua/fair_lock_acquire.lua`).
     pub(crate) struct FairAcquire = new "fair_lock_acquire" for "fair_lock"
@@ -65,7 +65,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Gives back a fair waiter's hold and place (`lua/fair_lock_release.lua`).
     pub(crate) struct FairRelease = new "fair_lock_release" for "fair_lock"
         after ["lock_prelude", "fair_lock_prelude"] {
@@ -74,7 +74,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Frees the fair lock whoever holds it (`lua/fair_lock_force_unlock.lua`).
     pub(crate) struct FairForceUnlock = new "fair_lock_force_unlock" for "fair_lock"
         after ["lock_prelude", "fair_lock_prelude"] {
@@ -83,7 +83,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Fixes a hold's lease (`lua/lock_set_lease.lua`).
     pub(crate) struct SetLease = new "lock_set_lease" for "lock" {
         keys { hash }
@@ -91,7 +91,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The lock's remaining lease and the asking owner's hold count; reads only
     /// (`lua/lock_status.lua`).
     pub(crate) struct Status = read_only "lock_status" for "lock" {
@@ -100,13 +100,13 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Acquires several locks or none (`lua/lock_acquire_all.lua`); its keys and owners repeat
     /// per lock, so its call is built by [`acquire_all`].
     pub(crate) static ACQUIRE_ALL = new "lock_acquire_all" for "lock" after ["lock_prelude"];
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The watchdog's batch renewal of lock holds (`lua/lock_renew.lua`); one hold's part is a
     /// [`RenewedHold`].
     pub(crate) static RENEW = new "lock_renew" for "lock";

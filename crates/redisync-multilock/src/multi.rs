@@ -1,12 +1,13 @@
 //! [`MultiLock`]: several locks taken as one.
 
+use redisync_core::toolkit::Toolkit;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::{join_all, select_all};
-use redisync_core::duration::lease_millis;
-use redisync_core::{
+use redisync_core::toolkit::duration::lease_millis;
+use redisync_core::toolkit::{
     async_trait, granted, Acquire, DistributedPrimitive, Error, Lease, Result, Wait,
 };
 use redisync_lock::{LockGuard, ReentrantLock};
@@ -409,7 +410,7 @@ impl MultiLockGuard {
 
 // A multi-lock has no one fencing token: each lock's token fences only what that lock
 // protects, so `Held::fencing_token` is `None` (documented on the guard).
-redisync_core::impl_held!(MultiLockGuard {
+redisync_core::toolkit::impl_held!(MultiLockGuard {
     fencing_token: |_guard| None,
     release: unlock,
 });

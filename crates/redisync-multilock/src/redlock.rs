@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redisync_core::duration::{lease_millis, wait_deadline};
-use redisync_core::{async_trait, DistributedPrimitive, Error, Result};
+use redisync_core::toolkit::duration::{lease_millis, wait_deadline};
+use redisync_core::toolkit::{async_trait, DistributedPrimitive, Error, Result};
 use redisync_lock::{LockGuard, ReentrantLock};
 
 use crate::release::{delete_all, give_back, release_all};
@@ -376,7 +376,7 @@ impl RedlockGuard {
 }
 
 // Redlock cannot fence: see `Redlock` on why the servers' tokens are not comparable.
-redisync_core::impl_held!(RedlockGuard {
+redisync_core::toolkit::impl_held!(RedlockGuard {
     fencing_token: |_guard| None,
     release: unlock,
 });

@@ -2,7 +2,7 @@
 //! others.
 
 use futures_util::future::join_all;
-use redisync_core::{DistributedPrimitive, Error, Result};
+use redisync_core::toolkit::{DistributedPrimitive, Error, Result};
 use redisync_lock::{LockGuard, ReentrantLock};
 
 /// Releases every guard concurrently and waits for all of them. `Ok` if all succeeded; the

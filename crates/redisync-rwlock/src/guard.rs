@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use redisync_core::{Error, Hold, Result};
+use redisync_core::toolkit::{Error, Hold, Result};
 
 use crate::rwlock::RwCore;
 use crate::scripts::decode_release;
@@ -206,12 +206,12 @@ impl WriteGuard {
     }
 }
 
-redisync_core::impl_held!(ReadGuard {
+redisync_core::toolkit::impl_held!(ReadGuard {
     fencing_token: |_guard| None,
     release: unlock,
 });
 
-redisync_core::impl_held!(WriteGuard {
+redisync_core::toolkit::impl_held!(WriteGuard {
     fencing_token: |guard| Some(guard.fencing_token()),
     release: unlock,
 });

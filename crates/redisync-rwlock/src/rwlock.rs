@@ -1,12 +1,13 @@
 //! [`ReadWriteLock`]: shared reads, exclusive writes, writers never starved.
 
+use redisync_core::toolkit::Toolkit;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, redis_millis, wait_deadline};
-use redisync_core::{
+use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
+use redisync_core::toolkit::{
     async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
     Lease, Result, ScriptCall, Wait, WaitSpec,
 };

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use redisync_core::{Confirmed, Error, Result, ScriptCall};
+use redisync_core::toolkit::{Confirmed, Error, Result, ScriptCall};
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes a read hold, re-enters one, or downgrades from the write hold
     /// (`lua/rwlock_acquire_read.lua`).
     pub(crate) struct AcquireRead = new "rwlock_acquire_read" for "rwlock"
@@ -25,7 +25,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes the write hold or re-enters it (`lua/rwlock_acquire_write.lua`).
     pub(crate) struct AcquireWrite = new "rwlock_acquire_write" for "rwlock"
         after ["rwlock_prelude"] {
@@ -41,7 +41,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Gives back the hold one acquire attempt got, if it got one
     /// (`lua/rwlock_release.lua`).
     pub(crate) struct Release = new "rwlock_release" for "rwlock" after ["rwlock_prelude"] {
@@ -50,7 +50,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// How the lock is held; reads only, so it never waits for replicas
     /// (`lua/rwlock_status.lua`).
     pub(crate) struct Status = read_only "rwlock_status" for "rwlock" after ["rwlock_prelude"] {
@@ -59,7 +59,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// An acquire call stops waiting: its writer's mark and its registration go
     /// (`lua/rwlock_withdraw.lua`).
     pub(crate) struct Withdraw = new "rwlock_withdraw" for "rwlock" {
@@ -68,7 +68,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Frees the lock whatever holds it (`lua/rwlock_force_unlock.lua`).
     pub(crate) struct ForceUnlock = new "rwlock_force_unlock" for "rwlock"
         after ["rwlock_prelude"] {
@@ -77,7 +77,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Removes the lock's holds and waiting-writer marks (`lua/rwlock_delete.lua`).
     pub(crate) struct Delete = new "rwlock_delete" for "rwlock" after ["rwlock_prelude"] {
         keys { hash, readers, waiting_writers }
@@ -85,14 +85,14 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Renews many watchdog-held read and write holds at once, in the watchdog's batch
     /// convention (`lua/rwlock_renew.lua`); each hold's part is a [`RenewedHold`].
     pub(crate) static RENEW = new "rwlock_renew" for "rwlock" after ["rwlock_prelude"];
 }
 
 /// One hold's part of a [`RENEW`] batch, as the watchdog registers it
-/// ([`Client::watch_lease`](redisync_core::Client::watch_lease)).
+/// ([`Toolkit::watch_lease`](redisync_core::toolkit::Toolkit::watch_lease)).
 #[derive(Debug)]
 pub(crate) struct RenewedHold<'a> {
     /// The lock hash (`KEYS[2i-1]`).
@@ -115,7 +115,7 @@ impl RenewedHold<'_> {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Whether a writer waits and which of a client's shared read holds are live; reads only
     /// (`lua/rwlock_check_shared.lua`). One argument per hold: built by [`check_shared`].
     pub(crate) static CHECK_SHARED = read_only "rwlock_check_shared" for "rwlock"

@@ -32,12 +32,13 @@
 //! give way when the shared hold drains), and reads of a handle that holds a hold of its own
 //! on the lock (a re-entry or a downgrade, which Redis must see under the handle's owner id).
 
+use redisync_core::toolkit::Toolkit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use redisync_core::pubsub::{ChannelState, Subscription};
-use redisync_core::{Client, Error, Flag, Hold, Result};
+use redisync_core::toolkit::pubsub::{ChannelState, Subscription};
+use redisync_core::toolkit::{Client, Error, Flag, Hold, Result};
 use tokio::sync::{watch, Notify};
 
 use crate::scripts::{self, SharedCheck};

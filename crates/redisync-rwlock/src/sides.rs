@@ -1,7 +1,7 @@
 //! [`ReadLock`] and [`WriteLock`]: the two sides of a [`ReadWriteLock`], each a primitive that
 //! can be held ([`Acquire`]), so that code generic over `Acquire` can read- or write-lock.
 
-use redisync_core::{async_trait, Acquire, DistributedPrimitive, Lease, Result, Wait};
+use redisync_core::toolkit::{async_trait, Acquire, DistributedPrimitive, Lease, Result, Wait};
 
 use crate::guard::{ReadGuard, WriteGuard};
 use crate::rwlock::ReadWriteLock;

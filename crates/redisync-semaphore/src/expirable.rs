@@ -1,11 +1,12 @@
 //! [`ExpirableSemaphore`]: permits with ids and leases, which come back by themselves.
 
+use redisync_core::toolkit::Toolkit;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redisync_core::duration::{lease_millis, redis_millis};
-use redisync_core::{
+use redisync_core::toolkit::duration::{lease_millis, redis_millis};
+use redisync_core::toolkit::{
     async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
     LateOutcome, Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
 };
@@ -547,7 +548,7 @@ impl ExpirablePermit {
     }
 }
 
-redisync_core::impl_held!(ExpirablePermit {
+redisync_core::toolkit::impl_held!(ExpirablePermit {
     fencing_token: |_permit| None,
     release: release,
 });

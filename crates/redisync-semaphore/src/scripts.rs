@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use redisync_core::{Error, Result};
+use redisync_core::toolkit::{Error, Result};
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Initialises a classic semaphore that has no permits yet, starting a generation
     /// (`lua/semaphore_try_set_permits.lua`).
     pub(crate) struct TrySetPermits = new "semaphore_try_set_permits" for "semaphore"
@@ -19,7 +19,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Adds (or removes) permits, creating the semaphore if needed; also the release of permits
     /// taken without a permit object (`lua/semaphore_add_permits.lua`).
     pub(crate) struct AddPermits = new "semaphore_add_permits" for "semaphore"
@@ -29,7 +29,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes every available permit (`lua/semaphore_drain_permits.lua`).
     pub(crate) struct DrainPermits = new "semaphore_drain_permits" for "semaphore" {
         keys { permits }
@@ -37,7 +37,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The available permits; reads only, so it never waits for replicas
     /// (`lua/semaphore_available_permits.lua`).
     pub(crate) struct AvailablePermits = read_only "semaphore_available_permits"
@@ -47,7 +47,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes `n` permits at once, or none (`lua/semaphore_acquire.lua`).
     pub(crate) struct Acquire = new "semaphore_acquire" for "semaphore"
         after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
@@ -56,7 +56,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Gives back the permits a permit object holds (`lua/semaphore_release.lua`).
     pub(crate) struct Release = new "semaphore_release" for "semaphore"
         after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
@@ -65,7 +65,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Undoes an acquire attempt whose caller went away (`lua/semaphore_give_back.lua`).
     pub(crate) struct GiveBack = new "semaphore_give_back" for "semaphore"
         after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
@@ -74,7 +74,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes a client out of the waiters, passing on a wake-up it may have been sent
     /// (`lua/semaphore_withdraw.lua`).
     pub(crate) struct Withdraw = new "semaphore_withdraw" for "semaphore"
@@ -84,7 +84,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Drops the record of permits a permit object keeps taken (`lua/semaphore_forget.lua`).
     pub(crate) struct Forget = new "semaphore_forget" for "semaphore"
         after ["semaphore_prelude"] {
@@ -93,7 +93,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Removes a classic semaphore, ending its generation (`lua/semaphore_delete.lua`).
     pub(crate) struct Delete = new "semaphore_delete" for "semaphore"
         after ["semaphore_prelude"] {
@@ -102,7 +102,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Initialises the pool of an expirable semaphore that does not exist yet
     /// (`lua/expirable_semaphore_try_set_permits.lua`).
     pub(crate) struct XTrySetPermits = new "expirable_semaphore_try_set_permits"
@@ -113,7 +113,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Adds (or removes) permits to the pool (`lua/expirable_semaphore_add_permits.lua`).
     pub(crate) struct XAddPermits = new "expirable_semaphore_add_permits"
         for "expirable_semaphore"
@@ -123,7 +123,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// The available permits, expired ones included
     /// (`lua/expirable_semaphore_available_permits.lua`).
     pub(crate) struct XAvailablePermits = new "expirable_semaphore_available_permits"
@@ -133,7 +133,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes one permit with an id and a lease (`lua/expirable_semaphore_acquire.lua`).
     pub(crate) struct XAcquire = new "expirable_semaphore_acquire" for "expirable_semaphore"
         after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
@@ -142,7 +142,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Returns a permit by id (`lua/expirable_semaphore_release.lua`).
     pub(crate) struct XRelease = new "expirable_semaphore_release" for "expirable_semaphore"
         after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
@@ -151,7 +151,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Undoes an acquire attempt whose caller went away
     /// (`lua/expirable_semaphore_give_back.lua`).
     pub(crate) struct XGiveBack = new "expirable_semaphore_give_back" for "expirable_semaphore"
@@ -161,7 +161,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Takes a client out of the waiters, passing on a wake-up it may have been sent
     /// (`lua/expirable_semaphore_withdraw.lua`).
     pub(crate) struct XWithdraw = new "expirable_semaphore_withdraw" for "expirable_semaphore"
@@ -171,7 +171,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Removes the pool and every leased permit (`lua/expirable_semaphore_delete.lua`).
     pub(crate) struct XDelete = new "expirable_semaphore_delete" for "expirable_semaphore"
         after ["expirable_semaphore_prelude"] {
@@ -180,7 +180,7 @@ redisync_core::lua_script! {
     }
 }
 
-redisync_core::lua_script! {
+redisync_core::toolkit::lua_script! {
     /// Renews many watchdog-held permits at once, in the watchdog's batch convention
     /// (`lua/expirable_semaphore_renew.lua`); each permit's part is an [`XRenewedPermit`].
     pub(crate) static X_RENEW = new "expirable_semaphore_renew" for "expirable_semaphore"
@@ -188,7 +188,7 @@ redisync_core::lua_script! {
 }
 
 /// One permit's part of an [`X_RENEW`] batch, as the watchdog registers it
-/// ([`Client::watch_lease`](redisync_core::Client::watch_lease)).
+/// ([`Toolkit::watch_lease`](redisync_core::toolkit::Toolkit::watch_lease)).
 #[derive(Debug)]
 pub(crate) struct XRenewedPermit<'a> {
     /// The semaphore's deadlines (`KEYS[i]`).

@@ -1,10 +1,11 @@
 //! [`Semaphore`]: a classic counting semaphore whose permits live in Redis.
 
+use redisync_core::toolkit::Toolkit;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisync_core::duration::redis_millis;
-use redisync_core::{
+use redisync_core::toolkit::duration::redis_millis;
+use redisync_core::toolkit::{
     async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, LateOutcome,
     Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
 };
@@ -569,7 +570,7 @@ impl Acquire for Semaphore {
     }
 }
 
-redisync_core::impl_held!(SemaphorePermit {
+redisync_core::toolkit::impl_held!(SemaphorePermit {
     fencing_token: |_permit| None,
     release: release,
 });

@@ -28,8 +28,9 @@
 //! reaches them, or with the whole registry [`registry_ttl`] after the last waiter
 //! registered.
 
-use redisync_core::duration::redis_millis;
-use redisync_core::{Attempt, Client, Result, ScriptCall, Wait, WaitSpec};
+use redisync_core::toolkit::duration::redis_millis;
+use redisync_core::toolkit::Toolkit;
+use redisync_core::toolkit::{Attempt, Client, Result, ScriptCall, Wait, WaitSpec};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,7 +50,7 @@ pub(crate) fn registry_ttl(client: &Client) -> u64 {
 }
 
 /// What this client's tasks waiting on one semaphore share (one per client and semaphore, see
-/// [`Client::local_cell`]).
+/// [`Toolkit::local_cell`](redisync_core::toolkit::Toolkit::local_cell)).
 #[derive(Debug, Default)]
 pub(crate) struct LocalWaiters {
     /// Tasks of this client waiting, or about to, on the semaphore, whatever they ask for.

@@ -1,0 +1,469 @@
+//! The toolkit: everything a primitive crate uses, and nothing a user of the primitives needs.
+//!
+//! A primitive crate starts with `use redisync_core::toolkit::*;`. That brings the script
+//! runner's types ([`ScriptCall`], [`LuaScript`], [`lua_script!`](crate::lua_script)), the
+//! pieces of a guard ([`Hold`], [`HoldLease`]), the waiting loop's ([`WaitSpec`], [`Attempt`]),
+//! cancel safety ([`Abandonable`], [`LateOutcome`]), background give-backs ([`Retry`],
+//! [`Confirmed`]), key names ([`KeySpace`]) and the [`Toolkit`] trait, whose methods on
+//! [`Client`] run scripts, wait, renew leases and give back in the background. They are kept
+//! off `Client`'s own methods so that its documentation shows only what a user calls.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::FromRedisValue;
+
+use crate::locking::lock;
+use crate::stats::Counters;
+use std::sync::atomic::Ordering;
+
+pub use crate::abandon::{Abandonable, LateOutcome};
+pub use crate::client::Client;
+pub use crate::duration;
+pub use crate::error::{Error, Result};
+pub use crate::hold::Hold;
+pub use crate::keys::{self, KeySpace};
+pub use crate::lease::{HoldLease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
+pub use crate::primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
+pub use crate::pubsub::{self, ChannelState, Subscription};
+pub use crate::retry::{self, Confirmed, Retry};
+pub use crate::script::{LuaScript, ScriptCall};
+pub use crate::signal::Flag;
+pub use crate::stats::Stats;
+pub use crate::wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
+pub use crate::{async_trait, impl_held, lua_script};
+
+mod sealed {
+    /// Keeps [`Toolkit`](super::Toolkit) implemented by [`Client`](crate::Client) alone, so
+    /// that methods can be added to it without breaking anyone.
+    pub trait Sealed {
+        /// The client the toolkit's methods work on.
+        fn client(&self) -> &crate::Client;
+    }
+
+    impl Sealed for crate::Client {
+        fn client(&self) -> &crate::Client {
+            self
+        }
+    }
+}
+
+/// The methods a primitive uses on a [`Client`]: running its scripts, waiting, renewing its
+/// leases and giving back in the background. Implemented by `Client` only.
+pub trait Toolkit: sealed::Sealed {
+    /// Which part of the deployment holds `keys`: their cluster slot on a cluster client, and
+    /// `None` on a single server, where everything lives together. Scripts that touch several
+    /// primitives at once (a renewal batch, a multi-lock) group them by this.
+    fn shard_of(&self, keys: &KeySpace) -> Option<u16> {
+        self.client().is_cluster().then(|| keys.slot())
+    }
+
+    /// The value of type `T` that every handle of this client asking with `key` shares:
+    /// created (with `T::default()`) by the first, dropped after the last reference goes.
+    /// Primitives keep per-client, per-name knowledge here, such as what their local waiters
+    /// have already learnt from Redis.
+    fn local_cell<T: Default + Send + Sync + 'static>(&self, key: &str) -> Arc<T> {
+        self.client().shared().cells.get_or_init(key, T::default)
+    }
+
+    /// Like [`local_cell`](Self::local_cell), for a value made by `init` rather than by
+    /// `Default`: the first handle makes it, the others share it. Primitives keep a name's key
+    /// strings here, so that a thousand handles of one name hold them once. `init` runs while
+    /// the client's cells are locked: it must not ask for a cell itself.
+    fn local_cell_with<T: Send + Sync + 'static>(
+        &self,
+        key: &str,
+        init: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        self.client().shared().cells.get_or_init(key, init)
+    }
+
+    /// Counts `n` successful acquisitions in [`Stats::acquires`] (and in the metrics, for
+    /// primitives of `kind` keyed `key`), for a primitive that acquires without
+    /// [`acquire`](Self::acquire) (several locks in one script).
+    fn record_acquires(&self, kind: &'static str, key: &str, n: u64) {
+        Counters::bump(&self.client().shared().counters.acquires, n);
+        self.client()
+            .shared()
+            .config
+            .metrics
+            .acquired_together(kind, key, n);
+    }
+
+    /// Counts `n` acquires that had to wait in [`Stats::contended_waits`], for a primitive
+    /// whose callers wait for one another in-process before (or instead of) waiting in
+    /// [`acquire`](Self::acquire) (readers queued behind the one that asks Redis for the
+    /// hold they will share).
+    fn record_contended_waits(&self, kind: &'static str, key: &str, n: u64) {
+        Counters::bump(&self.client().shared().counters.contended_waits, n);
+        self.client()
+            .shared()
+            .config
+            .metrics
+            .contended(kind, key, n);
+    }
+
+    /// How long after being sent a request abandoned by its caller may still run in Redis as
+    /// far as this client waits for it (a few command timeouts). Records that must outlive
+    /// such a late request (a give-back, a withdrawn mark) are kept at least this long.
+    fn abandoned_request_grace(&self) -> Duration {
+        self.client()
+            .shared()
+            .config
+            .command_timeout
+            .saturating_mul(crate::client::ABANDONED_REQUEST_GRACE)
+    }
+
+    /// The key space of the primitive called `name`, or [`Error::InvalidArgument`] for a bad
+    /// name. Primitive handles call this once and report the error on every call.
+    fn key_space(&self, name: &str) -> Result<KeySpace> {
+        keys::validate_name(name)?;
+        Ok(KeySpace::new(
+            &self.client().shared().config.key_prefix,
+            name,
+        ))
+    }
+
+    /// A new identifier unique within this client: `<client id>:<n>`. Used for owner ids and
+    /// request ids.
+    fn unique_id(&self) -> String {
+        use std::fmt::Write as _;
+        let n = self
+            .client()
+            .shared()
+            .next_id
+            .fetch_add(1, Ordering::Relaxed);
+        let id = &self.client().shared().id;
+        // Sized exactly: an owner id lives as long as its handle, and `format!` would leave
+        // it almost twice as large.
+        let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        let mut unique = String::with_capacity(id.len() + 1 + digits);
+        let _ = write!(unique, "{id}:{n}");
+        unique
+    }
+
+    /// Fails with [`Error::Shutdown`] once the client is shut down.
+    fn check_running(&self) -> Result<()> {
+        if self.client().is_shut_down() {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs one script, bounded by the command timeout. The returned future owns everything it
+    /// needs, so it can be moved to a background task.
+    fn eval<T>(
+        &self,
+        call: ScriptCall,
+    ) -> impl Future<Output = Result<T>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::client::eval(self.client().shared().clone(), call)
+    }
+
+    /// Runs a script whose effect must be undone if nobody is left to use it: an acquire.
+    ///
+    /// The caller gets the reply, or [`Error::Timeout`] after the command timeout. `undo` runs
+    /// in the background whenever the caller may have lost something:
+    ///
+    /// * the caller stopped waiting (dropped the future, or the timeout fired) while the
+    ///   request was on the wire: the request still runs to its end (bounded by the
+    ///   connection's own response timeout, a few command timeouts), then `undo` learns how it
+    ///   ended: [`LateOutcome::Replied`] with the reply, [`LateOutcome::Unknown`] if its outcome
+    ///   stayed unknown, [`LateOutcome::Refused`] if Redis answered with an error;
+    /// * the caller got an error that leaves the outcome unknown (a broken connection):
+    ///   `undo(LateOutcome::Unknown)`.
+    ///
+    /// `undo(LateOutcome::Unknown)` must make sure the request can no longer take effect,
+    /// whether or not Redis has run it yet (for an acquire: give back the hold if it was
+    /// granted, forbid the grant otherwise).
+    fn eval_undoable<T, U, UF>(
+        &self,
+        call: ScriptCall,
+        undo: U,
+    ) -> impl Future<Output = Result<T>> + Send + 'static + use<Self, T, U, UF>
+    where
+        T: FromRedisValue + Send + 'static,
+        U: FnOnce(LateOutcome<T>) -> UF + Send + 'static,
+        UF: Future<Output = ()> + Send + 'static,
+    {
+        let shared = self.client().shared().clone();
+        async move {
+            if shared.shutdown.is_set() {
+                return Err(Error::Shutdown);
+            }
+            let timeout = shared.config.command_timeout;
+            let runtime = shared.runtime.clone();
+            // The undo goes to whichever path needs it: the abandoned request's cleanup, or
+            // the caller's error below.
+            let undo = Arc::new(Mutex::new(Some(undo)));
+            let abandoned_undo = undo.clone();
+            let mut call = call;
+            call.rollback_unreplicated = true;
+            let request = crate::client::send::<T>(shared, call);
+            let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
+                let undo = lock(&abandoned_undo).take();
+                if let Some(undo) = undo {
+                    let outcome = match reply {
+                        Ok(reply) => LateOutcome::Replied(reply),
+                        Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
+                        Err(_) => LateOutcome::Refused,
+                    };
+                    undo(outcome).await;
+                }
+            });
+            let reply = match tokio::time::timeout(timeout, guarded).await {
+                Ok(reply) => reply,
+                Err(_) => Err(Error::Timeout),
+            };
+            if let Err(err) = &reply {
+                if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
+                    if let Some(undo) = lock(&undo).take() {
+                        runtime.spawn(undo(LateOutcome::Unknown));
+                    }
+                }
+            }
+            reply
+        }
+    }
+
+    /// Runs an idempotent give-back on a background task, retrying as `retry` says (see
+    /// [`crate::retry`]). Never blocks. It runs even if the client shuts down meanwhile, since
+    /// it only gives back what this client holds.
+    fn spawn_release(&self, call: ScriptCall, retry: Retry) {
+        crate::retry::spawn(self.client().shared().clone(), call, retry);
+    }
+
+    /// Runs an idempotent give-back for a caller who waits for it: the caller gets Redis's
+    /// reply, or the error that kept Redis from confirming it within the command timeout. In
+    /// that case, and if the caller drops the future first, the give-back goes on in the
+    /// background as [`spawn_release`](Self::spawn_release) does. Errors that retrying cannot
+    /// cure are returned and counted in [`Stats::unconfirmed_releases`].
+    fn eval_until_done<T>(
+        &self,
+        call: ScriptCall,
+        retry: Retry,
+    ) -> impl Future<Output = Result<T>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::retry::until_done(self.client().shared().clone(), call, retry)
+    }
+
+    /// [`eval_until_done`](Self::eval_until_done), also saying whether a try before the one
+    /// that answered may have run (see [`Confirmed`]): a give-back that
+    /// keeps no record of itself answers a repeat as if it held nothing.
+    fn eval_until_confirmed<T>(
+        &self,
+        call: ScriptCall,
+        retry: Retry,
+    ) -> impl Future<Output = Result<crate::Confirmed<T>>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::retry::until_confirmed(self.client().shared().clone(), call, retry)
+    }
+
+    /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
+    /// outcome is unknown, `give_back` (an idempotent release of exactly this attempt, which
+    /// must also forbid a grant Redis has not made yet) runs in the background, unless the
+    /// reply shows nothing was granted (`granted` says which replies grant).
+    ///
+    /// This is [`eval_undoable`](Self::eval_undoable) with the undo every acquire needs.
+    fn eval_acquire<T>(
+        &self,
+        call: ScriptCall,
+        give_back: ScriptCall,
+        granted: fn(&T) -> bool,
+    ) -> impl Future<Output = Result<T>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        self.eval_acquire_leased(call, give_back, granted, None)
+    }
+
+    /// [`eval_acquire`](Self::eval_acquire) for an acquire whose hold has a `lease` (`None`:
+    /// no lease, like a classic permit). The give-back is retried until Redis confirms it,
+    /// or, with a lease, until that lease (counted from when the acquire was sent) and the
+    /// time a late request may take have passed: the hold is gone by itself then.
+    fn eval_acquire_leased<T>(
+        &self,
+        call: ScriptCall,
+        give_back: ScriptCall,
+        granted: fn(&T) -> bool,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<T>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        let client = self.client().clone();
+        let retry = self.retry_for_lease(Instant::now(), lease);
+        self.eval_undoable(call, move |outcome: LateOutcome<T>| async move {
+            // Unknown: give back whatever it got, or forbid the grant.
+            let give = match &outcome {
+                LateOutcome::Replied(reply) => granted(reply),
+                LateOutcome::Unknown => true,
+                LateOutcome::Refused => false,
+            };
+            if give {
+                tracing::debug!(
+                    script = give_back.script().name(),
+                    "giving back an abandoned acquire"
+                );
+                client.spawn_release(give_back, retry);
+            }
+        })
+    }
+
+    /// How long a give-back of a hold set at `sent_at` with `lease` (`None`: no lease) is
+    /// worth retrying: until the lease and the time a late request may still take have
+    /// passed.
+    fn retry_for_lease(&self, sent_at: Instant, lease: Option<Duration>) -> Retry {
+        match lease {
+            None => Retry::UntilConfirmed,
+            Some(lease) => Retry::UntilLeaseEnds(
+                crate::lease::deadline(sent_at, lease)
+                    .checked_add(self.abandoned_request_grace())
+                    .unwrap_or_else(|| crate::lease::deadline(sent_at, lease)),
+            ),
+        }
+    }
+
+    /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken
+    /// connection or a refusal until the command timeout is spent.
+    fn eval_idempotent<T>(
+        &self,
+        call: ScriptCall,
+    ) -> impl Future<Output = Result<T>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::client::eval_idempotent(
+            self.client().shared().clone(),
+            call,
+            crate::client::Mode::Caller,
+        )
+    }
+
+    /// [`eval_idempotent`](Self::eval_idempotent) for a call that keeps no record of itself
+    /// in Redis, which answers a repeat as if it found nothing to do: the reply comes with
+    /// whether a try before the one that answered may have run (see
+    /// [`Confirmed`]). Nothing goes on in the background.
+    fn eval_idempotent_confirmed<T>(
+        &self,
+        call: ScriptCall,
+    ) -> impl Future<Output = Result<crate::Confirmed<T>>> + Send + 'static + use<Self, T>
+    where
+        T: FromRedisValue + Send + 'static,
+    {
+        crate::client::eval_idempotent_confirmed(
+            self.client().shared().clone(),
+            call,
+            crate::client::Mode::Caller,
+        )
+    }
+
+    /// Runs an idempotent give-back on a background task and forgets it: the release path of
+    /// a dropped guard or of a cancelled acquire that got its hold. Never blocks. Retried until
+    /// Redis confirms it (see [`spawn_release`](Self::spawn_release) with
+    /// [`Retry::UntilConfirmed`]); use `spawn_release` when the hold's lease bounds how long
+    /// retrying is worth it.
+    fn spawn_idempotent(&self, call: ScriptCall) {
+        self.spawn_release(call, Retry::UntilConfirmed);
+    }
+
+    /// Registers a hold with the watchdog. `renew` follows the watchdog's calling convention
+    /// (see [`crate::watchdog`]); `keys` are the hold's keys (the same number for every hold of
+    /// one script) and `args` identify it; `sent_at` is when the acquiring request was sent,
+    /// with the watchdog timeout as its lease. Renewal stops when the
+    /// returned [`HoldLease`] is dropped. A hold registered while the client shuts
+    /// down is lost at once: nothing will renew it.
+    fn watch_lease(
+        &self,
+        renew: &'static crate::LuaScript,
+        keys: Vec<String>,
+        args: Vec<String>,
+        sent_at: Instant,
+    ) -> crate::HoldLease {
+        let shared = self.client().shared();
+        let lease =
+            shared
+                .watchdog
+                .register(renew, keys, args, sent_at, shared.config.watchdog_timeout);
+        // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
+        // this check sees the shutdown.
+        if shared.shutdown.is_set() {
+            lease.mark_lost();
+        }
+        lease
+    }
+
+    /// Whether tasks of this client wait in the local queue `queue` (see
+    /// [`WaitSpec::queue`]). A primitive whose client is registered in Redis as waiting asks
+    /// this when a waiter gives up: if it was the last, the client must withdraw, so that a
+    /// wake-up meant for it is passed on rather than lost.
+    fn has_local_waiters(&self, queue: &str) -> bool {
+        self.client().shared().queues.has_waiters(queue)
+    }
+
+    /// Acquires a primitive: tries once, then waits as described in the [module docs](self).
+    /// Runs in a `redisync.acquire` tracing span (queue, wait time, outcome) and counts a
+    /// successful acquisition in [`Stats::acquires`](crate::Stats::acquires).
+    ///
+    /// `attempt` is called for every try; it must be one request. Returns `Ok(Some(_))` once an
+    /// attempt acquires, `Ok(None)` when the deadline passes first, and the attempt's error if
+    /// one fails (calls are never retried for ever).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the local queue and releases the subscription reference at
+    /// once. An attempt in flight at that moment is the attempt's own business: primitives
+    /// wrap it in [`Abandonable`] so that it undoes itself.
+    fn acquire<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        attempt: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
+    where
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
+    {
+        self.client().wait_traced(spec, attempt, true)
+    }
+
+    /// Waits for a condition that takes nothing (a latch to open) exactly as
+    /// [`acquire`](Self::acquire) waits for a primitive, in a `redisync.wait` span; `check`
+    /// plays the attempt's part, and nothing is counted in [`Stats`]. Use a
+    /// `shared` spec, so that every waiter returns on the same message.
+    fn wait<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        check: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
+    where
+        F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
+    {
+        self.client().wait_traced(spec, check, false)
+    }
+
+    /// Takes a reference on `channel` of the client's one subscriber connection, for a
+    /// primitive that must hear a channel while it *holds* something (waiting is
+    /// [`Toolkit::acquire`]'s business, which subscribes by itself).
+    ///
+    /// The subscription is shared and reference-counted like a waiter's: `SUBSCRIBE` goes out
+    /// with the first reference and `UNSUBSCRIBE` after the last is dropped. Watch
+    /// [`Subscription::watcher`]: `subscribed` turns true once Redis confirms it, and
+    /// `generation` moves on every message and after every reconnect (messages published
+    /// while the hub was away are lost, so a holder that sees it move must re-check).
+    fn subscribe(&self, channel: &str) -> Subscription {
+        self.client().shared().hub.subscribe(channel)
+    }
+}
+
+impl Toolkit for Client {}
