@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod abandon;
+mod builder;
 mod cells;
 mod client;
 mod cluster;
@@ -52,14 +53,16 @@ mod sentinel;
 mod signal;
 mod stats;
 pub mod toolkit;
+mod transport;
 pub mod wait;
 pub mod watchdog;
 
 pub use abandon::{Abandonable, LateOutcome};
-pub use client::{
-    Client, ClientBuilder, LocalState, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX,
-    DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
+pub use builder::{
+    ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
 };
+pub use client::{Client, LocalState};
 pub use error::{Error, Result};
 pub use hold::Hold;
 pub use keys::KeySpace;

@@ -26,8 +26,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
-use crate::client::Shared;
 use crate::error::{Error, Result};
+use crate::transport::Transport;
 
 mod sharded;
 
@@ -235,20 +235,30 @@ pub fn ping_interval(command_timeout: Duration) -> Duration {
     (command_timeout / 3).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
-pub(crate) fn spawn(shared: &Arc<Shared>) {
-    let Some(changes) = lock(&shared.hub.changes_rx).take() else {
+pub(crate) fn spawn(transport: &Arc<Transport>, hub: &Arc<Hub>) {
+    let Some(changes) = lock(&hub.changes_rx).take() else {
         return;
     };
-    if shared.sharded() {
-        shared.runtime.spawn(sharded::run(shared.clone(), changes));
+    let (transport, hub) = (transport.clone(), hub.clone());
+    if transport.sharded() {
+        transport
+            .runtime
+            .clone()
+            .spawn(sharded::run(transport, hub, changes));
     } else {
-        shared.runtime.spawn(run(shared.clone(), changes));
+        transport
+            .runtime
+            .clone()
+            .spawn(run(transport, hub, changes));
     }
 }
 
-async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) {
-    let hub = shared.hub.clone();
-    let timeout = shared.config.command_timeout;
+async fn run(
+    transport: Arc<Transport>,
+    hub: Arc<Hub>,
+    mut changes: mpsc::UnboundedReceiver<String>,
+) {
+    let timeout = transport.config.command_timeout;
     let mut backoff = Duration::from_millis(20);
     // Since when reconnecting has been failing; a brief blip (a killed connection, a restart)
     // must not fail the waiters, an outage of a whole command timeout must.
@@ -258,29 +268,29 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
             hub.mark_unreachable(timeout, |_| Some(since));
         }
         // Asked each time: under Sentinel the primary may have moved.
-        let Some(client) = shared.redis_client() else {
+        let Some(client) = transport.redis_client() else {
             return; // a cluster client runs the sharded hub instead
         };
         let connected = tokio::select! {
-            _ = shared.shutdown.wait() => break,
+            _ = transport.shutdown.wait() => break,
             c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
         };
         let (mut sink, mut stream) = match connected {
             Ok(Ok(pubsub)) => pubsub.split(),
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "pub/sub connection failed; retrying");
-                crate::sentinel::recheck_primary(&shared, &Error::from(err));
+                crate::sentinel::recheck_primary(&transport, &Error::from(err));
                 down_since.get_or_insert_with(tokio::time::Instant::now);
-                if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
+                if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
                     break;
                 }
                 continue;
             }
             Err(_) => {
                 tracing::debug!("pub/sub connection timed out; retrying");
-                crate::sentinel::recheck_primary(&shared, &Error::Timeout);
+                crate::sentinel::recheck_primary(&transport, &Error::Timeout);
                 down_since.get_or_insert_with(tokio::time::Instant::now);
-                if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
+                if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
                     break;
                 }
                 continue;
@@ -293,7 +303,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
                 Ok(Ok(())) => on_server.extend(wanted),
                 _ => {
                     down_since.get_or_insert_with(tokio::time::Instant::now);
-                    if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
+                    if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
                         break;
                     }
                     continue;
@@ -315,7 +325,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
         loop {
             let ping_due = !on_server.is_empty();
             tokio::select! {
-                _ = shared.shutdown.wait() => {
+                _ = transport.shutdown.wait() => {
                     hub.update_all(|s| s.generation += 1);
                     return;
                 }
@@ -352,7 +362,7 @@ async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) 
             }
         }
         tracing::debug!("pub/sub connection lost; reconnecting");
-        shared.config.metrics.pubsub_reconnect();
+        transport.config.metrics.pubsub_reconnect();
         down_since.get_or_insert_with(tokio::time::Instant::now);
         hub.update_all(|s| {
             s.subscribed = false;
@@ -415,14 +425,14 @@ async fn apply(
 /// should not wait out the backoff of an outage that may be over. (The change itself needs
 /// no handling: a reconnect subscribes every wanted channel.)
 async fn sleep_or_shutdown(
-    shared: &Shared,
+    transport: &Transport,
     backoff: &mut Duration,
     changes: &mut mpsc::UnboundedReceiver<String>,
 ) -> bool {
     let pause = *backoff;
     *backoff = (*backoff * 2).min(Duration::from_secs(1));
     tokio::select! {
-        _ = shared.shutdown.wait() => true,
+        _ = transport.shutdown.wait() => true,
         _ = tokio::time::sleep(pause) => false,
         Some(_) = changes.recv() => false,
     }

@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
-use crate::client::{
-    eval_background, eval_idempotent_background, eval_idempotent_background_confirmed, Shared,
-};
 use crate::error::{Error, Result};
 use crate::script::ScriptCall;
 use crate::stats::Counters;
+use crate::transport::{
+    eval_background, eval_idempotent_background, eval_idempotent_background_confirmed, Transport,
+};
 
 /// The first pause between background attempts.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
@@ -86,15 +86,15 @@ pub(crate) struct Pending {
 
 /// Counts one give-back as in flight for as long as it lives.
 struct PendingGuard {
-    shared: Arc<Shared>,
+    pending: Arc<Pending>,
     retrying: bool,
 }
 
 impl PendingGuard {
-    fn new(shared: Arc<Shared>) -> Self {
-        shared.pending.in_flight.fetch_add(1, Ordering::AcqRel);
+    fn new(pending: Arc<Pending>) -> Self {
+        pending.in_flight.fetch_add(1, Ordering::AcqRel);
         PendingGuard {
-            shared,
+            pending,
             retrying: false,
         }
     }
@@ -102,14 +102,14 @@ impl PendingGuard {
     fn mark_retrying(&mut self) {
         if !self.retrying {
             self.retrying = true;
-            self.shared.pending.retrying.fetch_add(1, Ordering::AcqRel);
+            self.pending.retrying.fetch_add(1, Ordering::AcqRel);
         }
     }
 }
 
 impl Drop for PendingGuard {
     fn drop(&mut self) {
-        let pending = &self.shared.pending;
+        let pending = &self.pending;
         if self.retrying {
             pending.retrying.fetch_sub(1, Ordering::AcqRel);
         }
@@ -160,18 +160,24 @@ pub struct Confirmed<T> {
 /// Runs `call` once on behalf of a caller (retrying within the command timeout), and, if
 /// Redis did not confirm it by then or the caller stopped waiting, goes on in the background
 /// as [`spawn`] does. The caller gets the first attempt's outcome.
-pub(crate) async fn until_done<T>(shared: Arc<Shared>, call: ScriptCall, retry: Retry) -> Result<T>
+pub(crate) async fn until_done<T>(
+    transport: Arc<Transport>,
+    pending: Arc<Pending>,
+    call: ScriptCall,
+    retry: Retry,
+) -> Result<T>
 where
     T: FromRedisValue + Send + 'static,
 {
-    until_confirmed(shared, call, retry)
+    until_confirmed(transport, pending, call, retry)
         .await
         .map(|confirmed| confirmed.reply)
 }
 
 /// [`until_done`], saying whether the answer may be a repeat's.
 pub(crate) async fn until_confirmed<T>(
-    shared: Arc<Shared>,
+    transport: Arc<Transport>,
+    pending: Arc<Pending>,
     call: ScriptCall,
     retry: Retry,
 ) -> Result<Confirmed<T>>
@@ -180,13 +186,13 @@ where
 {
     // In flight from the start: a caller that drops this future and shuts down at once must
     // still find the give-back waited for.
-    let abandoned_pending = PendingGuard::new(shared.clone());
-    let request = eval_idempotent_background_confirmed::<T>(shared.clone(), call.clone());
-    let (abandoned_shared, abandoned_call) = (shared.clone(), call.clone());
+    let abandoned_pending = PendingGuard::new(pending.clone());
+    let request = eval_idempotent_background_confirmed::<T>(transport.clone(), call.clone());
+    let (abandoned_transport, abandoned_call) = (transport.clone(), call.clone());
     let reply = crate::Abandonable::new(request, move |reply: Result<Confirmed<T>>| async move {
         if let Err(err) = reply {
             retry_after(
-                abandoned_shared,
+                abandoned_transport,
                 abandoned_call,
                 retry,
                 err,
@@ -198,54 +204,59 @@ where
     .await;
     if let Err(err) = &reply {
         // Counted before the caller returns, so that it already sees the give-back pending.
-        let mut pending = PendingGuard::new(shared.clone());
+        let mut pending = PendingGuard::new(pending);
         if worth_retrying(err) {
             pending.mark_retrying();
         }
-        shared
+        transport
             .runtime
             .clone()
-            .spawn(retry_after(shared, call, retry, err.clone(), pending));
+            .spawn(retry_after(transport, call, retry, err.clone(), pending));
     }
     reply
 }
 
 /// Sends `call` on a background task until Redis confirms it; see the module docs.
-pub(crate) fn spawn(shared: Arc<Shared>, call: ScriptCall, retry: Retry) {
+pub(crate) fn spawn(
+    transport: Arc<Transport>,
+    pending: Arc<Pending>,
+    call: ScriptCall,
+    retry: Retry,
+) {
     // In flight from now, so that a shutdown right after this call waits for it.
-    let pending = PendingGuard::new(shared.clone());
-    shared.runtime.clone().spawn(async move {
-        if shared.shutdown.is_set() {
-            retry_loop(shared, call, retry, Error::Shutdown, pending).await;
+    let pending = PendingGuard::new(pending);
+    transport.runtime.clone().spawn(async move {
+        if transport.shutdown.is_set() {
+            retry_loop(transport, call, retry, Error::Shutdown, pending).await;
             return;
         }
         if let Err(err) =
-            eval_idempotent_background::<redis::Value>(shared.clone(), call.clone()).await
+            eval_idempotent_background::<redis::Value>(transport.clone(), call.clone()).await
         {
-            retry_after(shared, call, retry, err, pending).await;
+            retry_after(transport, call, retry, err, pending).await;
         }
     });
 }
 
 /// Goes on after a first attempt failed with `first`.
 async fn retry_after(
-    shared: Arc<Shared>,
+    transport: Arc<Transport>,
     call: ScriptCall,
     retry: Retry,
     first: Error,
     mut pending: PendingGuard,
 ) {
     if !worth_retrying(&first) {
-        refused(&shared, &call, &first);
+        refused(&transport, &call, &first);
         return;
     }
     pending.mark_retrying();
-    retry_loop(shared, call, retry, first, pending).await;
+    retry_loop(transport, call, retry, first, pending).await;
 }
 
 /// The attempts after a first one failed with `last`.
 async fn retry_loop(
-    shared: Arc<Shared>,
+    transport: Arc<Transport>,
     call: ScriptCall,
     retry: Retry,
     mut last: Error,
@@ -256,49 +267,49 @@ async fn retry_loop(
     let mut pause = FIRST_PAUSE;
     loop {
         if retry.ended() {
-            give_up(&shared, &call, retry, &last);
+            give_up(&transport, &call, retry, &last);
             return;
         }
-        if shared.shutdown.is_set() {
+        if transport.shutdown.is_set() {
             break;
         }
         tracing::warn!(script, %key, error = %last, ?pause, "give-back not confirmed; retrying");
-        shared
+        transport
             .config
             .metrics
             .release(call.script().kind(), &key, "retried");
         tokio::select! {
-            _ = shared.shutdown.wait() => break,
+            _ = transport.shutdown.wait() => break,
             _ = tokio::time::sleep(pause) => {}
         }
         pause = (pause * 2).min(MAX_PAUSE);
         if retry.ended() {
-            give_up(&shared, &call, retry, &last);
+            give_up(&transport, &call, retry, &last);
             return;
         }
         // An attempt cut short by shutdown is followed at once by the last one below.
-        let attempt = eval_background::<redis::Value>(shared.clone(), call.clone());
+        let attempt = eval_background::<redis::Value>(transport.clone(), call.clone());
         let outcome = tokio::select! {
             outcome = attempt => outcome,
-            _ = shared.shutdown.wait() => break,
+            _ = transport.shutdown.wait() => break,
         };
         match outcome {
             Ok(_) => return,
             Err(err) if worth_retrying(&err) => last = err,
             Err(err) => {
-                refused(&shared, &call, &err);
+                refused(&transport, &call, &err);
                 return;
             }
         }
     }
     // Shutting down: one last attempt, bounded by the command timeout.
     if retry.ended() {
-        give_up(&shared, &call, retry, &last);
+        give_up(&transport, &call, retry, &last);
         return;
     }
-    if let Err(err) = eval_background::<redis::Value>(shared.clone(), call.clone()).await {
-        Counters::bump(&shared.counters.unconfirmed_releases, 1);
-        shared
+    if let Err(err) = eval_background::<redis::Value>(transport.clone(), call.clone()).await {
+        Counters::bump(&transport.counters.unconfirmed_releases, 1);
+        transport
             .config
             .metrics
             .release(call.script().kind(), &key, "unconfirmed");
@@ -313,23 +324,23 @@ async fn retry_loop(
 
 /// The retry window is over: nothing to do once a lease ended; a give-back Redis may have
 /// forgotten by now is lost.
-fn give_up(shared: &Shared, call: &ScriptCall, retry: Retry, last: &Error) {
+fn give_up(transport: &Transport, call: &ScriptCall, retry: Retry, last: &Error) {
     let script = call.script().name();
     let key = call.first_key();
     match retry {
         Retry::UntilLeaseEnds(_) => {
-            shared
+            transport
                 .config
                 .metrics
                 .release(call.script().kind(), key, "lapsed");
             tracing::debug!(script, %key, "the hold's lease has ended; no need to give it back");
         }
         Retry::WhileRemembered(_) | Retry::UntilConfirmed => {
-            shared
+            transport
                 .config
                 .metrics
                 .release(call.script().kind(), key, "unconfirmed");
-            Counters::bump(&shared.counters.unconfirmed_releases, 1);
+            Counters::bump(&transport.counters.unconfirmed_releases, 1);
             tracing::error!(
                 script,
                 %key,
@@ -342,9 +353,9 @@ fn give_up(shared: &Shared, call: &ScriptCall, retry: Retry, last: &Error) {
 }
 
 /// Redis answered a give-back with an error that retrying cannot cure.
-fn refused(shared: &Shared, call: &ScriptCall, err: &Error) {
-    Counters::bump(&shared.counters.unconfirmed_releases, 1);
-    shared
+fn refused(transport: &Transport, call: &ScriptCall, err: &Error) {
+    Counters::bump(&transport.counters.unconfirmed_releases, 1);
+    transport
         .config
         .metrics
         .release(call.script().kind(), call.first_key(), "unconfirmed");

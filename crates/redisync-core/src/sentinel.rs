@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 
-use crate::client::Shared;
 use crate::error::{Error, Result};
+use crate::transport::Transport;
 
 /// Where the Sentinels are, and which master to follow.
 #[derive(Clone)]
@@ -101,26 +101,26 @@ pub(crate) fn suggests_failover(err: &Error) -> bool {
 
 /// After a failure that a failover explains, looks the primary up again (one lookup at a
 /// time, in the background) and moves the client's connections if it changed.
-pub(crate) fn recheck_primary(shared: &Arc<Shared>, err: &Error) {
-    let Some(sentinels) = shared.sentinels.as_ref() else {
+pub(crate) fn recheck_primary(transport: &Arc<Transport>, err: &Error) {
+    let Some(sentinels) = transport.sentinels.as_ref() else {
         return;
     };
     if !suggests_failover(err) || sentinels.resolving.swap(true, Ordering::AcqRel) {
         return;
     }
-    let shared = shared.clone();
-    shared.runtime.clone().spawn(async move {
-        let timeout = shared.config.command_timeout;
+    let transport = transport.clone();
+    transport.runtime.clone().spawn(async move {
+        let timeout = transport.config.command_timeout;
         let moved = tokio::time::timeout(timeout, async {
-            let sentinels = shared.sentinels.as_ref()?;
+            let sentinels = transport.sentinels.as_ref()?;
             let primary = sentinels.primary().await.ok()?;
-            shared.move_to(primary).await
+            transport.move_to(primary).await
         })
         .await;
         if let Ok(Some(address)) = moved {
             tracing::info!(primary = %address, "following the primary the sentinels name");
         }
-        if let Some(sentinels) = shared.sentinels.as_ref() {
+        if let Some(sentinels) = transport.sentinels.as_ref() {
             sentinels.resolving.store(false, Ordering::Release);
         }
     });
@@ -128,17 +128,17 @@ pub(crate) fn recheck_primary(shared: &Arc<Shared>, err: &Error) {
 
 /// Listens for the Sentinels' `+switch-master` announcements and follows the primary at once,
 /// reconnecting (to any Sentinel) until the client shuts down.
-pub(crate) fn spawn_switch_listener(shared: &Arc<Shared>) {
-    if shared.sentinels.is_none() {
+pub(crate) fn spawn_switch_listener(transport: &Arc<Transport>) {
+    if transport.sentinels.is_none() {
         return;
     }
-    let shared = shared.clone();
-    shared.runtime.clone().spawn(async move {
+    let transport = transport.clone();
+    transport.runtime.clone().spawn(async move {
         use futures_util::StreamExt;
         let mut pause = std::time::Duration::from_millis(100);
         loop {
             let listened = async {
-                let sentinels = shared.sentinels.as_ref()?;
+                let sentinels = transport.sentinels.as_ref()?;
                 let mut pubsub = sentinels
                     .sentinel()
                     .await
@@ -152,18 +152,18 @@ pub(crate) fn spawn_switch_listener(shared: &Arc<Shared>) {
                     let payload: String = message.get_payload().unwrap_or_default();
                     // "<master name> <old ip> <old port> <new ip> <new port>"
                     let named = payload.split_whitespace().next();
-                    if named == Some(shared.config.sentinel.as_ref()?.master.as_str()) {
-                        recheck_primary(&shared, &Error::Timeout);
+                    if named == Some(transport.config.sentinel.as_ref()?.master.as_str()) {
+                        recheck_primary(&transport, &Error::Timeout);
                     }
                 }
                 Some(())
             };
             tokio::select! {
-                _ = shared.shutdown.wait() => return,
+                _ = transport.shutdown.wait() => return,
                 _ = listened => {}
             }
             tokio::select! {
-                _ = shared.shutdown.wait() => return,
+                _ = transport.shutdown.wait() => return,
                 _ = tokio::time::sleep(pause) => {}
             }
             pause = (pause * 2).min(std::time::Duration::from_secs(5));

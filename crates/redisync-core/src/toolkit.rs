@@ -112,7 +112,7 @@ pub trait Toolkit: sealed::Sealed {
             .shared()
             .config
             .command_timeout
-            .saturating_mul(crate::client::ABANDONED_REQUEST_GRACE)
+            .saturating_mul(crate::transport::ABANDONED_REQUEST_GRACE)
     }
 
     /// The key space of the primitive called `name`, or [`Error::InvalidArgument`] for a bad
@@ -161,7 +161,7 @@ pub trait Toolkit: sealed::Sealed {
     where
         T: FromRedisValue + Send + 'static,
     {
-        crate::client::eval(self.client().shared().clone(), call)
+        crate::transport::eval(self.client().shared().transport.clone(), call)
     }
 
     /// Runs a script whose effect must be undone if nobody is left to use it: an acquire.
@@ -203,7 +203,7 @@ pub trait Toolkit: sealed::Sealed {
             let abandoned_undo = undo.clone();
             let mut call = call;
             call.rollback_unreplicated = true;
-            let request = crate::client::send::<T>(shared, call);
+            let request = crate::transport::send::<T>(shared.transport.clone(), call);
             let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
                 let undo = lock(&abandoned_undo).take();
                 if let Some(undo) = undo {
@@ -234,7 +234,12 @@ pub trait Toolkit: sealed::Sealed {
     /// [`crate::retry`]). Never blocks. It runs even if the client shuts down meanwhile, since
     /// it only gives back what this client holds.
     fn spawn_release(&self, call: ScriptCall, retry: Retry) {
-        crate::retry::spawn(self.client().shared().clone(), call, retry);
+        crate::retry::spawn(
+            self.client().shared().transport.clone(),
+            self.client().shared().pending.clone(),
+            call,
+            retry,
+        );
     }
 
     /// Runs an idempotent give-back for a caller who waits for it: the caller gets Redis's
@@ -250,7 +255,12 @@ pub trait Toolkit: sealed::Sealed {
     where
         T: FromRedisValue + Send + 'static,
     {
-        crate::retry::until_done(self.client().shared().clone(), call, retry)
+        crate::retry::until_done(
+            self.client().shared().transport.clone(),
+            self.client().shared().pending.clone(),
+            call,
+            retry,
+        )
     }
 
     /// [`eval_until_done`](Self::eval_until_done), also saying whether a try before the one
@@ -264,7 +274,12 @@ pub trait Toolkit: sealed::Sealed {
     where
         T: FromRedisValue + Send + 'static,
     {
-        crate::retry::until_confirmed(self.client().shared().clone(), call, retry)
+        crate::retry::until_confirmed(
+            self.client().shared().transport.clone(),
+            self.client().shared().pending.clone(),
+            call,
+            retry,
+        )
     }
 
     /// Sends one acquire attempt. If its caller goes away while it is on the wire, or its
@@ -341,10 +356,10 @@ pub trait Toolkit: sealed::Sealed {
     where
         T: FromRedisValue + Send + 'static,
     {
-        crate::client::eval_idempotent(
-            self.client().shared().clone(),
+        crate::transport::eval_idempotent(
+            self.client().shared().transport.clone(),
             call,
-            crate::client::Mode::Caller,
+            crate::transport::Mode::Caller,
         )
     }
 
@@ -359,10 +374,10 @@ pub trait Toolkit: sealed::Sealed {
     where
         T: FromRedisValue + Send + 'static,
     {
-        crate::client::eval_idempotent_confirmed(
-            self.client().shared().clone(),
+        crate::transport::eval_idempotent_confirmed(
+            self.client().shared().transport.clone(),
             call,
-            crate::client::Mode::Caller,
+            crate::transport::Mode::Caller,
         )
     }
 

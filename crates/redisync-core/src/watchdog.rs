@@ -40,10 +40,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::client::{eval, Shared};
 use crate::lease::{HoldLease, LeaseState};
 use crate::script::{LuaScript, ScriptCall};
 use crate::stats::Counters;
+use crate::transport::{eval, Transport};
 
 /// Most holds renewed by one script call.
 pub const BATCH: usize = 512;
@@ -194,23 +194,25 @@ impl Watchdog {
     }
 }
 
-pub(crate) fn spawn(shared: &Arc<Shared>) {
-    shared.runtime.spawn(run(shared.clone()));
+pub(crate) fn spawn(transport: &Arc<Transport>, watchdog: &Arc<Watchdog>) {
+    transport
+        .runtime
+        .spawn(run(transport.clone(), watchdog.clone()));
 }
 
-async fn run(shared: Arc<Shared>) {
-    let lease = shared.config.watchdog_timeout;
+async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>) {
+    let lease = transport.config.watchdog_timeout;
     let period = lease / 3;
-    let hedge_after = (period / 2).min(shared.config.command_timeout);
+    let hedge_after = (period / 2).min(transport.config.command_timeout);
     let mut next_tick = Instant::now() + period;
     loop {
-        let (expired, next_expiry) = shared.watchdog.expire();
-        Counters::bump(&shared.counters.lost_leases, expired);
+        let (expired, next_expiry) = watchdog.expire();
+        Counters::bump(&transport.counters.lost_leases, expired);
         let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
         tokio::select! {
-            _ = shared.shutdown.wait() => {
+            _ = transport.shutdown.wait() => {
                 // Nobody renews these holds any more: they will expire, so say so now.
-                shared.watchdog.abandon_all();
+                watchdog.abandon_all();
                 return;
             }
             _ = tokio::time::sleep_until(wake.into()) => {}
@@ -219,7 +221,7 @@ async fn run(shared: Arc<Shared>) {
             continue;
         }
         let started = Instant::now();
-        let all_renewed = renew_all(&shared, lease, hedge_after).await;
+        let all_renewed = renew_all(&transport, &watchdog, lease, hedge_after).await;
         // Counted from the round's start, so that rounds keep their rhythm however long the
         // renewal calls take.
         next_tick = started
@@ -238,12 +240,17 @@ type Registered = (HoldId, u64);
 type Batch = (&'static LuaScript, Vec<Registered>);
 
 /// One renewal round. Returns false if any call failed.
-async fn renew_all(shared: &Arc<Shared>, lease: Duration, hedge_after: Duration) -> bool {
+async fn renew_all(
+    transport: &Arc<Transport>,
+    watchdog: &Watchdog,
+    lease: Duration,
+    hedge_after: Duration,
+) -> bool {
     let lease_ms = crate::duration::redis_millis(lease);
     // On a cluster one call may only touch one slot, so holds are grouped by slot as well.
-    let sharded = shared.sharded();
+    let sharded = transport.sharded();
     let mut groups: HashMap<(&'static str, Option<u16>), Batch> = HashMap::new();
-    for (serial, entry) in lock(&shared.watchdog.entries).iter() {
+    for (serial, entry) in lock(&watchdog.entries).iter() {
         let shard = sharded.then(|| crate::keys::slot(entry.id.key()));
         groups
             .entry((entry.id.script, shard))
@@ -274,15 +281,15 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration, hedge_after: Duration)
                 holds = batch.len()
             );
             renewals.push(async move {
-                match hedged(shared, call, hedge_after).instrument(span).await {
+                match hedged(transport, call, hedge_after).instrument(span).await {
                     Ok((results, sent_at)) => {
-                        settle(shared, batch, &results, sent_at, lease);
+                        settle(transport, watchdog, batch, &results, sent_at, lease);
                         true
                     }
                     Err(err) => {
                         tracing::warn!(script = script.name(), error = %err, "lease renewal failed; retrying");
                         for (id, _) in batch {
-                            shared
+                            transport
                                 .config
                                 .metrics
                                 .renewal(script.kind(), id.key(), "failed");
@@ -303,14 +310,14 @@ async fn renew_all(shared: &Arc<Shared>, lease: Duration, hedge_after: Duration)
 /// time `hedge_after` passes without an answer, up to [`HEDGES`] calls. Returns the first
 /// answer with the moment its call was sent, or the last error once every call failed.
 async fn hedged(
-    shared: &Arc<Shared>,
+    transport: &Arc<Transport>,
     call: ScriptCall,
     hedge_after: Duration,
 ) -> crate::Result<(Vec<i64>, Instant)> {
     use futures_util::stream::{FuturesUnordered, StreamExt};
     let send = |call: ScriptCall| {
         let sent_at = Instant::now();
-        let request = eval::<Vec<i64>>(shared.clone(), call);
+        let request = eval::<Vec<i64>>(transport.clone(), call);
         async move { request.await.map(|results| (results, sent_at)) }
     };
     let mut in_flight = FuturesUnordered::new();
@@ -336,13 +343,14 @@ async fn hedged(
 }
 
 fn settle(
-    shared: &Shared,
+    transport: &Transport,
+    watchdog: &Watchdog,
     batch: &[Registered],
     results: &[i64],
     sent_at: Instant,
     lease: Duration,
 ) {
-    let mut entries = lock(&shared.watchdog.entries);
+    let mut entries = lock(&watchdog.entries);
     for ((id, serial), result) in batch
         .iter()
         .zip(results.iter().copied().chain(std::iter::repeat(0)))
@@ -357,16 +365,16 @@ fn settle(
             entry.state.cap(crate::lease::deadline(sent_at, left));
             continue;
         }
-        let metrics = shared.config.metrics;
+        let metrics = transport.config.metrics;
         if result == 1 && entry.state.extend(crate::lease::deadline(sent_at, lease)) {
-            Counters::bump(&shared.counters.renewals, 1);
+            Counters::bump(&transport.counters.renewals, 1);
             metrics.renewal(entry.script.kind(), id.key(), "renewed");
         } else {
             tracing::warn!(key = %id.key(), "lease lost: the hold is gone, no longer ours, or renewed too late");
             metrics.renewal(entry.script.kind(), id.key(), "lost");
             entry.state.mark_lost();
             if entry.state.first_count_of_loss() {
-                Counters::bump(&shared.counters.lost_leases, 1);
+                Counters::bump(&transport.counters.lost_leases, 1);
                 metrics.lost(entry.script.kind(), id.key(), 1);
             }
             entries.remove(serial);

@@ -48,8 +48,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{ping_interval, sleep_or_shutdown, Hub};
-use crate::client::Shared;
 use crate::connection::Connection;
+use crate::transport::Transport;
 
 /// A round of pings: when it was sent, and each slot asked with whether its primary answered
 /// in time.
@@ -94,11 +94,14 @@ struct Outcome {
     answered: bool,
 }
 
-pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceiver<String>) {
-    let hub = shared.hub.clone();
-    let timeout = shared.config.command_timeout;
+pub(super) async fn run(
+    transport: Arc<Transport>,
+    hub: Arc<Hub>,
+    mut changes: mpsc::UnboundedReceiver<String>,
+) {
+    let timeout = transport.config.command_timeout;
     let (push_sender, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    let client = match crate::client::open_cluster_client(&shared.config, Some(push_sender)) {
+    let client = match crate::transport::open_cluster_client(&transport.config, Some(push_sender)) {
         Ok(client) => client,
         Err(err) => {
             // build() opened a client from the same configuration, so this cannot happen;
@@ -114,7 +117,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
             hub.mark_unreachable(timeout, |_| Some(since));
         }
         let connected = tokio::select! {
-            _ = shared.shutdown.wait() => {
+            _ = transport.shutdown.wait() => {
                 hub.update_all(|s| s.generation += 1);
                 return;
             }
@@ -126,7 +129,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
             Err(_) => tracing::debug!("cluster pub/sub connection timed out"),
         }
         down_since.get_or_insert_with(Instant::now);
-        if sleep_or_shutdown(&shared, &mut backoff, &mut changes).await {
+        if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
             hub.update_all(|s| s.generation += 1);
             return;
         }
@@ -158,7 +161,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
         let retry_at = subs.retry_at;
         let second_pass_at = subs.second_pass_at;
         tokio::select! {
-            _ = shared.shutdown.wait() => break,
+            _ = transport.shutdown.wait() => break,
             Some(push) = pushes.recv() => {
                 if let Some(resubscribe) = on_push(&hub, &mut subs, push) {
                     apply(&mut subs, resubscribe);
@@ -198,7 +201,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut changes: mpsc::UnboundedReceive
                 }
                 let slots = hub.wanted_slots();
                 if !slots.is_empty() {
-                    ping = Some(ping_slots(shared.connection(), slots, timeout));
+                    ping = Some(ping_slots(transport.connection(), slots, timeout));
                 }
             }
             (sent, answers) = finish(&mut ping), if ping.is_some() => {

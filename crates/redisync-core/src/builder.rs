@@ -1,0 +1,254 @@
+//! The builder: a client's options, their defaults and checks, and the constructors of
+//! [`Client`] that start from them.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::transport::{Config, ReplicaSync, Transport};
+
+/// Default key prefix.
+pub const DEFAULT_KEY_PREFIX: &str = "redisync";
+/// Default watchdog lease.
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default Redis command timeout.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest command timeout a client accepts.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest pool a client accepts.
+pub const MAX_POOL_SIZE: u32 = 1024;
+/// Default number of multiplexed connections.
+pub const DEFAULT_POOL_SIZE: u32 = 4;
+
+/// Builds a [`Client`]; start with [`Client::builder`].
+#[must_use = "a builder does nothing until build() is awaited"]
+pub struct ClientBuilder {
+    config: Config,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// Namespace for every key and channel (default `"redisync"`). It may not be empty, contain
+    /// braces, or exceed [`keys::MAX_PREFIX_LEN`] bytes.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Lease used when no explicit lease is given (default 30 s); the watchdog renews it every
+    /// third of this. A crashed holder's lock frees within this time.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Number of multiplexed connections commands are spread over (default 4, at most
+    /// [`MAX_POOL_SIZE`]).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.config.pool_size = size;
+        self
+    }
+
+    /// A Redis call slower than this fails with [`Error::Timeout`] (default 5 s, at most
+    /// [`MAX_COMMAND_TIMEOUT`]). Connection attempts are bounded by it too.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// After every script that changes state, waits (with `WAIT`, in the same round trip) until
+    /// `replicas` replicas have acknowledged the change, or `timeout` has passed. An acquire
+    /// that *no* replica acknowledged fails with [`Error::NotReplicated`] and is rolled back
+    /// (given back, as if its caller had gone away), so a failover right after it cannot hand
+    /// the same lock to someone else; fewer acknowledgements than asked for are accepted.
+    /// Other changes (releases, count-downs, permits added) are not rolled back: a change no
+    /// replica acknowledged is logged as a warning. Read-only calls never wait.
+    ///
+    /// Off by default; use it with replicas, and only on servers that have `WAIT` (some
+    /// managed services do not). `replicas` must be at least 1 and `timeout` shorter than the
+    /// command timeout; otherwise [`build`](Self::build) fails with
+    /// [`Error::InvalidArgument`]. Each change then takes up to `timeout` longer.
+    pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_sync = Some(ReplicaSync { replicas, timeout });
+        self
+    }
+
+    /// Labels every metric with the primitive's name too (off by default). Names are
+    /// unbounded, and each one makes a time series of every metric: turn this on only when
+    /// the application uses a known, small set of names. Without the `metrics` feature this
+    /// has no effect. The metrics are listed in [`crate::metrics`].
+    pub fn metrics_with_names(mut self, on: bool) -> Self {
+        self.config.metrics.names = on;
+        self
+    }
+
+    /// For a client following Redis Sentinel ([`Client::sentinel_builder`]): the password of
+    /// the primary (and of its replicas) and the database to use. Ignored otherwise.
+    pub fn sentinel_auth(mut self, password: Option<String>, db: i64) -> Self {
+        if let Some(sentinel) = &mut self.config.sentinel {
+            sentinel.password = password;
+            sentinel.db = db;
+        }
+        self
+    }
+
+    /// Trusts this CA (PEM) for `rediss://` connections instead of the system's roots: for
+    /// servers with a private certificate authority. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    /// Checks the options, connects, and starts the client's background tasks.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, or a zero
+    /// watchdog timeout, pool size or command timeout; with [`Error::Redis`] or
+    /// [`Error::Timeout`] when Redis cannot be reached.
+    pub async fn build(self) -> Result<Client> {
+        let config = self.config;
+        keys::validate_prefix(&config.key_prefix)?;
+        if config.watchdog_timeout.is_zero() {
+            return Err(Error::invalid("watchdog timeout must be greater than zero"));
+        }
+        crate::duration::lease_millis(config.watchdog_timeout)?;
+        if config.command_timeout.is_zero() || config.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "command timeout must be greater than zero and at most {MAX_COMMAND_TIMEOUT:?}, \
+                 found {:?}",
+                config.command_timeout
+            )));
+        }
+        if let Some(sync) = config.replica_sync {
+            if sync.replicas == 0
+                || sync.timeout.is_zero()
+                || sync.timeout >= config.command_timeout
+            {
+                return Err(Error::invalid(format!(
+                    "replica sync needs at least 1 replica and a timeout between zero and the \
+                     command timeout ({:?}), found {} replicas and {:?}",
+                    config.command_timeout, sync.replicas, sync.timeout
+                )));
+            }
+        }
+        if config.pool_size == 0 || config.pool_size > MAX_POOL_SIZE {
+            return Err(Error::invalid(format!(
+                "pool size must be between 1 and {MAX_POOL_SIZE}, found {}",
+                config.pool_size
+            )));
+        }
+        let transport = Transport::connect(config).await?;
+        Ok(Client::start(transport))
+    }
+}
+
+impl Client {
+    /// Connects with every option at its default.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+    /// let client = redisync_core::Client::connect(url).await?;
+    /// assert_eq!(client.stats().acquires, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(url: impl Into<String>) -> Result<Client> {
+        Client::builder(url).build().await
+    }
+
+    /// Starts configuring a client that follows the primary Redis Sentinel names for `master`:
+    /// `sentinels` are the Sentinels' URLs (`redis://host:26379`, with a password if they need
+    /// one). The client asks them for the primary when it is built and again whenever a
+    /// request fails the way a failover would make it fail, and moves its connections to the
+    /// new primary (see [`sentinel_auth`](ClientBuilder::sentinel_auth) for the primary's own
+    /// password and database).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redisync_core::Result<()> {
+    /// let client = redisync_core::Client::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .build()
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel_builder(
+        sentinels: impl IntoIterator<Item = impl Into<String>>,
+        master: impl Into<String>,
+    ) -> ClientBuilder {
+        let mut builder = Client::builder("");
+        builder.config.sentinel = Some(crate::sentinel::SentinelConfig {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+            password: None,
+            db: 0,
+        });
+        builder
+    }
+
+    /// Starts configuring a client for a Redis Cluster: `nodes` are the URLs of some of its
+    /// nodes (`redis://host:port` or `rediss://`, all with the same credentials); the client
+    /// learns the rest from them.
+    ///
+    /// Every primitive works unchanged: all keys of one primitive hash to one slot, so each
+    /// operation is still one script on one node. Commands follow `MOVED`/`ASK` redirections
+    /// and the slot map as it changes; wake-ups use sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`,
+    /// Redis 7 or later), so a release reaches only the nodes of its own shard. Leases are
+    /// renewed in one batch per slot, and a [`MultiLock`](https://docs.rs/redisync-multilock)
+    /// takes the locks of each slot in one script.
+    ///
+    /// [`replica_sync`](ClientBuilder::replica_sync) waits for the replicas of the node that
+    /// ran each change.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redisync_core::Result<()> {
+    /// let client = redisync_core::Client::cluster_builder([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    ///     "redis://10.0.0.3:7000",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster_builder(nodes: impl IntoIterator<Item = impl Into<String>>) -> ClientBuilder {
+        let mut builder = Client::builder("");
+        builder.config.cluster = Some(nodes.into_iter().map(Into::into).collect());
+        builder
+    }
+
+    /// Starts configuring a client for `url` (`redis://` or `rediss://`, with optional
+    /// `user:password@` and `/db`).
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            config: Config {
+                url: url.into(),
+                key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+                watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+                command_timeout: DEFAULT_COMMAND_TIMEOUT,
+                pool_size: DEFAULT_POOL_SIZE,
+                replica_sync: None,
+                sentinel: None,
+                cluster: None,
+                metrics: crate::metrics::Metrics::default(),
+                #[cfg(feature = "tls")]
+                tls_root_certificate: None,
+            },
+        }
+    }
+}
