@@ -191,7 +191,7 @@ impl Client {
         master: impl Into<String>,
     ) -> ClientBuilder {
         let mut builder = Client::builder("");
-        builder.config.sentinel = Some(crate::sentinel::SentinelConfig {
+        builder.config.sentinel = Some(crate::transport::sentinel::SentinelConfig {
             sentinels: sentinels.into_iter().map(Into::into).collect(),
             master: master.into(),
             password: None,

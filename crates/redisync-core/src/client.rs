@@ -116,7 +116,7 @@ impl Client {
             transport,
         });
         crate::pubsub::spawn(&shared.transport, &shared.hub);
-        crate::sentinel::spawn_switch_listener(&shared.transport);
+        crate::transport::sentinel::spawn_switch_listener(&shared.transport);
         crate::watchdog::spawn(&shared.transport, &shared.watchdog);
         tracing::debug!(client = %shared.id, config = ?shared.config, "redisync client started");
         Client {

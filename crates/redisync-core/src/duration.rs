@@ -4,22 +4,33 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
+/// Taken off every client-side deadline: Redis counts expiry in whole milliseconds from when
+/// it ran the request, which may put the end of a hold up to a millisecond before `sent +
+/// lease` on the client's clock. (It does not cover the two clocks running at different
+/// rates; over the lease lengths locks use, that drift is far below a millisecond.) Leases
+/// must be longer than this: see [`MIN_LEASE`].
+pub const CLOCK_MARGIN: Duration = Duration::from_millis(2);
+
+/// The shortest lease redisync accepts: a few times [`CLOCK_MARGIN`], so that a hold is
+/// not known lost the moment it is granted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// The largest duration, in milliseconds, redisync sends to Redis: 2^53 ms (about 285,000
 /// years). Scripts read numbers as Lua doubles, which are exact up to 2^53.
 pub const MAX_MILLIS: u64 = 1 << 53;
 
 /// Converts a lease into whole milliseconds, rounding up.
 ///
-/// A zero lease, one shorter than [`MIN_LEASE`](crate::MIN_LEASE) or one above [`MAX_MILLIS`]
+/// A zero lease, one shorter than [`MIN_LEASE`] or one above [`MAX_MILLIS`]
 /// is [`Error::InvalidArgument`].
 pub fn lease_millis(lease: Duration) -> Result<u64> {
     if lease.is_zero() {
         return Err(Error::invalid("lease must be greater than zero"));
     }
-    if lease < crate::lease::MIN_LEASE {
+    if lease < MIN_LEASE {
         return Err(Error::invalid(format!(
             "lease must be at least {:?}, found {lease:?}",
-            crate::lease::MIN_LEASE
+            MIN_LEASE
         )));
     }
     let ms = lease.as_nanos().div_ceil(1_000_000);

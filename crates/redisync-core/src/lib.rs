@@ -36,20 +36,15 @@ mod abandon;
 mod builder;
 mod cells;
 mod client;
-mod cluster;
-mod connection;
 pub mod duration;
 mod error;
-mod hold;
 pub mod keys;
-mod lease;
 mod locking;
 pub mod metrics;
 mod primitive;
 pub mod pubsub;
 pub mod retry;
 mod script;
-mod sentinel;
 mod signal;
 mod stats;
 pub mod toolkit;
@@ -63,10 +58,9 @@ pub use builder::{
     DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
 };
 pub use client::{Client, LocalState};
+pub use duration::{CLOCK_MARGIN, MIN_LEASE};
 pub use error::{Error, Result};
-pub use hold::Hold;
 pub use keys::KeySpace;
-pub use lease::{HoldLease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
 pub use primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use retry::{Confirmed, Retry};
 #[doc(hidden)]
@@ -74,7 +68,9 @@ pub use script::check_script_contract;
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;
+pub use toolkit::Hold;
 pub use wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
+pub use watchdog::lease::{HoldLease, PendingFix};
 
 /// Re-exported so primitive crates use the same `async_trait` as core.
 pub use async_trait::async_trait;

@@ -279,7 +279,7 @@ async fn run(
             Ok(Ok(pubsub)) => pubsub.split(),
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "pub/sub connection failed; retrying");
-                crate::sentinel::recheck_primary(&transport, &Error::from(err));
+                crate::transport::sentinel::recheck_primary(&transport, &Error::from(err));
                 down_since.get_or_insert_with(tokio::time::Instant::now);
                 if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
                     break;
@@ -288,7 +288,7 @@ async fn run(
             }
             Err(_) => {
                 tracing::debug!("pub/sub connection timed out; retrying");
-                crate::sentinel::recheck_primary(&transport, &Error::Timeout);
+                crate::transport::sentinel::recheck_primary(&transport, &Error::Timeout);
                 down_since.get_or_insert_with(tokio::time::Instant::now);
                 if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
                     break;

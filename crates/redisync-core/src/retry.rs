@@ -33,6 +33,7 @@ use redis::FromRedisValue;
 use crate::error::{Error, Result};
 use crate::script::ScriptCall;
 use crate::stats::Counters;
+pub use crate::transport::Confirmed;
 use crate::transport::{
     eval_background, eval_idempotent_background, eval_idempotent_background_confirmed, Transport,
 };
@@ -140,21 +141,6 @@ impl Pending {
     pub(crate) fn len(&self) -> usize {
         self.retrying.load(Ordering::Acquire)
     }
-}
-
-/// A give-back's reply, and whether it may be the answer to a repeat.
-///
-/// A give-back is sent again when a try failed in a way that leaves its outcome unknown (the
-/// connection broke after sending it). If that try did run, the one that answered finds its
-/// work already done. Scripts that keep a record of each give-back answer a repeat as they
-/// answered the first time; scripts that keep none, to spare Redis a key per release, answer
-/// as if there were nothing to give back, and the caller judges with `repeated`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Confirmed<T> {
-    /// Redis's reply to the try that answered.
-    pub reply: T,
-    /// Whether an earlier try, whose outcome is unknown, may have run before it.
-    pub repeated: bool,
 }
 
 /// Runs `call` once on behalf of a caller (retrying within the command timeout), and, if

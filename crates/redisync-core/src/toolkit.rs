@@ -8,6 +8,8 @@
 //! [`Client`] run scripts, wait, renew leases and give back in the background. They are kept
 //! off `Client`'s own methods so that its documentation shows only what a user calls.
 
+mod hold;
+
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,10 +23,9 @@ use std::sync::atomic::Ordering;
 pub use crate::abandon::{Abandonable, LateOutcome};
 pub use crate::client::Client;
 pub use crate::duration;
+pub use crate::duration::{CLOCK_MARGIN, MIN_LEASE};
 pub use crate::error::{Error, Result};
-pub use crate::hold::Hold;
 pub use crate::keys::{self, KeySpace};
-pub use crate::lease::{HoldLease, PendingFix, CLOCK_MARGIN, MIN_LEASE};
 pub use crate::primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use crate::pubsub::{self, ChannelState, Subscription};
 pub use crate::retry::{self, Confirmed, Retry};
@@ -32,7 +33,9 @@ pub use crate::script::{LuaScript, ScriptCall};
 pub use crate::signal::Flag;
 pub use crate::stats::Stats;
 pub use crate::wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
+pub use crate::watchdog::lease::{HoldLease, PendingFix};
 pub use crate::{async_trait, impl_held, lua_script};
+pub use hold::Hold;
 
 mod sealed {
     /// Keeps [`Toolkit`](super::Toolkit) implemented by [`Client`](crate::Client) alone, so
@@ -340,9 +343,9 @@ pub trait Toolkit: sealed::Sealed {
         match lease {
             None => Retry::UntilConfirmed,
             Some(lease) => Retry::UntilLeaseEnds(
-                crate::lease::deadline(sent_at, lease)
+                crate::watchdog::lease::deadline(sent_at, lease)
                     .checked_add(self.abandoned_request_grace())
-                    .unwrap_or_else(|| crate::lease::deadline(sent_at, lease)),
+                    .unwrap_or_else(|| crate::watchdog::lease::deadline(sent_at, lease)),
             ),
         }
     }

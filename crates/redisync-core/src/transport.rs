@@ -3,6 +3,10 @@
 //! followed by `WAIT` under replica sync. It knows nothing of the client's runtime (pub/sub
 //! hub, watchdog, background retries, wait queues), which works through it.
 
+pub(crate) mod cluster;
+pub(crate) mod connection;
+pub(crate) mod sentinel;
+
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,14 +17,29 @@ use redis::cluster_async::ClusterConnection;
 use redis::FromRedisValue;
 use tracing::Instrument;
 
-use crate::connection::Connection;
 use crate::error::{Error, Result};
 use crate::script::ScriptCall;
 use crate::signal::Flag;
 use crate::stats::Counters;
+use crate::transport::connection::Connection;
 
 /// How many command timeouts a request abandoned by its caller may take to finish.
 pub(crate) const ABANDONED_REQUEST_GRACE: u32 = 4;
+
+/// A give-back's reply, and whether it may be the answer to a repeat.
+///
+/// A give-back is sent again when a try failed in a way that leaves its outcome unknown (the
+/// connection broke after sending it). If that try did run, the one that answered finds its
+/// work already done. Scripts that keep a record of each give-back answer a repeat as they
+/// answered the first time; scripts that keep none, to spare Redis a key per release, answer
+/// as if there were nothing to give back, and the caller judges with `repeated`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirmed<T> {
+    /// Redis's reply to the try that answered.
+    pub reply: T,
+    /// Whether an earlier try, whose outcome is unknown, may have run before it.
+    pub repeated: bool,
+}
 
 /// The connections to Redis and what sending over them needs.
 pub(crate) struct Transport {
@@ -37,7 +56,7 @@ pub(crate) struct Transport {
     redis_client: std::sync::RwLock<Option<redis::Client>>,
     manager_config: ConnectionManagerConfig,
     /// Set when the client follows the primary Redis Sentinel names.
-    pub(crate) sentinels: Option<crate::sentinel::Sentinels>,
+    pub(crate) sentinels: Option<crate::transport::sentinel::Sentinels>,
     next_connection: AtomicUsize,
     pub(crate) counters: Counters,
     pub(crate) shutdown: Flag,
@@ -51,7 +70,7 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) pool_size: u32,
     pub(crate) replica_sync: Option<ReplicaSync>,
-    pub(crate) sentinel: Option<crate::sentinel::SentinelConfig>,
+    pub(crate) sentinel: Option<crate::transport::sentinel::SentinelConfig>,
     /// Seed nodes of a Redis Cluster, for a client made by [`Client::cluster_builder`](crate::Client::cluster_builder).
     pub(crate) cluster: Option<Vec<String>>,
     /// How the client reports metrics (feature `metrics`).
@@ -114,7 +133,7 @@ impl Transport {
         let sentinels = config
             .sentinel
             .as_ref()
-            .map(crate::sentinel::Sentinels::new)
+            .map(crate::transport::sentinel::Sentinels::new)
             .transpose()?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.command_timeout))
@@ -394,7 +413,7 @@ async fn eval_in<T: FromRedisValue>(
     match tokio::time::timeout(timeout, send(transport.clone(), call)).await {
         Ok(reply) => reply,
         Err(_) => {
-            crate::sentinel::recheck_primary(&transport, &Error::Timeout);
+            crate::transport::sentinel::recheck_primary(&transport, &Error::Timeout);
             Err(Error::Timeout)
         }
     }
@@ -417,7 +436,7 @@ pub(crate) async fn send<T: FromRedisValue>(
         match (&mut connection, sync) {
             (connection, Some(sync)) => send_replicated(connection, &call, sync).await,
             (Connection::Cluster(cluster), None) => {
-                let reply = crate::cluster::run_script(cluster, &call, None)
+                let reply = crate::transport::cluster::run_script(cluster, &call, None)
                     .await?
                     .into_iter()
                     .next()
@@ -433,7 +452,7 @@ pub(crate) async fn send<T: FromRedisValue>(
     }
     .instrument(span)
     .await
-    .inspect_err(|err| crate::sentinel::recheck_primary(&transport, err))
+    .inspect_err(|err| crate::transport::sentinel::recheck_primary(&transport, err))
 }
 
 /// Sends a script and `WAIT` together; see [`ClientBuilder::replica_sync`]. On a cluster the
@@ -449,7 +468,7 @@ async fn send_replicated<T: FromRedisValue>(
         .arg(crate::duration::redis_millis(sync.timeout));
     let (reply, acknowledged): (T, i64) = match connection {
         Connection::Cluster(cluster) => {
-            let replies = crate::cluster::run_script(cluster, call, Some(wait)).await?;
+            let replies = crate::transport::cluster::run_script(cluster, call, Some(wait)).await?;
             <(T, i64)>::from_redis_value(redis::Value::Array(replies))
                 .map_err(redis::RedisError::from)?
         }
@@ -500,7 +519,7 @@ pub(crate) async fn eval_idempotent_background<T: FromRedisValue>(
 pub(crate) async fn eval_idempotent_background_confirmed<T: FromRedisValue>(
     transport: Arc<Transport>,
     call: ScriptCall,
-) -> Result<crate::retry::Confirmed<T>> {
+) -> Result<Confirmed<T>> {
     eval_idempotent_confirmed(transport, call, Mode::Background).await
 }
 
@@ -519,7 +538,7 @@ pub(crate) async fn eval_idempotent_confirmed<T: FromRedisValue>(
     transport: Arc<Transport>,
     call: ScriptCall,
     mode: Mode,
-) -> Result<crate::retry::Confirmed<T>> {
+) -> Result<Confirmed<T>> {
     let started = Instant::now();
     let budget = transport.config.command_timeout;
     let mut pause = Duration::from_millis(10);
@@ -533,7 +552,7 @@ pub(crate) async fn eval_idempotent_confirmed<T: FromRedisValue>(
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
             other => {
-                return other.map(|reply| crate::retry::Confirmed { reply, repeated });
+                return other.map(|reply| Confirmed { reply, repeated });
             }
         }
     }

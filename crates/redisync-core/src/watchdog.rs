@@ -31,6 +31,8 @@
 //! all; the first answer counts. So one slow connection cannot lose every hold even when the
 //! command timeout is longer than the lease.
 
+pub(crate) mod lease;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::lease::{HoldLease, LeaseState};
+use self::lease::{HoldLease, LeaseState};
 use crate::script::{LuaScript, ScriptCall};
 use crate::stats::Counters;
 use crate::transport::{eval, Transport};
@@ -141,7 +143,7 @@ impl Watchdog {
             keys,
             args,
         };
-        let state = LeaseState::new(crate::lease::deadline(sent_at, lease));
+        let state = LeaseState::new(crate::watchdog::lease::deadline(sent_at, lease));
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         lock(&self.entries).insert(
             serial,
@@ -362,11 +364,17 @@ fn settle(
             // Its lease was fixed meanwhile: the fixed deadline stands, and the guard must not
             // believe in a later one.
             let left = Duration::from_millis(result.saturating_add(1).unsigned_abs());
-            entry.state.cap(crate::lease::deadline(sent_at, left));
+            entry
+                .state
+                .cap(crate::watchdog::lease::deadline(sent_at, left));
             continue;
         }
         let metrics = transport.config.metrics;
-        if result == 1 && entry.state.extend(crate::lease::deadline(sent_at, lease)) {
+        if result == 1
+            && entry
+                .state
+                .extend(crate::watchdog::lease::deadline(sent_at, lease))
+        {
             Counters::bump(&transport.counters.renewals, 1);
             metrics.renewal(entry.script.kind(), id.key(), "renewed");
         } else {

@@ -48,7 +48,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{ping_interval, sleep_or_shutdown, Hub};
-use crate::connection::Connection;
+use crate::transport::connection::Connection;
 use crate::transport::Transport;
 
 /// A round of pings: when it was sent, and each slot asked with whether its primary answered

@@ -4,9 +4,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::Renewal;
+use crate::duration::CLOCK_MARGIN;
 use crate::locking::lock;
 use crate::signal::Flag;
-use crate::watchdog::Renewal;
 
 /// The client's view of one hold: when it ends at the latest, and whether it is known gone.
 ///
@@ -25,17 +26,6 @@ pub(crate) struct LeaseState {
     /// The loss was counted in the client's statistics (whoever notices it first counts it).
     counted: std::sync::atomic::AtomicBool,
 }
-
-/// Taken off every client-side deadline: Redis counts expiry in whole milliseconds from when
-/// it ran the request, which may put the end of a hold up to a millisecond before `sent +
-/// lease` on the client's clock. (It does not cover the two clocks running at different
-/// rates; over the lease lengths locks use, that drift is far below a millisecond.) Leases
-/// must be longer than this: see [`MIN_LEASE`].
-pub const CLOCK_MARGIN: Duration = Duration::from_millis(2);
-
-/// The shortest lease redisync accepts: a few times [`CLOCK_MARGIN`], so that a hold is
-/// not known lost the moment it is granted.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
 
 /// The client-side deadline of a lease set by a request sent at `sent_at`. A lease too long
 /// for the platform's clock saturates to a far-future instant instead of panicking.

@@ -8,10 +8,10 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::HoldLease;
 use crate::retry::{Confirmed, Retry};
 use crate::script::ScriptCall;
 use crate::toolkit::Toolkit;
+use crate::watchdog::lease::HoldLease;
 
 /// One hold on a primitive, as a guard owns it: its [`HoldLease`] and the idempotent script call
 /// that gives it back.
@@ -77,7 +77,7 @@ impl Hold {
         &self,
         sent_at: std::time::Instant,
         lease: std::time::Duration,
-    ) -> Option<crate::lease::PendingFix> {
+    ) -> Option<crate::watchdog::lease::PendingFix> {
         self.lease
             .as_ref()
             .map(|current| current.pending_fix(sent_at, lease))
