@@ -23,12 +23,13 @@ use crate::watchdog::Watchdog;
 /// # Connections
 ///
 /// Commands go over `pool_size` multiplexed connections
-/// ([`ConnectionManager`](redis::aio::ConnectionManager)), picked round robin. A multiplexed connection matches each reply to its request, so dropping a request
-/// future half-way can never hand its reply to the next caller (the failure mode of plain
-/// pooled connections, redis-rs #325), and it pipelines concurrent requests on one socket. It
-/// also reconnects by itself after Redis restarts. A checkout pool (bb8) would add a checkout
-/// per call and buy nothing a multiplexed connection lacks, so redisync does not use one.
-/// Pub/sub wake-ups use one more, dedicated connection (see [`crate::pubsub`]).
+/// ([`ConnectionManager`](redis::aio::ConnectionManager)), picked round robin. A multiplexed
+/// connection matches each reply to its request, so dropping a request future half-way can never
+/// hand its reply to the next caller (the failure mode of plain pooled connections, redis-rs #325),
+/// and it pipelines concurrent requests on one socket. It also reconnects by itself after Redis
+/// restarts. A checkout pool (bb8) would add a checkout per call and buy nothing a multiplexed
+/// connection lacks, so redisync does not use one. Pub/sub wake-ups use one more, dedicated
+/// connection (see [`crate::pubsub`]).
 ///
 /// # Examples
 ///
@@ -87,6 +88,20 @@ impl std::ops::Deref for Shared {
 
     fn deref(&self) -> &Transport {
         &self.transport
+    }
+}
+
+impl crate::wait::Waits for Shared {
+    fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    fn queues(&self) -> &Arc<WaitQueues> {
+        &self.queues
     }
 }
 
@@ -163,9 +178,9 @@ impl Client {
     /// lease. Shutdown releases nothing it does not own and is idempotent.
     ///
     /// Give-backs still being retried in the background (releases and count-downs Redis has
-    /// not confirmed yet, see [`spawn_release`](crate::toolkit::Toolkit::spawn_release)) get one last attempt,
-    /// and this call waits for them, at most about two command timeouts. Those that still
-    /// fail are counted in [`Stats::unconfirmed_releases`] and logged.
+    /// not confirmed yet, see [`spawn_release`](crate::toolkit::Toolkit::spawn_release)) get one
+    /// last attempt, and this call waits for them, at most about two command timeouts. Those that
+    /// still fail are counted in [`Stats::unconfirmed_releases`] and logged.
     pub async fn shutdown(&self) {
         if self.shared().shut_down() {
             tracing::debug!(client = %self.id(), "redisync client shut down");

@@ -450,7 +450,7 @@ pub trait Toolkit: sealed::Sealed {
         Fut: Future<Output = Result<Attempt<T>>> + 'a,
         T: 'a,
     {
-        self.client().wait_traced(spec, attempt, true)
+        crate::wait::wait_traced(&**self.client().shared(), spec, attempt, true)
     }
 
     /// Waits for a condition that takes nothing (a latch to open) exactly as
@@ -467,7 +467,7 @@ pub trait Toolkit: sealed::Sealed {
         Fut: Future<Output = Result<Attempt<T>>> + 'a,
         T: 'a,
     {
-        self.client().wait_traced(spec, check, false)
+        crate::wait::wait_traced(&**self.client().shared(), spec, check, false)
     }
 
     /// Takes a reference on `channel` of the client's one subscriber connection, for a

@@ -71,7 +71,8 @@ pub(crate) struct Config {
     pub(crate) pool_size: u32,
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) sentinel: Option<crate::transport::sentinel::SentinelConfig>,
-    /// Seed nodes of a Redis Cluster, for a client made by [`Client::cluster_builder`](crate::Client::cluster_builder).
+    /// Seed nodes of a Redis Cluster, for a client made by
+    /// [`Client::cluster_builder`](crate::Client::cluster_builder).
     pub(crate) cluster: Option<Vec<String>>,
     /// How the client reports metrics (feature `metrics`).
     pub(crate) metrics: crate::metrics::Metrics,
@@ -79,7 +80,8 @@ pub(crate) struct Config {
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
 
-/// Waiting for replicas after each change: see [`ClientBuilder::replica_sync`](crate::ClientBuilder::replica_sync).
+/// Waiting for replicas after each change: see
+/// [`ClientBuilder::replica_sync`](crate::ClientBuilder::replica_sync).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReplicaSync {
     pub(crate) replicas: u32,

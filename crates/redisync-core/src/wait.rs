@@ -1,8 +1,9 @@
 //! Waiting for a busy primitive: local queues, pub/sub wake-ups and bounded sleeps.
 //!
-//! [`Toolkit::acquire`] is the one waiting loop every primitive uses. A primitive supplies an
-//! attempt (one script call that either acquires or says how long the current hold has left)
-//! and the channel its releases publish on; core does the rest:
+//! [`Toolkit::acquire`](crate::toolkit::Toolkit::acquire) is the one waiting loop every
+//! primitive uses. A primitive supplies an attempt (one script call that either acquires or
+//! says how long the current hold has left) and the channel its releases publish on; core does
+//! the rest:
 //!
 //! 1. Try once. Uncontended, that is the whole cost: one round trip, no subscription. A call
 //!    that finds local waiters already queued skips this try and queues behind them (unless it
@@ -35,11 +36,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pubsub::{self, Subscription};
 use crate::stats::Counters;
-use crate::toolkit::Toolkit;
+use crate::transport::Transport;
 
 /// The outcome of one acquire attempt.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ pub struct WaitSpec<'a> {
 }
 
 /// One primitive's local queue. Its key lives here, once, rather than in every ticket.
-struct QueueSlot {
+pub(crate) struct QueueSlot {
     key: Box<str>,
     /// The head's place: one permit, held by the task that talks to Redis. Closed when the
     /// client shuts down, which is how a task waiting behind the head learns of it (one
@@ -196,238 +196,258 @@ impl Drop for Ticket {
     }
 }
 
-impl Client {
-    /// Runs the waiting loop in a span, recording the wait and its outcome; `acquisition`
-    /// says whether it is an acquire (a `redisync.acquire` span, counted in the acquire
-    /// statistics) or a wait (a `redisync.wait` span).
-    // A waiting task's memory is mostly this future, so it is laid out with care: not an
-    // `async fn` (those keep a second copy of every argument), the arguments are kept once
-    // and lent to the loop, and the span is made where it is moved into its instrumented
-    // future (at the first poll, inside the caller's span as before).
-    #[allow(clippy::manual_async_fn)]
-    pub(crate) fn wait_traced<'a, T, F, Fut>(
-        &'a self,
-        spec: WaitSpec<'a>,
-        mut attempt: F,
-        acquisition: bool,
-    ) -> impl Future<Output = Result<Option<T>>> + 'a
-    where
-        F: FnMut() -> Fut + 'a,
-        Fut: Future<Output = Result<Attempt<T>>> + 'a,
-        T: 'a,
-    {
-        async move {
-            let started = Instant::now();
-            let span = if acquisition {
-                tracing::debug_span!(
-                    "redisync.acquire",
-                    queue = spec.queue,
-                    shared = spec.shared,
-                    waited_ms = tracing::field::Empty,
-                    outcome = tracing::field::Empty,
-                )
-            } else {
-                tracing::debug_span!(
-                    "redisync.wait",
-                    queue = spec.queue,
-                    waited_ms = tracing::field::Empty,
-                    outcome = tracing::field::Empty,
-                )
-            };
-            let mut waiting = std::pin::pin!(self
-                .wait_for_turn(&spec, &mut attempt, acquisition)
-                .instrument(span));
-            let result = waiting.as_mut().await;
-            let span = waiting.span();
-            let waited = started.elapsed();
-            span.record("waited_ms", waited.as_millis() as u64);
-            if acquisition {
-                let outcome = match &result {
-                    Ok(Some(_)) => "acquired",
-                    Ok(None) => "timed_out",
-                    Err(_) => "failed",
-                };
-                let metrics = self.shared().config.metrics;
-                metrics.acquire_ended(spec.kind, spec.queue, outcome, waited);
-            }
-            match &result {
-                Ok(Some(_)) => {
-                    span.record("outcome", "acquired");
-                    if acquisition {
-                        Counters::bump(&self.shared().counters.acquires, 1);
-                    }
-                }
-                Ok(None) => {
-                    span.record("outcome", "busy");
-                }
-                Err(err) => {
-                    span.record("outcome", tracing::field::display(err));
-                }
-            }
-            result
+/// What the waiting loop needs of a client: its transport, pub/sub hub and local queues.
+pub(crate) trait Waits {
+    fn transport(&self) -> &Transport;
+    fn hub(&self) -> &Arc<pubsub::Hub>;
+    fn queues(&self) -> &Arc<WaitQueues>;
+
+    /// Fails with [`Error::Shutdown`] once the client is shut down.
+    fn check_running(&self) -> Result<()> {
+        if self.is_shut_down() {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
         }
     }
 
-    // Not an `async fn` either, for the same reason.
-    #[allow(clippy::manual_async_fn)]
-    fn wait_for_turn<'s, T, F, Fut>(
-        &'s self,
-        spec: &'s WaitSpec<'_>,
-        attempt: &'s mut F,
-        acquisition: bool,
-    ) -> impl Future<Output = Result<Option<T>>> + 's
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
-    {
-        async move {
-            // `self.shared()` and `ticket.slot()` are not kept in locals: every local that
-            // lives across an await is kept in every waiting task.
-            self.check_running()?;
-            let others_waiting =
-                !spec.may_reenter && !spec.shared && self.shared().queues.has_waiters(spec.queue);
-            let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
-            if !others_waiting || no_wait {
-                // Boxed, as is the head's part below: a task waiting behind the head then
-                // keeps only this function's small state, not an attempt's or the head's (a
-                // waiting task's memory is this future's size).
-                if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
+    fn is_shut_down(&self) -> bool {
+        self.transport().shutdown.is_set()
+    }
+}
+
+/// Runs the waiting loop in a span, recording the wait and its outcome; `acquisition`
+/// says whether it is an acquire (a `redisync.acquire` span, counted in the acquire
+/// statistics) or a wait (a `redisync.wait` span).
+// A waiting task's memory is mostly this future, so it is laid out with care: not an
+// `async fn` (those keep a second copy of every argument), the arguments are kept once
+// and lent to the loop, and the span is made where it is moved into its instrumented
+// future (at the first poll, inside the caller's span as before).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn wait_traced<'a, W, T, F, Fut>(
+    waits: &'a W,
+    spec: WaitSpec<'a>,
+    mut attempt: F,
+    acquisition: bool,
+) -> impl Future<Output = Result<Option<T>>> + 'a
+where
+    W: Waits + ?Sized,
+    F: FnMut() -> Fut + 'a,
+    Fut: Future<Output = Result<Attempt<T>>> + 'a,
+    T: 'a,
+{
+    async move {
+        let started = Instant::now();
+        let span = if acquisition {
+            tracing::debug_span!(
+                "redisync.acquire",
+                queue = spec.queue,
+                shared = spec.shared,
+                waited_ms = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+            )
+        } else {
+            tracing::debug_span!(
+                "redisync.wait",
+                queue = spec.queue,
+                waited_ms = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+            )
+        };
+        let mut waiting =
+            std::pin::pin!(wait_for_turn(waits, &spec, &mut attempt, acquisition).instrument(span));
+        let result = waiting.as_mut().await;
+        let span = waiting.span();
+        let waited = started.elapsed();
+        span.record("waited_ms", waited.as_millis() as u64);
+        if acquisition {
+            let outcome = match &result {
+                Ok(Some(_)) => "acquired",
+                Ok(None) => "timed_out",
+                Err(_) => "failed",
+            };
+            let metrics = waits.transport().config.metrics;
+            metrics.acquire_ended(spec.kind, spec.queue, outcome, waited);
+        }
+        match &result {
+            Ok(Some(_)) => {
+                span.record("outcome", "acquired");
+                if acquisition {
+                    Counters::bump(&waits.transport().counters.acquires, 1);
+                }
+            }
+            Ok(None) => {
+                span.record("outcome", "busy");
+            }
+            Err(err) => {
+                span.record("outcome", tracing::field::display(err));
+            }
+        }
+        result
+    }
+}
+
+// Not an `async fn` either, for the same reason.
+#[allow(clippy::manual_async_fn)]
+fn wait_for_turn<'s, W, T, F, Fut>(
+    waits: &'s W,
+    spec: &'s WaitSpec<'_>,
+    attempt: &'s mut F,
+    acquisition: bool,
+) -> impl Future<Output = Result<Option<T>>> + 's
+where
+    W: Waits + ?Sized,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    async move {
+        // `waits.queues()` and `ticket.slot()` are not kept in locals: every local that
+        // lives across an await is kept in every waiting task.
+        waits.check_running()?;
+        let others_waiting =
+            !spec.may_reenter && !spec.shared && waits.queues().has_waiters(spec.queue);
+        let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
+        if !others_waiting || no_wait {
+            // Boxed, as is the head's part below: a task waiting behind the head then
+            // keeps only this function's small state, not an attempt's or the head's (a
+            // waiting task's memory is this future's size).
+            if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
+                return Ok(Some(held));
+            }
+            if no_wait {
+                return Ok(None);
+            }
+        }
+        if acquisition {
+            Counters::bump(&waits.transport().counters.contended_waits, 1);
+            waits
+                .transport()
+                .config
+                .metrics
+                .contended(spec.kind, spec.queue, 1);
+        }
+
+        let ticket = waits.queues().join(spec.queue);
+        if waits.is_shut_down() {
+            // Shut down before this queue place was made: the shutdown's sweep of the
+            // queues may not have seen it (see `WaitQueues::close`).
+            return Err(Error::Shutdown);
+        }
+        if spec.shared {
+            return Box::pin(wait_as_head(waits, spec, ticket.slot(), attempt)).await;
+        }
+        // A task waiting behind the head keeps only this: the head's permit, and a timer
+        // when it has a deadline. A head that fails records the failure before it lets
+        // the next task in, which then returns it at once, and so on down the queue:
+        // waiters behind a head that met an outage do not each wait a command timeout of
+        // their own.
+        let seen_failures = ticket.slot().failures.borrow().0;
+        let head = {
+            let mut turn = std::pin::pin!(ticket.slot().head.acquire());
+            let mut deadline = spec
+                .deadline
+                .map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+            // The head's place first: a task that gets it as its deadline passes goes on.
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(head) = turn.as_mut().poll(cx) {
+                    return Poll::Ready(Some(head));
+                }
+                match deadline.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(None),
+                    _ => Poll::Pending,
+                }
+            })
+            .await
+        };
+        let _head = match head {
+            Some(Ok(permit)) => permit,
+            // Closed: the client shut down.
+            Some(Err(_)) => return Err(Error::Shutdown),
+            None => return Ok(None),
+        };
+        let failures = ticket.slot().failures.borrow().clone();
+        if failures.0 > seen_failures {
+            return Err(failures.1.unwrap_or(Error::Shutdown));
+        }
+        if waits.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        let result = Box::pin(wait_as_head(waits, spec, ticket.slot(), attempt)).await;
+        if let Err(err) = &result {
+            // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an
+            // error about this caller's own request (an upgrade refused, a bad argument)
+            // does not.
+            if matches!(err, Error::Redis(_) | Error::Timeout | Error::Shutdown) {
+                ticket.slot().fail(err);
+            }
+        }
+        result
+    }
+}
+
+/// The head's part: subscribe, retry, sleep until woken or the holder's lease runs out.
+async fn wait_as_head<W, T, F, Fut>(
+    waits: &W,
+    spec: &WaitSpec<'_>,
+    slot: &QueueSlot,
+    attempt: &mut F,
+) -> Result<Option<T>>
+where
+    W: Waits + ?Sized,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let subscription = lock(&slot.subscription)
+        .get_or_insert_with(|| Arc::new(waits.hub().subscribe(spec.channel)))
+        .clone();
+    let mut watcher = subscription.watcher();
+    let command_timeout = waits.transport().config.command_timeout;
+    // The caller's own try just failed; after that, every wake-up retries.
+    let mut retry_before_subscribed = false;
+    loop {
+        if !watcher.borrow().subscribed {
+            // Not subscribed: the first time round, or the hub lost its connection. After
+            // a loss, try at once (a dead Redis then fails this call with its own error,
+            // and a live one may have been released meanwhile), then resubscribe and try
+            // again, since a release published before the subscription is lost.
+            if retry_before_subscribed {
+                if let Attempt::Acquired(held) = attempt().await? {
                     return Ok(Some(held));
                 }
-                if no_wait {
-                    return Ok(None);
-                }
             }
-            if acquisition {
-                Counters::bump(&self.shared().counters.contended_waits, 1);
-                self.shared()
-                    .config
-                    .metrics
-                    .contended(spec.kind, spec.queue, 1);
-            }
-
-            let ticket = self.shared().queues.join(spec.queue);
-            if self.is_shut_down() {
-                // Shut down before this queue place was made: the shutdown's sweep of the
-                // queues may not have seen it (see `WaitQueues::close`).
-                return Err(Error::Shutdown);
-            }
-            if spec.shared {
-                return Box::pin(self.wait_as_head(spec, ticket.slot(), attempt)).await;
-            }
-            // A task waiting behind the head keeps only this: the head's permit, and a timer
-            // when it has a deadline. A head that fails records the failure before it lets
-            // the next task in, which then returns it at once, and so on down the queue:
-            // waiters behind a head that met an outage do not each wait a command timeout of
-            // their own.
-            let seen_failures = ticket.slot().failures.borrow().0;
-            let head = {
-                let mut turn = std::pin::pin!(ticket.slot().head.acquire());
-                let mut deadline = spec
-                    .deadline
-                    .map(|at| Box::pin(tokio::time::sleep_until(at.into())));
-                // The head's place first: a task that gets it as its deadline passes goes on.
-                std::future::poll_fn(|cx| {
-                    if let Poll::Ready(head) = turn.as_mut().poll(cx) {
-                        return Poll::Ready(Some(head));
-                    }
-                    match deadline.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
-                        Some(Poll::Ready(())) => Poll::Ready(None),
-                        _ => Poll::Pending,
-                    }
-                })
-                .await
+            let ready_within = match spec.deadline {
+                Some(d) => command_timeout.min(d.saturating_duration_since(Instant::now())),
+                None => command_timeout,
             };
-            let _head = match head {
-                Some(Ok(permit)) => permit,
-                // Closed: the client shut down.
-                Some(Err(_)) => return Err(Error::Shutdown),
-                None => return Ok(None),
-            };
-            let failures = ticket.slot().failures.borrow().clone();
-            if failures.0 > seen_failures {
-                return Err(failures.1.unwrap_or(Error::Shutdown));
-            }
-            if self.is_shut_down() {
-                return Err(Error::Shutdown);
-            }
-            let result = Box::pin(self.wait_as_head(spec, ticket.slot(), attempt)).await;
-            if let Err(err) = &result {
-                // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an
-                // error about this caller's own request (an upgrade refused, a bad argument)
-                // does not.
-                if matches!(err, Error::Redis(_) | Error::Timeout | Error::Shutdown) {
-                    ticket.slot().fail(err);
-                }
-            }
-            result
-        }
-    }
-
-    /// The head's part: subscribe, retry, sleep until woken or the holder's lease runs out.
-    async fn wait_as_head<T, F, Fut>(
-        &self,
-        spec: &WaitSpec<'_>,
-        slot: &QueueSlot,
-        attempt: &mut F,
-    ) -> Result<Option<T>>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>>>,
-    {
-        let shared = self.shared();
-        let subscription = lock(&slot.subscription)
-            .get_or_insert_with(|| Arc::new(shared.hub.subscribe(spec.channel)))
-            .clone();
-        let mut watcher = subscription.watcher();
-        let command_timeout = shared.config.command_timeout;
-        // The caller's own try just failed; after that, every wake-up retries.
-        let mut retry_before_subscribed = false;
-        loop {
-            if !watcher.borrow().subscribed {
-                // Not subscribed: the first time round, or the hub lost its connection. After
-                // a loss, try at once (a dead Redis then fails this call with its own error,
-                // and a live one may have been released meanwhile), then resubscribe and try
-                // again, since a release published before the subscription is lost.
-                if retry_before_subscribed {
-                    if let Attempt::Acquired(held) = attempt().await? {
-                        return Ok(Some(held));
-                    }
-                }
-                let ready_within = match spec.deadline {
-                    Some(d) => command_timeout.min(d.saturating_duration_since(Instant::now())),
-                    None => command_timeout,
-                };
-                tokio::select! {
-                    _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-                    ready = pubsub::ready(&mut watcher, ready_within) => match ready {
-                        Ok(()) => {}
-                        Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
-                            return Ok(None);
-                        }
-                        Err(err) => return Err(err),
-                    },
-                }
-            }
-            retry_before_subscribed = true;
-            watcher.borrow_and_update();
-            let retry_in = match attempt().await? {
-                Attempt::Acquired(held) => return Ok(Some(held)),
-                Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
-            };
-            let now = Instant::now();
-            let mut wake = now + retry_in;
-            if let Some(deadline) = spec.deadline {
-                if now >= deadline {
-                    return Ok(None);
-                }
-                wake = wake.min(deadline);
-            }
             tokio::select! {
-                _ = shared.shutdown.wait() => return Err(Error::Shutdown),
-                _ = watcher.changed() => {}
-                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = waits.transport().shutdown.wait() => return Err(Error::Shutdown),
+                ready = pubsub::ready(&mut watcher, ready_within) => match ready {
+                    Ok(()) => {}
+                    Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
+                        return Ok(None);
+                    }
+                    Err(err) => return Err(err),
+                },
             }
+        }
+        retry_before_subscribed = true;
+        watcher.borrow_and_update();
+        let retry_in = match attempt().await? {
+            Attempt::Acquired(held) => return Ok(Some(held)),
+            Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
+        };
+        let now = Instant::now();
+        let mut wake = now + retry_in;
+        if let Some(deadline) = spec.deadline {
+            if now >= deadline {
+                return Ok(None);
+            }
+            wake = wake.min(deadline);
+        }
+        tokio::select! {
+            _ = waits.transport().shutdown.wait() => return Err(Error::Shutdown),
+            _ = watcher.changed() => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
         }
     }
 }
