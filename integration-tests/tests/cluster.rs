@@ -23,7 +23,7 @@ use common::{
     wake_channel, Paused,
 };
 use redis::Value;
-use redisync::core::keys;
+use redisync::core::toolkit::keys;
 use redisync::prelude::*;
 use redisync_test_harness::RedisCluster;
 use tokio::task::JoinHandle;

@@ -1605,7 +1605,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_upgrade_does_not_fail_other_waiting_writers() {
-    use redisync::core::{Attempt, WaitSpec};
+    use redisync::core::toolkit::{Attempt, WaitSpec};
     // Core's waiting loop, driven directly: the head's own error (an upgrade refused) must
     // not be handed to the writer queued behind it, only outages are.
     let server = RedisServer::start();

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use redis::aio::ConnectionLike;
 use redis::AsyncCommands;
-use redisync::core::KeySpace;
+use redisync::core::toolkit::KeySpace;
 
 /// One field of a finding: label and value.
 type Fields = Vec<(&'static str, String)>;

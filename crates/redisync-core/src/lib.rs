@@ -19,6 +19,32 @@
 //! * [`Abandonable`] to make an acquire attempt undo itself when its caller goes away;
 //! * `key_space` for cluster-safe key names ([`keys`]).
 //!
+//! # Modules, by layer
+//!
+//! Each module uses only modules of its own layer or of the layers listed before it, and
+//! no two modules use each other (`tests/layers.rs` checks both):
+//!
+//! 1. Leaves, using nothing but each other: `error` ([`Error`]), `locking` (poison-free
+//!    mutex locking), `signal` ([`Flag`]), [`duration`] (Redis milliseconds, [`MIN_LEASE`]),
+//!    [`keys`] ([`KeySpace`], slots), `script` ([`LuaScript`], [`ScriptCall`],
+//!    [`lua_script!`]), `stats` ([`Stats`] and its counters), [`metrics`], `abandon`
+//!    ([`Abandonable`]), `primitive` (the shared surface: [`Acquire`], [`Held`], ...) and
+//!    `cells` (per-client shared values).
+//! 2. `transport`: the configuration, the connections (one server, followed through Sentinel,
+//!    or a cluster) and sending one [`ScriptCall`] bounded by the command timeout, with
+//!    replica sync. It knows nothing of the runtime.
+//! 3. The runtime, working through the transport: [`pubsub`] (the hub), [`watchdog`] (lease
+//!    renewal, and [`HoldLease`]), [`retry`] (background give-backs) and [`wait`] (the local
+//!    queues and the waiting loop).
+//! 4. `client`: the [`Client`] handle, the shared state assembling transport and runtime,
+//!    and the user API ([`id`](Client::id), [`stats`](Client::stats),
+//!    [`shutdown`](Client::shutdown), ...).
+//! 5. `builder`: [`ClientBuilder`], the defaults and their checks, and the constructors
+//!    ([`Client::connect`], [`Client::builder`], [`Client::cluster_builder`],
+//!    [`Client::sentinel_builder`]).
+//! 6. [`toolkit`]: the whole surface of a primitive crate, with [`Hold`] and the
+//!    [`Toolkit`](toolkit::Toolkit) methods.
+//!
 //! # Guarantees every primitive inherits
 //!
 //! * One round trip per operation: each state change is one EVALSHA, reloaded transparently on
