@@ -17,4 +17,8 @@ if [ -z "${REDIS_URL:-}" ]; then
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
     export REDIS_URL="redis://127.0.0.1:$port/"
 fi
-cargo run --quiet --release -p redisync --example "${1:-inventory}"
+example=${1:-inventory}
+# The metrics example needs the (optional) metrics feature; the others build with the defaults.
+features=()
+[ "$example" = metrics ] && features=(--features metrics)
+cargo run --quiet --release -p redisync "${features[@]}" --example "$example"

@@ -19,10 +19,9 @@ packages="$target_dir/package"
 rm -f "$packages"/*.crate
 cargo fetch --quiet
 
-# The bench and the test harness are `publish = false`; cargo would package them anyway, and
-# the bench cannot be, since it depends on the harness, which is not published.
-cargo package --offline --allow-dirty --workspace \
-    --exclude redisync-bench --exclude redisync-test-harness
+# Every member, the bench too (it is `publish = false`, but cargo packages and verifies it all
+# the same; it depends on the test harness, which is a crate of its own for that reason).
+cargo package --offline --allow-dirty --workspace
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

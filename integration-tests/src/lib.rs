@@ -32,6 +32,7 @@
 pub mod busy;
 pub mod clock;
 pub mod cluster;
+pub mod heap;
 pub mod holder;
 pub mod proxy;
 

@@ -9,84 +9,14 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use redisync::prelude::*;
+use redisync_test_harness::heap::{self, Window};
 use redisync_test_harness::{wait_until, RedisServer};
 
-/// Counts the heap while [`Window`] is open; otherwise the system allocator as it is.
-struct Counting;
-
-static OPEN: AtomicBool = AtomicBool::new(false);
-static NET: AtomicI64 = AtomicI64::new(0);
-
-fn count(bytes: i64) {
-    if OPEN.load(Ordering::Relaxed) {
-        NET.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is passed on to `System` unchanged; counting has no effect on memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is `System`'s.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            count(layout.size() as i64);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            count(layout.size() as i64);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as i64));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            count(new_size as i64 - layout.size() as i64);
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// While alive, heap bytes allocated minus freed are counted.
-struct Window(());
-
-impl Window {
-    fn open() -> Window {
-        NET.store(0, Ordering::SeqCst);
-        OPEN.store(true, Ordering::SeqCst);
-        Window(())
-    }
-
-    fn net(&self) -> i64 {
-        NET.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Window {
-    fn drop(&mut self) {
-        OPEN.store(false, Ordering::SeqCst);
-    }
-}
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 const NAME: &str = "memory";
 /// Enough waiters that what the client does in the background meanwhile (the head's

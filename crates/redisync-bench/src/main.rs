@@ -11,7 +11,6 @@
 //! cargo run --release -p redisync-bench -- --compare before.json   # before/after table
 //! ```
 
-mod alloc;
 mod charts;
 mod commands;
 mod compare;
@@ -30,7 +29,7 @@ use report::Scenario;
 
 /// Counts the heap while scenario 6 asks it to; otherwise the system allocator as it is.
 #[global_allocator]
-static ALLOCATOR: alloc::Counting = alloc::Counting;
+static ALLOCATOR: redisync_test_harness::heap::Counting = redisync_test_harness::heap::Counting;
 
 const USAGE: &str = "usage: redisync-bench [--quick] [--json PATH] [--charts DIR | --no-charts] \
                      [--compare OLD.json] [--only SCENARIO]...";

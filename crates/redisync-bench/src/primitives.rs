@@ -186,7 +186,7 @@ pub async fn memory(server: &RedisServer, waiters: usize, out: &mut Figures) {
     // The join handles are the benchmark's, not the waiters': allocated before counting.
     let mut handles = Vec::with_capacity(waiters);
     let rss_before = rss_kib().unwrap_or(0);
-    let window = crate::alloc::Window::open();
+    let window = redisync_test_harness::heap::Window::open();
     for _ in 0..waiters {
         let lock = client.lock("bench:memory");
         handles.push(tokio::spawn(async move { lock.lock().await.map(drop) }));

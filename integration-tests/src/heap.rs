@@ -1,4 +1,16 @@
-//! Counting the heap this process holds, for scenario 6 (client memory per waiting task).
+//! Counting the heap a piece of work adds: client memory per waiting task, for the benchmark's
+//! scenario 6 and for `tests/waiter_memory.rs`.
+//!
+//! Install [`Counting`] as the binary's global allocator, then open a [`Window`] around the
+//! work:
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static ALLOCATOR: redisync_test_harness::heap::Counting = redisync_test_harness::heap::Counting;
+//! let window = redisync_test_harness::heap::Window::open();
+//! // ... the work ...
+//! println!("{} bytes", window.net());
+//! ```
 //!
 //! Resident memory (RSS) says little about a few thousand small allocations: the allocator
 //! reuses what earlier scenarios freed, and keeps pages it no longer needs. The global
@@ -61,6 +73,7 @@ unsafe impl GlobalAlloc for Counting {
 pub struct Window(());
 
 impl Window {
+    /// Starts counting from zero. One window at a time: the counter is the process's.
     pub fn open() -> Window {
         NET.store(0, Ordering::SeqCst);
         OPEN.store(true, Ordering::SeqCst);
