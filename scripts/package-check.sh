@@ -14,14 +14,29 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 target_dir=${CARGO_TARGET_DIR:-target}
 case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
-packages="$target_dir/package"
+# Verify builds get a target directory of their own: cargo takes packages from its temporary
+# registry for immutable, so their build artifacts from an earlier run would be reused even
+# when the package changed. Only this workspace's crates are removed from it before each run;
+# the dependencies stay built.
+verify_dir="$target_dir/package-check"
+rm -rf "$verify_dir"/debug/.fingerprint/redisync* "$verify_dir"/debug/deps/*redisync* \
+    "$verify_dir"/debug/build/redisync*
+packages="$verify_dir/package"
 # Only this run's packages below: no crate renamed or version bumped since an earlier run.
 rm -f "$packages"/*.crate
 cargo fetch --quiet
 
+# cargo unpacks the packages it verifies against into $CARGO_HOME/registry/src, and reuses an
+# unpacked copy of the same name and version from an earlier run even when the package changed
+# (seen with cargo 1.95: a module added to the harness was missing in the bench's verify build).
+# They are this workspace's own unpublished crates, so dropping those copies costs nothing.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for crate in $(sed -n 's/^name = "\(redisync[a-z-]*\)"$/\1/p' Cargo.toml crates/*/Cargo.toml integration-tests/Cargo.toml); do
+    rm -rf "$cargo_home"/registry/src/*/"$crate"-[0-9]* "$cargo_home"/registry/cache/*/"$crate"-[0-9]*.crate
+done
 # Every member, the bench too (it is `publish = false`, but cargo packages and verifies it all
 # the same; it depends on the test harness, which is a crate of its own for that reason).
-cargo package --offline --allow-dirty --workspace
+CARGO_TARGET_DIR="$verify_dir" cargo package --offline --allow-dirty --workspace
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
