@@ -4,7 +4,7 @@
 //! Install [`Counting`] as the binary's global allocator, then open a [`Window`] around the
 //! work:
 //!
-//! ```ignore
+//! ```text
 //! #[global_allocator]
 //! static ALLOCATOR: redisync_test_harness::heap::Counting = redisync_test_harness::heap::Counting;
 //! let window = redisync_test_harness::heap::Window::open();

@@ -222,7 +222,7 @@ impl ScriptCall {
 /// `KEYS[n]` and `ARGV[n]` as the struct names (the highest literal index of each in its own
 /// file, header included), so a key added on one side only does not build.
 ///
-/// ```ignore
+/// ```text
 /// redisync_core::lua_script! {
 ///     /// Takes a lock or re-enters it (`lua/lock_acquire.lua`).
 ///     pub(crate) struct Acquire = new "lock_acquire" for "lock"
