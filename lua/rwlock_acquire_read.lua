@@ -39,17 +39,10 @@ end
 
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w',
     'w:' .. ARGV[5])
--- What `present` counted besides the hash: the attempt record and the waiting writers.
-local others = present
-if h[1] then
-    others = others - 1
-elseif redis.call('EXISTS', KEYS[1]) == 1 then
-    foreign_data()
-end
-if others == 2 or (others == 1 and redis.call('EXISTS', KEYS[4]) == 1) then
+local marks = marks_besides_hash(present, KEYS[1], h[1], KEYS[4])
+if marks == nil then
     return {-1}
 end
-local marks = others == 1
 local writer, wexp = h[2], tonumber(h[3] or 0)
 local holds, exp, rc = tonumber(h[4] or 0), tonumber(h[5] or 0), tonumber(h[6] or 0)
 

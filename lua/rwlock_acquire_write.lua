@@ -36,17 +36,10 @@ end
 
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wcount', 'wtoken', 'wexp',
     'r:' .. ARGV[1], 'exp', 'rc', 'w', 'sh', 'w:' .. ARGV[4])
--- What `present` counted besides the hash: the attempt record and the waiting writers.
-local others = present
-if h[1] then
-    others = others - 1
-elseif redis.call('EXISTS', KEYS[1]) == 1 then
-    foreign_data()
-end
-if others == 2 or (others == 1 and redis.call('EXISTS', KEYS[5]) == 1) then
+local marks = marks_besides_hash(present, KEYS[1], h[1], KEYS[5])
+if marks == nil then
     return {-1}
 end
-local marks = others == 1
 local writer, wexp = h[2], tonumber(h[5] or 0)
 local holds, exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0), tonumber(h[8] or 0)
 

@@ -30,6 +30,23 @@ local function foreign_data()
     error({err = 'WRONGTYPE the read-write lock key holds foreign data'})
 end
 
+-- What an acquire's single EXISTS over (hash, attempt record, waiting writers) counted besides
+-- the hash: `mode` is the hash's mode field (nil when the hash is missing or foreign, which
+-- fails here). Returns nil when the attempt was given back before it ran (its record
+-- exists), else whether waiting writers' marks exist.
+local function marks_besides_hash(present, hash, mode, record)
+    local others = present
+    if mode then
+        others = others - 1
+    elseif redis.call('EXISTS', hash) == 1 then
+        foreign_data()
+    end
+    if others == 2 or (others == 1 and redis.call('EXISTS', record) == 1) then
+        return nil
+    end
+    return others == 1
+end
+
 -- Fails with WRONGTYPE when the lock's keys hold something else: a hash without a mode or a
 -- non-sorted-set under readers or waiting writers. For the operations off the hot path
 -- (status, force_unlock, delete); called before anything is written.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_idle, client, client_with_watchdog, cut_after, cut_at_await, eventually, exists, int,
-    join_all, ms, text, zcard,
+    join_all, ms, rw_hash_key, rw_readers_key, rw_writers_key, text, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -37,18 +37,6 @@ const WELL_WITHIN_A_MARK: Duration = Duration::from_millis(1500);
 // ---------------------------------------------------------------------------------------------
 // The lock's Redis names under the default prefix, and server-side inspection.
 
-fn hash_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw")
-}
-
-fn readers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:readers")
-}
-
-fn writers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:writers")
-}
-
 fn fence_key(name: &str) -> String {
     format!("redisync:{{{name}}}:rw:fence")
 }
@@ -62,7 +50,7 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
 }
 
 fn fields(server: &RedisServer, name: &str) -> HashMap<String, String> {
-    let value = server.cmd(&["HGETALL", &hash_key(name)]);
+    let value = server.cmd(&["HGETALL", &rw_hash_key(name)]);
     redis::from_redis_value_ref::<HashMap<String, String>>(&value)
         .unwrap_or_else(|e| panic!("HGETALL: unexpected reply {value:?}: {e}"))
 }
@@ -77,9 +65,9 @@ fn read_count_field(owner: &ReadWriteLock) -> String {
 
 /// Neither holds nor waiting-writer marks exist any more (the fence may stay).
 fn lock_is_gone(server: &RedisServer, name: &str) -> bool {
-    !exists(server, &hash_key(name))
-        && !exists(server, &readers_key(name))
-        && !exists(server, &writers_key(name))
+    !exists(server, &rw_hash_key(name))
+        && !exists(server, &rw_readers_key(name))
+        && !exists(server, &rw_writers_key(name))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -106,7 +94,7 @@ async fn readers_on_three_clients_hold_at_once() {
         assert!(!guard.is_lost());
         guards.push(guard);
     }
-    assert_eq!(zcard(&server, &readers_key(name)), 3);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 3);
     let held = fields(&server, name);
     assert_eq!(held.get("mode").map(String::as_str), Some("read"));
     assert!(!held.contains_key("writer"), "{held:?}");
@@ -136,7 +124,7 @@ async fn readers_on_three_clients_hold_at_once() {
     assert!(writer.try_write().await.unwrap().is_none());
     assert!(writer.try_write_for(ms(200)).await.unwrap().is_none());
     assert_eq!(
-        zcard(&server, &writers_key(name)),
+        zcard(&server, &rw_writers_key(name)),
         0,
         "try_write_for gave up but its waiting-writer mark is still there"
     );
@@ -182,7 +170,7 @@ async fn writer_waits_for_every_reader_and_gets_in_promptly_after_the_last() {
         (Instant::now(), guard)
     });
     eventually("the writer waits and is marked", SETTLE, || {
-        server.numsub(&channel(name)) == 1 && zcard(&server, &writers_key(name)) == 1
+        server.numsub(&channel(name)) == 1 && zcard(&server, &rw_writers_key(name)) == 1
     })
     .await;
 
@@ -207,7 +195,7 @@ async fn writer_waits_for_every_reader_and_gets_in_promptly_after_the_last() {
             !task.is_finished(),
             "the writer got in while {left} readers still hold"
         );
-        assert_eq!(zcard(&server, &readers_key(name)), left);
+        assert_eq!(zcard(&server, &rw_readers_key(name)), left);
         assert_eq!(field(&server, name, "writer"), None);
     }
     let released_at = Instant::now();
@@ -225,7 +213,7 @@ async fn writer_waits_for_every_reader_and_gets_in_promptly_after_the_last() {
     let held = fields(&server, name);
     assert_eq!(held.get("mode").map(String::as_str), Some("write"));
     assert_eq!(
-        zcard(&server, &writers_key(name)),
+        zcard(&server, &rw_writers_key(name)),
         0,
         "the grant removes the mark"
     );
@@ -424,7 +412,7 @@ async fn write_unlock_wakes_twenty_blocked_readers_within_a_second() {
     .await;
     // All twenty hold at once, through four Redis holds: on each client, the first reader's
     // own, and one that its other nine share.
-    assert_eq!(zcard(&server, &readers_key(name)), 4);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 4);
     release_tx.send(true).unwrap();
     let slowest = join_all(tasks)
         .await
@@ -485,7 +473,7 @@ async fn downgrade_leaves_the_lock_read_locked_by_its_owner() {
         held.get(&read_count_field(&lock)).map(String::as_str),
         Some("1")
     );
-    assert_eq!(zcard(&server, &readers_key(name)), 1);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 1);
     assert!(lock.is_locked().await.unwrap());
     assert!(other.try_write().await.unwrap().is_none());
     // The downgraded owner reads now: it cannot take the write lock back.
@@ -498,7 +486,7 @@ async fn downgrade_leaves_the_lock_read_locked_by_its_owner() {
         .await
         .unwrap()
         .expect("another owner reads alongside the downgraded owner");
-    assert_eq!(zcard(&server, &readers_key(name)), 2);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 2);
     other_read.unlock().await.unwrap();
     read.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
@@ -559,7 +547,7 @@ async fn upgrade_attempts_are_refused_at_once() {
         guard.unlock().await.unwrap();
     });
     eventually("the remote writer waits", SETTLE, || {
-        zcard(&server, &writers_key(name)) == 1
+        zcard(&server, &rw_writers_key(name)) == 1
     })
     .await;
     check_all(lock.clone()).await;
@@ -572,16 +560,16 @@ async fn upgrade_attempts_are_refused_at_once() {
         guard.unlock().await.unwrap();
     });
     eventually("the local writer waits", SETTLE, || {
-        a.local_state().waiting_queues == 1 && zcard(&server, &writers_key(name)) == 2
+        a.local_state().waiting_queues == 1 && zcard(&server, &rw_writers_key(name)) == 2
     })
     .await;
     check_all(lock.clone()).await;
     assert_eq!(
-        zcard(&server, &writers_key(name)),
+        zcard(&server, &rw_writers_key(name)),
         2,
         "a refused upgrade left a mark"
     );
-    assert_eq!(zcard(&server, &readers_key(name)), 1);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 1);
 
     // Both writers get in once the reader leaves.
     read.unlock().await.unwrap();
@@ -624,14 +612,14 @@ fn crashed_reader_lets_a_writer_in_after_its_lease_even_after_a_live_reader_came
         // A live reader with a long watchdog lease (30 s) comes ...
         let (live_client, writer_client) = (client(&server).await, client(&server).await);
         let live = live_client.read_write_lock(name).read().await.unwrap();
-        assert_eq!(zcard(&server, &readers_key(name)), 2);
+        assert_eq!(zcard(&server, &rw_readers_key(name)), 2);
         let writer = writer_client.read_write_lock(name);
         let task = tokio::spawn(async move {
             let guard = writer.write().await.unwrap();
             (Instant::now(), guard)
         });
         eventually("the writer waits", SETTLE, || {
-            zcard(&server, &writers_key(name)) == 1
+            zcard(&server, &rw_writers_key(name)) == 1
         })
         .await;
         // ... and goes. Its 30 s lease must not keep the lock; the crashed reader's may.
@@ -652,7 +640,7 @@ fn crashed_reader_lets_a_writer_in_after_its_lease_even_after_a_live_reader_came
             after < lease + Duration::from_secs(1) + ms(700),
             "the writer got in only {after:?} after the crash"
         );
-        assert_eq!(zcard(&server, &readers_key(name)), 0);
+        assert_eq!(zcard(&server, &rw_readers_key(name)), 0);
         guard.unlock().await.unwrap();
         assert!(lock_is_gone(&server, name));
         assert_idle(&[&live_client, &writer_client]);
@@ -686,7 +674,7 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
     let lock = a.read_write_lock(name);
     let renewed = lock.read().await.unwrap();
     // Past three watchdog timeouts, and the keys never outlive the one live lease.
-    let read_keys = [hash_key(name), readers_key(name)];
+    let read_keys = [rw_hash_key(name), rw_readers_key(name)];
     sample_ttls(&server, &read_keys, watchdog * 4, watchdog).await;
     assert!(!renewed.is_lost());
     assert!(a.stats().renewals >= 3, "{:?}", a.stats());
@@ -699,7 +687,7 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
     let taken_at = Instant::now();
     // Redis's own end of the fixed hold: the latest end among the readers.
     let redis::Value::Array(last) =
-        server.cmd(&["ZRANGE", &readers_key(name), "-1", "-1", "WITHSCORES"])
+        server.cmd(&["ZRANGE", &rw_readers_key(name), "-1", "-1", "WITHSCORES"])
     else {
         panic!("ZRANGE: not an array");
     };
@@ -707,7 +695,7 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
         .get(1)
         .map(|score| text(score).parse().expect("a score"))
         .expect("the fixed hold's end");
-    let ttl = pttl(&server, &hash_key(name));
+    let ttl = pttl(&server, &rw_hash_key(name));
     assert!(
         ttl > watchdog.as_millis() as i64,
         "PTTL {ttl} ms does not follow the longer lease"
@@ -725,7 +713,7 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
     );
     // ... and the keys shrink back to the renewed lease.
     eventually("the keys follow the renewed lease again", SETTLE, || {
-        let ttl = pttl(&server, &hash_key(name));
+        let ttl = pttl(&server, &rw_hash_key(name));
         ttl > 0 && ttl <= watchdog.as_millis() as i64
     })
     .await;
@@ -742,14 +730,14 @@ async fn watchdog_renews_holds_and_the_keys_live_as_long_as_the_longest_lease() 
     .await;
     assert!(matches!(fixed.unlock().await, Err(Error::NotOwner)));
     assert!(!renewed.is_lost());
-    assert_eq!(zcard(&server, &readers_key(name)), 1);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 1);
     renewed.unlock().await.unwrap();
     assert!(lock_is_gone(&server, name));
 
     // Write holds are renewed the same way.
     let write = lock.write().await.unwrap();
-    assert!(!exists(&server, &readers_key(name)));
-    sample_ttls(&server, &[hash_key(name)], watchdog * 3, watchdog).await;
+    assert!(!exists(&server, &rw_readers_key(name)));
+    sample_ttls(&server, &[rw_hash_key(name)], watchdog * 3, watchdog).await;
     assert!(!write.is_lost());
     assert!(b.read_write_lock(name).try_read().await.unwrap().is_none());
     write.unlock().await.unwrap();
@@ -929,9 +917,11 @@ fn holds_are_exactly(server: &RedisServer, name: &str, expect: Expect<'_>) -> bo
     let held = fields(server, name);
     let attempts = held.keys().filter(|f| f.starts_with("a:")).count();
     let readers: Vec<&String> = held.keys().filter(|f| f.starts_with("r:")).collect();
-    let read_holds = zcard(server, &readers_key(name));
+    let read_holds = zcard(server, &rw_readers_key(name));
     match expect {
-        Expect::Free => !exists(server, &hash_key(name)) && !exists(server, &readers_key(name)),
+        Expect::Free => {
+            !exists(server, &rw_hash_key(name)) && !exists(server, &rw_readers_key(name))
+        }
         Expect::WriteHeldBy(holder) => {
             held.get("writer").map(String::as_str) == Some(holder.owner_id())
                 && held.get("wcount").map(String::as_str) == Some("1")
@@ -969,7 +959,7 @@ async fn assert_nothing_left(
     eventually(
         format_args!("no waiting-writer mark is left after {what}"),
         WELL_WITHIN_A_MARK,
-        || zcard(server, &writers_key(name)) == 0,
+        || zcard(server, &rw_writers_key(name)) == 0,
     )
     .await;
     eventually(
@@ -1255,7 +1245,7 @@ async fn force_unlock_frees_both_modes_and_wakes_the_waiters() {
         read_guards.push(guard);
     }
     // Two Redis holds: the first reader's own, and one that the other four share.
-    assert_eq!(zcard(&server, &readers_key(name)), 2);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 2);
     tokio::time::timeout(Duration::from_secs(3), write.lost())
         .await
         .expect("the watchdog notices the write hold is gone");
@@ -1270,7 +1260,7 @@ async fn force_unlock_frees_both_modes_and_wakes_the_waiters() {
         (Instant::now(), guard)
     });
     eventually("the writer waits", SETTLE, || {
-        zcard(&server, &writers_key(name)) == 1
+        zcard(&server, &rw_writers_key(name)) == 1
     })
     .await;
     let forced_at = Instant::now();
@@ -1311,7 +1301,7 @@ fn plant_mark(server: &RedisServer, name: &str, waiter: &str, for_ms: i64) {
     let now = part(&time[0]) * 1000 + part(&time[1]) / 1000;
     server.cmd(&[
         "ZADD",
-        &writers_key(name),
+        &rw_writers_key(name),
         &(now + for_ms).to_string(),
         waiter,
     ]);
@@ -1359,7 +1349,7 @@ async fn delete_removes_holds_and_marks_but_keeps_the_fence() {
         woke < Duration::from_secs(1),
         "the reader woke after {woke:?}"
     );
-    assert_eq!(zcard(&server, &writers_key(name)), 0);
+    assert_eq!(zcard(&server, &rw_writers_key(name)), 0);
     assert!(matches!(read.unlock().await, Err(Error::NotOwner)));
     guard.unlock().await.unwrap();
     assert!(lock_is_gone(&server, name));
@@ -1390,7 +1380,7 @@ async fn force_unlock_leaves_waiting_writer_marks_and_keeps_the_fence() {
     plant_mark(&server, name, "ghost-writer", 60_000);
     assert!(!lock.force_unlock().await.unwrap(), "nothing is held");
     assert!(b.read_write_lock(name).try_read().await.unwrap().is_none());
-    assert_eq!(zcard(&server, &writers_key(name)), 1);
+    assert_eq!(zcard(&server, &rw_writers_key(name)), 1);
     assert!(lock.delete().await.unwrap());
     let guard = b
         .read_write_lock(name)
@@ -1454,8 +1444,8 @@ async fn bad_inputs_are_invalid_arguments() {
         "try_write_with_lease",
         lock.try_write_with_lease(Duration::MAX, second).await,
     );
-    assert!(!exists(&server, &hash_key("inputs")));
-    assert!(!exists(&server, &writers_key("inputs")));
+    assert!(!exists(&server, &rw_hash_key("inputs")));
+    assert!(!exists(&server, &rw_writers_key("inputs")));
     // A zero wait is valid and means "do not wait".
     let read = lock.try_read_for(Duration::ZERO).await.unwrap().unwrap();
     read.unlock().await.unwrap();
@@ -1492,9 +1482,9 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
     ));
     let write = |conn: &mut redis::Connection, attempt: &str, waiter: &str| -> Vec<i64> {
         acquire
-            .key(hash_key(name))
-            .key(readers_key(name))
-            .key(writers_key(name))
+            .key(rw_hash_key(name))
+            .key(rw_readers_key(name))
+            .key(rw_writers_key(name))
             .key(fence_key(name))
             .key(format!("redisync:{{{name}}}:rw:attempt:{attempt}"))
             .key(format!("redisync:{{{name}}}:rw:waiter:{waiter}"))
@@ -1508,7 +1498,7 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
     };
     server.cmd(&[
         "HSET",
-        &hash_key(name),
+        &rw_hash_key(name),
         "mode",
         "read",
         "r:someone",
@@ -1520,10 +1510,10 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
         "exp",
         "99999999999999",
     ]);
-    server.cmd(&["ZADD", &readers_key(name), "99999999999999", "x"]);
+    server.cmd(&["ZADD", &rw_readers_key(name), "99999999999999", "x"]);
     assert_eq!(write(&mut conn, "a1", "w1").first(), Some(&0));
-    assert_eq!(zcard(&server, &writers_key(name)), 1, "w1 waits, marked");
-    server.cmd(&["DEL", &hash_key(name), &readers_key(name)]);
+    assert_eq!(zcard(&server, &rw_writers_key(name)), 1, "w1 waits, marked");
+    server.cmd(&["DEL", &rw_hash_key(name), &rw_readers_key(name)]);
     assert_eq!(
         write(&mut conn, "a2", "w2").first(),
         Some(&1),
@@ -1535,7 +1525,7 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
         "w1 re-enters"
     );
     assert_eq!(
-        zcard(&server, &writers_key(name)),
+        zcard(&server, &rw_writers_key(name)),
         0,
         "w1's mark outlived its grant"
     );
@@ -1558,7 +1548,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
     // A reader holds, so the write attempt is busy and would mark.
     server.cmd(&[
         "HSET",
-        &hash_key(name),
+        &rw_hash_key(name),
         "mode",
         "read",
         "r:someone",
@@ -1570,11 +1560,11 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
         "exp",
         "99999999999999",
     ]);
-    server.cmd(&["ZADD", &readers_key(name), "99999999999999", "x"]);
+    server.cmd(&["ZADD", &rw_readers_key(name), "99999999999999", "x"]);
     let withdrawn: i64 = withdraw
-        .key(writers_key(name))
+        .key(rw_writers_key(name))
         .key(&waiter_record)
-        .key(hash_key(name))
+        .key(rw_hash_key(name))
         .arg("w1")
         .arg(channel(name))
         .arg(3000)
@@ -1582,9 +1572,9 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
         .unwrap();
     assert_eq!(withdrawn, 0, "nothing was marked yet");
     let late: Vec<i64> = acquire
-        .key(hash_key(name))
-        .key(readers_key(name))
-        .key(writers_key(name))
+        .key(rw_hash_key(name))
+        .key(rw_readers_key(name))
+        .key(rw_writers_key(name))
         .key(fence_key(name))
         .key(format!("redisync:{{{name}}}:rw:attempt:a1"))
         .key(&waiter_record)
@@ -1597,7 +1587,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
         .unwrap();
     assert_eq!(late.first(), Some(&0), "busy: a reader holds");
     assert_eq!(
-        zcard(&server, &writers_key(name)),
+        zcard(&server, &rw_writers_key(name)),
         0,
         "the late attempt left a mark"
     );
@@ -1671,7 +1661,7 @@ async fn foreign_data_in_one_locks_readers_set_does_not_cost_other_holds_their_r
     let a = client_with_watchdog(&server, watchdog).await;
     let victim = a.read_write_lock("victim").write().await.unwrap();
     let bystander = a.read_write_lock("bystander").read().await.unwrap();
-    server.cmd(&["SET", &readers_key("victim"), "foreign"]);
+    server.cmd(&["SET", &rw_readers_key("victim"), "foreign"]);
     tokio::time::timeout(Duration::from_secs(3), victim.lost())
         .await
         .expect("the spoiled hold is reported lost");

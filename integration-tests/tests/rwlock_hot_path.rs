@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_idle, client, client_with_watchdog, command_stats, cut_after, cut_at_await, eventually,
-    exists, join_all, ms, zcard,
+    exists, join_all, ms, rw_hash_key, rw_readers_key, rw_writers_key, zcard,
 };
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -24,27 +24,15 @@ use redisync_test_harness::RedisServer;
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
 
-fn hash_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw")
-}
-
-fn readers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:readers")
-}
-
-fn writers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:writers")
-}
-
 fn drain_channel(name: &str) -> String {
     format!("redisync:{{{name}}}:rw:drain")
 }
 
 /// Neither holds nor waiting-writer marks exist any more (the fence may stay).
 fn lock_is_gone(server: &RedisServer, name: &str) -> bool {
-    !exists(server, &hash_key(name))
-        && !exists(server, &readers_key(name))
-        && !exists(server, &writers_key(name))
+    !exists(server, &rw_hash_key(name))
+        && !exists(server, &rw_readers_key(name))
+        && !exists(server, &rw_writers_key(name))
 }
 
 /// Calls of `command` since the last `CONFIG RESETSTAT`.
@@ -167,7 +155,7 @@ async fn releases_publish_only_while_someone_waits() {
     let lock = b.read_write_lock(name);
     let cut = tokio::spawn(async move { lock.read().await.map(drop) });
     let registered = || {
-        let fields = server.cmd(&["HKEYS", &hash_key(name)]);
+        let fields = server.cmd(&["HKEYS", &rw_hash_key(name)]);
         let fields = redis::from_redis_value_ref::<Vec<String>>(&fields).unwrap_or_default();
         fields.iter().any(|f| f == "w" || f.starts_with("w:"))
     };
@@ -214,7 +202,7 @@ async fn scripts_for_readers(server: &RedisServer, c: &Client, name: &str, n: us
         holding.load(Ordering::SeqCst) == n
     })
     .await;
-    let holds = zcard(server, &readers_key(name));
+    let holds = zcard(server, &rw_readers_key(name));
     leave_tx.send(true).unwrap();
     join_all(tasks).await;
     eventually("the lock is gone", SETTLE, || lock_is_gone(server, name)).await;
@@ -381,7 +369,7 @@ async fn a_lost_shared_hold_makes_every_local_readers_guard_lost() {
     let c = client(&server).await;
     let guards = hold_readers(&c, name, 8).await;
     assert_eq!(
-        zcard(&server, &readers_key(name)),
+        zcard(&server, &rw_readers_key(name)),
         2,
         "a solo hold and a shared one"
     );
@@ -414,8 +402,8 @@ async fn a_lost_shared_hold_makes_every_local_readers_guard_lost() {
     // The keys deleted behind the client's back: the next renewal finds the holds gone.
     let c = client_with_watchdog(&server, ms(600)).await;
     let guards = hold_readers(&c, name, 8).await;
-    assert_eq!(zcard(&server, &readers_key(name)), 2);
-    server.cmd(&["DEL", &hash_key(name), &readers_key(name)]);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 2);
+    server.cmd(&["DEL", &rw_hash_key(name), &rw_readers_key(name)]);
     for guard in &guards {
         tokio::time::timeout(SETTLE, guard.lost())
             .await
@@ -446,7 +434,7 @@ async fn a_reader_in_a_shared_hold_re_enters_past_a_waiting_writer_and_cannot_up
     let first = solo.read().await.unwrap();
     let second = shared.read().await.unwrap(); // founds the shared hold
     let third = c.read_write_lock(name).read().await.unwrap(); // joins it
-    assert_eq!(zcard(&server, &readers_key(name)), 2);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 2);
 
     // An upgrade is refused at once, without a request.
     server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -469,7 +457,7 @@ async fn a_reader_in_a_shared_hold_re_enters_past_a_waiting_writer_and_cannot_up
         token
     });
     eventually("the writer waits", SETTLE, || {
-        zcard(&server, &writers_key(name)) == 1
+        zcard(&server, &rw_writers_key(name)) == 1
     })
     .await;
     eventually("a newcomer gives way to the writer", SETTLE, || {
@@ -524,7 +512,7 @@ async fn assert_founder_left_nothing(
 ) {
     eventually(format_args!("{what} left nothing behind"), SETTLE, || {
         let local = c.local_state();
-        zcard(server, &readers_key(name)) == solo_holds
+        zcard(server, &rw_readers_key(name)) == solo_holds
             && local.renewed_holds as i64 == solo_holds
             && local.pending_releases == 0
             && server.numsub(&drain_channel(name)) == 0
@@ -605,7 +593,7 @@ async fn a_reader_cut_while_founding_a_shared_hold_leaves_nothing() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(zcard(&server, &readers_key(name)), 1);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 1);
     solo.unlock().await.unwrap();
     eventually("the lock is gone", SETTLE, || lock_is_gone(&server, name)).await;
     eventually("the clients are idle", SETTLE, || {
@@ -647,14 +635,14 @@ async fn shared_reads_work_under_the_documented_acl_rules() {
     let name = "acl-shared";
     // A solo reader, a founder, a joiner; a writer waits (drain message, check script).
     let guards = hold_readers(&c, name, 3).await;
-    assert_eq!(zcard(&server, &readers_key(name)), 2);
+    assert_eq!(zcard(&server, &rw_readers_key(name)), 2);
     let writer = w.read_write_lock(name);
     let task = tokio::spawn(async move {
         let guard = writer.write().await.unwrap();
         guard.unlock().await.unwrap();
     });
     eventually("the writer waits", SETTLE, || {
-        zcard(&server, &writers_key(name)) == 1
+        zcard(&server, &rw_writers_key(name)) == 1
     })
     .await;
     eventually("the shared hold drains", SETTLE, || {
@@ -741,14 +729,14 @@ async fn a_read_granted_past_a_lapsed_writer_mark_leaves_the_hash_expiring() {
     let c = client(&server).await;
     let name = "lapsed-mark";
     // A mark that lapsed a second ago, in a set that has not expired yet.
-    server.cmd(&["ZADD", &writers_key(name), "1", "gone-writer"]);
-    server.cmd(&["PEXPIRE", &writers_key(name), "60000"]);
+    server.cmd(&["ZADD", &rw_writers_key(name), "1", "gone-writer"]);
+    server.cmd(&["PEXPIRE", &rw_writers_key(name), "60000"]);
     let guard = c
         .read_write_lock(name)
         .read_with_lease(Duration::from_secs(30))
         .await
         .expect("read");
-    let pttl = common::int(&server, &["PTTL", &hash_key(name)]);
+    let pttl = common::int(&server, &["PTTL", &rw_hash_key(name)]);
     assert!(pttl > 0, "the hash has no expiry: PTTL {pttl}");
     guard.unlock().await.expect("unlock");
 }

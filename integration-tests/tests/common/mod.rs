@@ -15,6 +15,21 @@ pub fn lock_key(name: &str) -> String {
     format!("redisync:{{{name}}}:lock")
 }
 
+/// The read-write lock's hash key for the default prefix.
+pub fn rw_hash_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:rw")
+}
+
+/// The read-write lock's sorted set of read holds for the default prefix.
+pub fn rw_readers_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:rw:readers")
+}
+
+/// The read-write lock's waiting writers for the default prefix.
+pub fn rw_writers_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:rw:writers")
+}
+
 /// The wake-up channel of `client` for the plain lock `name`, for the default prefix: each
 /// waiting client listens on its own.
 pub fn wake_channel(name: &str, client: &Client) -> String {
