@@ -1,0 +1,17 @@
+-- publish_prelude: the one way a script publishes a wake-up; prepended (first) to every script
+-- that publishes, directly or through another prelude. Not an operation of its own.
+--
+-- A wake-up is advice, never the only way a waiter learns anything: every waiter also re-checks
+-- on a timer (the holder's remaining lease, or its client's poll interval). So a PUBLISH that
+-- Redis refuses must not fail the script half way through its writes (scripts are not rolled
+-- back): a client that waits by polling (WaitStrategy::Poll) may run as an ACL user without
+-- channel access ('resetchannels'), whose PUBLISH is refused even from a script.
+
+-- Publishes `message` on `channel`; returns how many subscribers got it (0 when refused).
+local function publish(channel, message)
+    local receivers = redis.pcall('PUBLISH', channel, message)
+    if type(receivers) == 'number' then
+        return receivers
+    end
+    return 0
+end
