@@ -72,6 +72,6 @@ end
 local function wake_head(queue, wake_prefix)
     local head = head_waiter(queue)
     if head then
-        redis.call('PUBLISH', wake_prefix .. head, 'released')
+        publish(wake_prefix .. head, 'released')
     end
 end

@@ -47,7 +47,7 @@ local function open_latch(key, opened, keep_ms, waiters, channel)
     redis.call('RENAME', key, opened)
     redis.call('PEXPIRE', opened, keep_ms)
     if redis.call('DEL', waiters) == 1 then
-        redis.call('PUBLISH', channel, 'opened')
+        publish(channel, 'opened')
     end
 end
 

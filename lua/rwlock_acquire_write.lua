@@ -96,7 +96,7 @@ if writer or rc > 0 then
             register_waiter(KEYS[1], ARGV[4], h[9])
         end
         if added == 1 and h[10] then
-            redis.call('PUBLISH', ARGV[6], 'writer waits')
+            publish(ARGV[6], 'writer waits')
         end
     end
     return {0, math.max(1, exp - now)}

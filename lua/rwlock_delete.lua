@@ -13,9 +13,9 @@
 check_rwlock_keys(KEYS[1], KEYS[2], KEYS[3])
 local shared = redis.call('HGET', KEYS[1], 'sh')
 if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) > 0 then
-    redis.call('PUBLISH', ARGV[1], 'deleted')
+    publish(ARGV[1], 'deleted')
     if shared then
-        redis.call('PUBLISH', ARGV[2], 'deleted')
+        publish(ARGV[2], 'deleted')
     end
     return 1
 end

@@ -12,9 +12,9 @@
 check_rwlock_keys(KEYS[1], KEYS[2])
 local shared = redis.call('HGET', KEYS[1], 'sh')
 if redis.call('DEL', KEYS[1], KEYS[2]) > 0 then
-    redis.call('PUBLISH', ARGV[1], 'released')
+    publish(ARGV[1], 'released')
     if shared then
-        redis.call('PUBLISH', ARGV[2], 'released')
+        publish(ARGV[2], 'released')
     end
     return 1
 end

@@ -51,7 +51,7 @@ local function freed()
         redis.call('DEL', KEYS[1])
     end
     if waiters > 0 or h[9] then
-        redis.call('PUBLISH', ARGV[2], 'released')
+        publish(ARGV[2], 'released')
     end
     return 1
 end
@@ -130,6 +130,6 @@ if wexp == exp and not shrink(fields, nil) then
 end
 hset(KEYS[1], fields)
 if waiters > 0 or h[9] then
-    redis.call('PUBLISH', ARGV[2], 'released')
+    publish(ARGV[2], 'released')
 end
 return 0

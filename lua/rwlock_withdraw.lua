@@ -23,7 +23,7 @@ if redis.pcall('HDEL', KEYS[3], 'w:' .. ARGV[1]) == 1
     redis.call('HDEL', KEYS[3], 'w')
 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-    redis.call('PUBLISH', ARGV[2], 'writer left')
+    publish(ARGV[2], 'writer left')
     return 1
 end
 return 0

@@ -52,7 +52,7 @@ local function wake_next_waiter(waiters, tries)
             return 0
         end
         redis.call('ZREM', waiters, next_waiter)
-        if redis.call('PUBLISH', next_waiter, 'w') > 0 then
+        if publish(next_waiter, 'w') > 0 then
             return 1
         end
     end

@@ -90,7 +90,7 @@ pub use keys::KeySpace;
 pub use primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use retry::{Confirmed, Retry};
 #[doc(hidden)]
-pub use script::check_script_contract;
+pub use script::{check_publishing, check_script_contract};
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;

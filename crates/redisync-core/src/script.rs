@@ -6,8 +6,8 @@
 //! outlive the caller's future (see [`Toolkit::eval`](crate::toolkit::Toolkit::eval)).
 //!
 //! On a Redis Cluster, wake-ups use sharded pub/sub, so that a message goes only to the nodes
-//! of the channel's shard rather than to every node. Scripts are written with
-//! `redis.call('PUBLISH', ...)`; a cluster client runs a variant in which that call is
+//! of the channel's shard rather than to every node. Scripts publish only through
+//! `lua/publish_prelude.lua`, whose one `redis.pcall('PUBLISH', ...)` a cluster client runs as
 //! `SPUBLISH` (the channel always shares the slot of the script's keys).
 
 use std::sync::OnceLock;
@@ -36,8 +36,8 @@ pub struct LuaScript {
 }
 
 /// How scripts publish; the sharded form is the one a cluster client runs.
-const PUBLISH: &str = "redis.call('PUBLISH',";
-const SHARDED_PUBLISH: &str = "redis.call('SPUBLISH',";
+const PUBLISH: &str = "redis.pcall('PUBLISH',";
+const SHARDED_PUBLISH: &str = "redis.pcall('SPUBLISH',";
 
 impl LuaScript {
     /// Declares a script. `name` appears in traces; `source` is usually an `include_str!` of a
@@ -287,6 +287,9 @@ macro_rules! lua_script {
             <[&str]>::len(&[$(stringify!($key)),*]),
             <[&str]>::len(&[$(stringify!($arg)),*]),
         );
+        const _: () = $crate::check_publishing(
+            $crate::lua_script!(@source $file $(after [$($prelude),*])?),
+        );
     };
     (
         $(#[$meta:meta])*
@@ -296,14 +299,20 @@ macro_rules! lua_script {
         $(#[$meta])*
         $vis static $name: $crate::LuaScript =
             $crate::lua_script!(@script $ctor $file $(after [$($prelude),*])?).of_kind($kind);
+        const _: () = $crate::check_publishing(
+            $crate::lua_script!(@source $file $(after [$($prelude),*])?),
+        );
     };
     (@script $ctor:ident $file:literal $(after [$($prelude:literal),*])?) => {
         $crate::LuaScript::$ctor(
             $file,
-            concat!(
-                $($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $prelude, ".lua")),)*)?
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua"))
-            ),
+            $crate::lua_script!(@source $file $(after [$($prelude),*])?),
+        )
+    };
+    (@source $file:literal $(after [$($prelude:literal),*])?) => {
+        concat!(
+            $($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $prelude, ".lua")),)*)?
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua"))
         )
     };
 }
@@ -320,6 +329,35 @@ pub const fn check_script_contract(_file: &str, source: &str, keys: usize, args:
     if highest_index(source, b"ARGV[") != args {
         panic!("a script uses another number of ARGV than its typed call names");
     }
+}
+
+/// The compile-time check that a script which publishes (itself or through a prelude) comes
+/// after `lua/publish_prelude.lua`, which defines `publish`: without it the call would look up
+/// an undefined global and fail only when the script first publishes, half way through its
+/// writes.
+#[doc(hidden)]
+pub const fn check_publishing(source: &str) {
+    if count(source, b"publish(") > 0 && count(source, b"local function publish(") == 0 {
+        panic!("a script publishes but does not come after publish_prelude");
+    }
+}
+
+/// How often `marker` occurs in `source`.
+const fn count(source: &str, marker: &[u8]) -> usize {
+    let bytes = source.as_bytes();
+    let mut found = 0;
+    let mut at = 0;
+    while at + marker.len() <= bytes.len() {
+        let mut matched = 0;
+        while matched < marker.len() && bytes[at + matched] == marker[matched] {
+            matched += 1;
+        }
+        if matched == marker.len() {
+            found += 1;
+        }
+        at += 1;
+    }
+    found
 }
 
 /// The highest `n` in `<marker>n]` anywhere in `source` (0 if none).
@@ -353,7 +391,9 @@ mod tests {
     use super::*;
 
     /// The sharded variant is made by rewriting one exact spelling of the publish call; a
-    /// script that published any other way would keep broadcasting on a cluster.
+    /// script that published any other way would keep broadcasting on a cluster, and one that
+    /// published with `redis.call` would fail half way for a user without channel access.
+    /// So the one spelling is in `publish_prelude`, and no other file publishes by itself.
     #[test]
     fn every_script_publishes_in_the_one_spelling_the_cluster_variant_rewrites() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua");
@@ -366,15 +406,22 @@ mod tests {
                 .map(|line| line.split("--").next().unwrap_or(""))
                 .collect::<Vec<_>>()
                 .join("\n");
-            let mentions = code.to_ascii_uppercase().matches("PUBLISH").count();
+            // Commands are named in quotes ('PUBLISH', "spublish"); `publish(` is the prelude's
+            // function.
+            let upper = code.to_ascii_uppercase();
+            let mentions = upper.matches("PUBLISH'").count() + upper.matches("PUBLISH\"").count();
             let rewritable = code.matches(PUBLISH).count();
             assert_eq!(mentions, rewritable, "{}", path.display());
+            if path
+                .file_name()
+                .is_some_and(|name| name != "publish_prelude.lua")
+            {
+                assert_eq!(rewritable, 0, "{} publishes by itself", path.display());
+            }
             publishing += rewritable;
         }
-        // The scan found the scripts (fewer publish calls is the point of addressed wake-ups,
-        // so no larger floor).
-        assert!(publishing > 0, "found no publish call");
-        static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
+        assert_eq!(publishing, 1, "the prelude's one publish call");
+        static SCRIPT: LuaScript = LuaScript::new("t", "redis.pcall('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
     }
 
@@ -388,5 +435,14 @@ mod tests {
         assert_eq!(highest_index("KEYS[", b"KEYS["), 0);
         check_script_contract("t", source, 12, 3);
         assert!(std::panic::catch_unwind(|| check_script_contract("t", source, 11, 3)).is_err());
+    }
+
+    #[test]
+    fn a_script_that_publishes_needs_the_publish_prelude() {
+        let prelude = include_str!("../../../lua/publish_prelude.lua");
+        let script = "if x then publish(KEYS[1], 'w') end";
+        check_publishing("return redis.call('GET', KEYS[1])");
+        check_publishing(&format!("{prelude}{script}"));
+        assert!(std::panic::catch_unwind(|| check_publishing(script)).is_err());
     }
 }

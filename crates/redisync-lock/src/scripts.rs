@@ -8,7 +8,7 @@ redisync_core::toolkit::lua_script! {
     /// Takes a lock, or re-enters it, or registers the client as waiting
     /// (`lua/lock_acquire.lua`).
     pub(crate) struct Acquire = new "lock_acquire" for "lock"
-        after ["lock_prelude", "wake_prelude"] {
+        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
         keys { hash, fence, attempt_record, waiters }
         args {
             owner: &'a str,
@@ -25,7 +25,7 @@ redisync_core::toolkit::lua_script! {
     /// Gives back one attempt's hold and wakes the next waiting client
     /// (`lua/lock_release.lua`).
     pub(crate) struct Release = new "lock_release" for "lock"
-        after ["lock_prelude", "wake_prelude"] {
+        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
         keys { hash, attempt_record, waiters }
         args { attempt: &'a str, remember_ms: u64 }
     }
@@ -34,7 +34,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes a client out of the lock's waiters (`lua/lock_withdraw.lua`).
     pub(crate) struct Withdraw = new "lock_withdraw" for "lock"
-        after ["lock_prelude", "wake_prelude"] {
+        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
         keys { hash, waiters }
         args { channel: &'a str }
     }
@@ -43,7 +43,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Frees the lock whoever holds it (`lua/lock_force_unlock.lua`).
     pub(crate) struct ForceUnlock = new "lock_force_unlock" for "lock"
-        after ["lock_prelude", "wake_prelude"] {
+        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
         keys { hash, waiters }
         args {}
     }
@@ -53,7 +53,7 @@ redisync_core::toolkit::lua_script! {
     /// The fair lock's acquire: takes the lock in queue order, or keeps the waiter's place
     /// (`lua/fair_lock_acquire.lua`).
     pub(crate) struct FairAcquire = new "fair_lock_acquire" for "fair_lock"
-        after ["lock_prelude", "fair_lock_prelude"] {
+        after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
         keys { hash, fence, attempt_record, queue, deadlines }
         args {
             owner: &'a str,
@@ -68,7 +68,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Gives back a fair waiter's hold and place (`lua/fair_lock_release.lua`).
     pub(crate) struct FairRelease = new "fair_lock_release" for "fair_lock"
-        after ["lock_prelude", "fair_lock_prelude"] {
+        after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
         keys { hash, attempt_record, queue, deadlines }
         args { waiter: &'a str, wake_prefix: &'a str, remember_ms: u64 }
     }
@@ -77,7 +77,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Frees the fair lock whoever holds it (`lua/fair_lock_force_unlock.lua`).
     pub(crate) struct FairForceUnlock = new "fair_lock_force_unlock" for "fair_lock"
-        after ["lock_prelude", "fair_lock_prelude"] {
+        after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
         keys { hash, queue, deadlines }
         args { wake_prefix: &'a str }
     }

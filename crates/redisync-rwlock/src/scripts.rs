@@ -28,7 +28,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes the write hold or re-enters it (`lua/rwlock_acquire_write.lua`).
     pub(crate) struct AcquireWrite = new "rwlock_acquire_write" for "rwlock"
-        after ["rwlock_prelude"] {
+        after ["publish_prelude", "rwlock_prelude"] {
         keys { hash, readers, waiting_writers, fence, attempt_record, waiter_record }
         args {
             owner: &'a str,
@@ -44,7 +44,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Gives back the hold one acquire attempt got, if it got one
     /// (`lua/rwlock_release.lua`).
-    pub(crate) struct Release = new "rwlock_release" for "rwlock" after ["rwlock_prelude"] {
+    pub(crate) struct Release = new "rwlock_release" for "rwlock" after ["publish_prelude", "rwlock_prelude"] {
         keys { hash, readers, attempt_record }
         args { attempt: &'a str, channel: &'a str, record_ms: u64, waiter: &'a str }
     }
@@ -62,7 +62,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// An acquire call stops waiting: its writer's mark and its registration go
     /// (`lua/rwlock_withdraw.lua`).
-    pub(crate) struct Withdraw = new "rwlock_withdraw" for "rwlock" {
+    pub(crate) struct Withdraw = new "rwlock_withdraw" for "rwlock" after ["publish_prelude"] {
         keys { waiting_writers, waiter_record, hash }
         args { waiter: &'a str, channel: &'a str, record_ms: u64 }
     }
@@ -71,7 +71,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Frees the lock whatever holds it (`lua/rwlock_force_unlock.lua`).
     pub(crate) struct ForceUnlock = new "rwlock_force_unlock" for "rwlock"
-        after ["rwlock_prelude"] {
+        after ["publish_prelude", "rwlock_prelude"] {
         keys { hash, readers }
         args { channel: &'a str, drain_channel: &'a str }
     }
@@ -79,7 +79,7 @@ redisync_core::toolkit::lua_script! {
 
 redisync_core::toolkit::lua_script! {
     /// Removes the lock's holds and waiting-writer marks (`lua/rwlock_delete.lua`).
-    pub(crate) struct Delete = new "rwlock_delete" for "rwlock" after ["rwlock_prelude"] {
+    pub(crate) struct Delete = new "rwlock_delete" for "rwlock" after ["publish_prelude", "rwlock_prelude"] {
         keys { hash, readers, waiting_writers }
         args { channel: &'a str, drain_channel: &'a str }
     }

@@ -13,7 +13,7 @@ redisync_core::toolkit::lua_script! {
     /// Initialises a classic semaphore that has no permits yet, starting a generation
     /// (`lua/semaphore_try_set_permits.lua`).
     pub(crate) struct TrySetPermits = new "semaphore_try_set_permits" for "semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude"] {
         keys { permits, generation, waiters }
         args { initial: i64, new_generation: &'a str }
     }
@@ -23,7 +23,7 @@ redisync_core::toolkit::lua_script! {
     /// Adds (or removes) permits, creating the semaphore if needed; also the release of permits
     /// taken without a permit object (`lua/semaphore_add_permits.lua`).
     pub(crate) struct AddPermits = new "semaphore_add_permits" for "semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude"] {
         keys { permits, generation, waiters }
         args { added: i64, new_generation: &'a str }
     }
@@ -50,7 +50,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes `n` permits at once, or none (`lua/semaphore_acquire.lua`).
     pub(crate) struct Acquire = new "semaphore_acquire" for "semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
         keys { permits, attempt_record, generation, waiters }
         args { n: i64, channel: &'a str, requeue: bool, registry_ms: u64 }
     }
@@ -59,7 +59,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Gives back the permits a permit object holds (`lua/semaphore_release.lua`).
     pub(crate) struct Release = new "semaphore_release" for "semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
         keys { permits, attempt_record, generation, waiters }
         args { n: i64 }
     }
@@ -68,7 +68,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Undoes an acquire attempt whose caller went away (`lua/semaphore_give_back.lua`).
     pub(crate) struct GiveBack = new "semaphore_give_back" for "semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
         keys { permits, attempt_record, generation, waiters }
         args { n: i64, record_ms: u64, withdraw_channel: &'a str }
     }
@@ -78,7 +78,7 @@ redisync_core::toolkit::lua_script! {
     /// Takes a client out of the waiters, passing on a wake-up it may have been sent
     /// (`lua/semaphore_withdraw.lua`).
     pub(crate) struct Withdraw = new "semaphore_withdraw" for "semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
         keys { permits, generation, waiters }
         args { channel: &'a str }
     }
@@ -107,7 +107,7 @@ redisync_core::toolkit::lua_script! {
     /// (`lua/expirable_semaphore_try_set_permits.lua`).
     pub(crate) struct XTrySetPermits = new "expirable_semaphore_try_set_permits"
         for "expirable_semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { initial: i64 }
     }
@@ -117,7 +117,7 @@ redisync_core::toolkit::lua_script! {
     /// Adds (or removes) permits to the pool (`lua/expirable_semaphore_add_permits.lua`).
     pub(crate) struct XAddPermits = new "expirable_semaphore_add_permits"
         for "expirable_semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { added: i64 }
     }
@@ -136,7 +136,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes one permit with an id and a lease (`lua/expirable_semaphore_acquire.lua`).
     pub(crate) struct XAcquire = new "expirable_semaphore_acquire" for "expirable_semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, attempt_record, waiters }
         args { id: &'a str, lease_ms: u64, channel: &'a str, requeue: bool, registry_ms: u64 }
     }
@@ -145,7 +145,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Returns a permit by id (`lua/expirable_semaphore_release.lua`).
     pub(crate) struct XRelease = new "expirable_semaphore_release" for "expirable_semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { id: &'a str }
     }
@@ -155,7 +155,7 @@ redisync_core::toolkit::lua_script! {
     /// Undoes an acquire attempt whose caller went away
     /// (`lua/expirable_semaphore_give_back.lua`).
     pub(crate) struct XGiveBack = new "expirable_semaphore_give_back" for "expirable_semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, attempt_record, waiters }
         args { id: &'a str, record_ms: u64, withdraw_channel: &'a str }
     }
@@ -165,7 +165,7 @@ redisync_core::toolkit::lua_script! {
     /// Takes a client out of the waiters, passing on a wake-up it may have been sent
     /// (`lua/expirable_semaphore_withdraw.lua`).
     pub(crate) struct XWithdraw = new "expirable_semaphore_withdraw" for "expirable_semaphore"
-        after ["wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { channel: &'a str }
     }
