@@ -71,7 +71,10 @@ fn remembered(server: &RedisServer, key: &str) -> BTreeMap<String, String> {
     fields
 }
 
-const PRELUDE_LUA: &str = include_str!("../../lua/latch_prelude.lua");
+const PRELUDE_LUA: &str = concat!(
+    include_str!("../../lua/publish_prelude.lua"),
+    include_str!("../../lua/latch_prelude.lua")
+);
 const COUNT_DOWN_LUA: &str = include_str!("../../lua/latch_count_down.lua");
 const TRY_SET_COUNT_LUA: &str = include_str!("../../lua/latch_try_set_count.lua");
 

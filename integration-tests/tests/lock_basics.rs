@@ -369,6 +369,7 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
         .to_owned();
     let record = format!("redisync:{{retry}}:attempt:{attempt}");
     let script = redis::Script::new(concat!(
+        include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
         include_str!("../../lua/lock_release.lua")

@@ -315,6 +315,7 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     pubsub.subscribe(next).unwrap();
     pubsub.set_read_timeout(Some(ms(2000))).unwrap();
     let withdraw = redis::Script::new(concat!(
+        include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
         include_str!("../../lua/lock_withdraw.lua")

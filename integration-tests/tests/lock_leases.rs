@@ -177,6 +177,7 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     let record = "redisync:{late}:attempt:client-1:7";
     // The scripts as the lock crate embeds them: each after the shared preludes.
     let prelude = concat!(
+        include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua")
     );

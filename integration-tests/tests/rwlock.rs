@@ -1476,7 +1476,8 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
     let mut conn = server.connection();
     let name = "reentry-mark";
     let acquire = redis::Script::new(&format!(
-        "{}{}",
+        "{}{}{}",
+        include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/rwlock_prelude.lua"),
         include_str!("../../lua/rwlock_acquire_write.lua")
     ));
@@ -1538,12 +1539,18 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let name = "late-mark";
-    let prelude = include_str!("../../lua/rwlock_prelude.lua");
+    let prelude = concat!(
+        include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/rwlock_prelude.lua")
+    );
     let acquire = redis::Script::new(&format!(
         "{prelude}{}",
         include_str!("../../lua/rwlock_acquire_write.lua")
     ));
-    let withdraw = redis::Script::new(include_str!("../../lua/rwlock_withdraw.lua"));
+    let withdraw = redis::Script::new(concat!(
+        include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/rwlock_withdraw.lua")
+    ));
     let waiter_record = format!("redisync:{{{name}}}:rw:waiter:w1");
     // A reader holds, so the write attempt is busy and would mark.
     server.cmd(&[

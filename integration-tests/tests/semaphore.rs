@@ -72,7 +72,8 @@ fn granted_records(server: &RedisServer, name: &str) -> Vec<String> {
 /// A classic semaphore script, with the preludes the crate puts before it.
 fn classic_script(source: &str) -> redis::Script {
     redis::Script::new(&format!(
-        "{}{}{}{source}",
+        "{}{}{}{}{source}",
+        include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
         include_str!("../../lua/semaphore_wake_prelude.lua"),
         include_str!("../../lua/semaphore_prelude.lua")

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::strategy::WaitStrategy;
 use crate::transport::{Config, ReplicaSync, Transport};
 
 /// Default key prefix.
@@ -91,6 +92,31 @@ impl ClientBuilder {
         self
     }
 
+    /// How waiters learn that a busy primitive may be free: pub/sub wake-ups (the default) or,
+    /// for servers and ACL users without pub/sub, [`WaitStrategy::Poll`], with which the
+    /// client never subscribes. [`build`](Self::build) fails with [`Error::InvalidArgument`]
+    /// for a poll interval out of range.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let url = server.url();
+    /// use std::time::Duration;
+    /// use redisync_core::{Client, WaitStrategy};
+    ///
+    /// let client = Client::builder(url)
+    ///     .wait_strategy(WaitStrategy::Poll { interval: Duration::from_millis(50) })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait_strategy(mut self, strategy: WaitStrategy) -> Self {
+        self.config.wait_strategy = strategy;
+        self
+    }
+
     /// For a client following Redis Sentinel ([`Client::sentinel_builder`]): the password of
     /// the primary (and of its replicas) and the database to use. Ignored otherwise.
     pub fn sentinel_auth(mut self, password: Option<String>, db: i64) -> Self {
@@ -111,8 +137,8 @@ impl ClientBuilder {
 
     /// Checks the options, connects, and starts the client's background tasks.
     ///
-    /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, or a zero
-    /// watchdog timeout, pool size or command timeout; with [`Error::Redis`] or
+    /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, a zero
+    /// watchdog timeout, pool size or command timeout, or a poll interval out of range; with [`Error::Redis`] or
     /// [`Error::Timeout`] when Redis cannot be reached.
     pub async fn build(self) -> Result<Client> {
         let config = self.config;
@@ -140,6 +166,7 @@ impl ClientBuilder {
                 )));
             }
         }
+        config.wait_strategy.check()?;
         if config.pool_size == 0 || config.pool_size > MAX_POOL_SIZE {
             return Err(Error::invalid(format!(
                 "pool size must be between 1 and {MAX_POOL_SIZE}, found {}",
@@ -246,6 +273,7 @@ impl Client {
                 sentinel: None,
                 cluster: None,
                 metrics: crate::metrics::Metrics::default(),
+                wait_strategy: WaitStrategy::default(),
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
             },

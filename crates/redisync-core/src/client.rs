@@ -122,7 +122,7 @@ impl Client {
         let transport = Arc::new(transport);
         let shared = Arc::new(Shared {
             id: uuid::Uuid::new_v4().to_string(),
-            hub: Arc::new(Hub::default()),
+            hub: Arc::new(Hub::new(transport.config.wait_strategy)),
             watchdog: Arc::new(Watchdog::new(transport.config.metrics)),
             queues: Arc::new(WaitQueues::default()),
             pending: Arc::new(Pending::default()),

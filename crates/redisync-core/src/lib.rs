@@ -28,8 +28,8 @@
 //!    mutex locking), `signal` ([`Flag`]), [`duration`] (Redis milliseconds, [`MIN_LEASE`]),
 //!    [`keys`] ([`KeySpace`], slots), `script` ([`LuaScript`], [`ScriptCall`],
 //!    [`lua_script!`]), `stats` ([`Stats`] and its counters), [`metrics`], `abandon`
-//!    ([`Abandonable`]), `primitive` (the shared surface: [`Acquire`], [`Held`], ...) and
-//!    `cells` (per-client shared values).
+//!    ([`Abandonable`]), `primitive` (the shared surface: [`Acquire`], [`Held`], ...),
+//!    `cells` (per-client shared values) and `strategy` ([`WaitStrategy`]).
 //! 2. `transport`: the configuration, the connections (one server, followed through Sentinel,
 //!    or a cluster) and sending one [`ScriptCall`] bounded by the command timeout, with
 //!    replica sync. It knows nothing of the runtime.
@@ -73,6 +73,7 @@ pub mod retry;
 mod script;
 mod signal;
 mod stats;
+mod strategy;
 pub mod toolkit;
 mod transport;
 pub mod wait;
@@ -94,6 +95,7 @@ pub use script::{check_publishing, check_script_contract};
 pub use script::{LuaScript, ScriptCall};
 pub use signal::Flag;
 pub use stats::Stats;
+pub use strategy::{WaitStrategy, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL};
 pub use toolkit::Hold;
 pub use wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
 pub use watchdog::lease::{HoldLease, PendingFix};

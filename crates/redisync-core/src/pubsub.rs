@@ -16,6 +16,12 @@
 //! server that stops answering (paused, or cut off without a reset) is noticed even though no
 //! waiter has a request in flight: waiters then fail with [`Error::Timeout`] instead of
 //! sleeping until the holder's lease would end.
+//!
+//! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) the hub never connects. Every
+//! subscription reports itself subscribed at once, and one background task bumps the
+//! generation of every wanted channel once per (jittered) interval: a waiter cannot tell a
+//! tick from a message, so the waiting code is the same for both strategies, and the waiters
+//! of one primitive still share one channel, so they still ask Redis once per tick together.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -27,6 +33,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::{Error, Result};
+use crate::strategy::{jittered, WaitStrategy};
 use crate::transport::Transport;
 
 mod sharded;
@@ -57,22 +64,26 @@ struct ChannelSlot {
 /// The client-wide registry of wanted channels.
 pub(crate) struct Hub {
     channels: Mutex<HashMap<String, ChannelSlot>>,
+    /// The poll interval, for a client that polls instead of subscribing.
+    poll: Option<Duration>,
     changes_tx: mpsc::UnboundedSender<String>,
     changes_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
 }
 
-impl Default for Hub {
-    fn default() -> Self {
+impl Hub {
+    pub(crate) fn new(strategy: WaitStrategy) -> Self {
         let (changes_tx, changes_rx) = mpsc::unbounded_channel();
         Hub {
             channels: Mutex::default(),
+            poll: match strategy {
+                WaitStrategy::PubSub => None,
+                WaitStrategy::Poll { interval } => Some(interval),
+            },
             changes_tx,
             changes_rx: Mutex::new(Some(changes_rx)),
         }
     }
-}
 
-impl Hub {
     /// Takes a reference on `channel`, subscribing if it is the first.
     pub(crate) fn subscribe(self: &Arc<Self>, channel: &str) -> Subscription {
         let mut channels = lock(&self.channels);
@@ -81,7 +92,12 @@ impl Hub {
             .or_insert_with(|| ChannelSlot {
                 refs: 0,
                 slot: crate::keys::slot(channel),
-                state: Arc::new(watch::Sender::new(ChannelState::default())),
+                state: Arc::new(watch::Sender::new(ChannelState {
+                    // Polled channels are never subscribed on the server: there is nothing
+                    // to wait for.
+                    subscribed: self.poll.is_some(),
+                    ..ChannelState::default()
+                })),
                 wanted_since: tokio::time::Instant::now(),
             });
         slot.refs += 1;
@@ -240,7 +256,12 @@ pub(crate) fn spawn(transport: &Arc<Transport>, hub: &Arc<Hub>) {
         return;
     };
     let (transport, hub) = (transport.clone(), hub.clone());
-    if transport.sharded() {
+    if let Some(interval) = hub.poll {
+        transport
+            .runtime
+            .clone()
+            .spawn(poll(transport, hub, interval, changes));
+    } else if transport.sharded() {
         transport
             .runtime
             .clone()
@@ -370,6 +391,44 @@ async fn run(
         });
     }
     hub.update_all(|s| s.generation += 1);
+}
+
+/// The hub of a polling client: wakes the waiters of every wanted channel once per jittered
+/// `interval`, as a message would, until the client shuts down. With no channel wanted it
+/// sleeps until one is (`changes` tells it, as it tells the subscribing hub).
+async fn poll(
+    transport: Arc<Transport>,
+    hub: Arc<Hub>,
+    interval: Duration,
+    mut changes: mpsc::UnboundedReceiver<String>,
+) {
+    // Kept across channel changes: waiters coming and going must not put the tick off.
+    let mut next_tick = None;
+    loop {
+        if hub.channel_count() == 0 {
+            next_tick = None;
+        } else if next_tick.is_none() {
+            next_tick = Some(tokio::time::Instant::now() + jittered(interval));
+        }
+        tokio::select! {
+            _ = transport.shutdown.wait() => break,
+            // Only wakes the loop: whether a channel is wanted is the hub's to say.
+            Some(_) = changes.recv() => {}
+            _ = sleep_until_some(next_tick) => {
+                hub.update_all(|s| s.generation += 1);
+                next_tick = None;
+            }
+        }
+    }
+    hub.update_all(|s| s.generation += 1);
+}
+
+/// Sleeps until `at`; for ever when `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Brings the server's subscriptions in line with the wanted set for `touched` channels.

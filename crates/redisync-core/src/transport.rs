@@ -76,6 +76,8 @@ pub(crate) struct Config {
     pub(crate) cluster: Option<Vec<String>>,
     /// How the client reports metrics (feature `metrics`).
     pub(crate) metrics: crate::metrics::Metrics,
+    /// How waiters learn of releases.
+    pub(crate) wait_strategy: crate::strategy::WaitStrategy,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
@@ -103,6 +105,7 @@ impl fmt::Debug for Config {
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("pool_size", &self.pool_size)
+            .field("wait_strategy", &self.wait_strategy)
             .finish()
     }
 }

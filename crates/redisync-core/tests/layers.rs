@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "abandon",
             "primitive",
             "cells",
+            "strategy",
         ],
     ),
     ("transport", &["transport"]),

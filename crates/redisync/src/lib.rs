@@ -101,7 +101,7 @@ pub struct ReadmeDoctests;
 
 pub use redisync_core::{
     Acquire, Client, ClientBuilder, DistributedPrimitive, Error, Held, Lease, LocalState, Result,
-    Stats, Wait,
+    Stats, Wait, WaitStrategy,
 };
 
 /// The lower layer: keys, scripts, waiting and leases, for writing new primitives.
@@ -196,7 +196,7 @@ pub mod prelude {
     pub use crate::ClientExt;
     pub use redisync_core::{
         Acquire, Client, ClientBuilder, DistributedPrimitive, Error, Held, Lease, Result, Stats,
-        Wait,
+        Wait, WaitStrategy,
     };
 
     #[cfg(feature = "latch")]
