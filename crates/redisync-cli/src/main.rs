@@ -53,6 +53,10 @@ struct Cli {
     /// Give up on a Redis call after this long.
     #[arg(long, default_value = "5s", value_parser = duration::parse, global = true)]
     command_timeout: Duration,
+    /// Wait by re-checking at this interval instead of listening on pub/sub (for servers or
+    /// ACL users without pub/sub); at most 10s.
+    #[arg(long, env = "REDISYNC_POLL", value_parser = duration::parse, global = true)]
+    poll: Option<Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -200,9 +204,14 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
     } else {
         Client::builder(cli.url.as_str())
     };
+    let strategy = match cli.poll {
+        Some(interval) => WaitStrategy::Poll { interval },
+        None => WaitStrategy::PubSub,
+    };
     let client = builder
         .key_prefix(cli.prefix.as_str())
         .command_timeout(cli.command_timeout)
+        .wait_strategy(strategy)
         .build()
         .await?;
     let outcome = match cli.command {

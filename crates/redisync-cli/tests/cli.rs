@@ -39,7 +39,11 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let server = RedisServer::start();
+        World::on(RedisServer::start())
+    }
+
+    /// A world on a server the test started itself.
+    fn on(server: RedisServer) -> World {
         let dir = server.dir().join("work");
         fs::create_dir_all(&dir).expect("the work directory can be created");
         World { server, dir }
@@ -642,6 +646,36 @@ fn lock_runs_one_command_at_a_time() {
         .collect();
     assert_eq!(tags, expected, "every run ran once");
     assert!(!world.key_exists("redisync:{shared}:lock"), "released");
+}
+
+/// `--poll`: the command waits without pub/sub, on a server that has no `SUBSCRIBE`.
+#[test]
+fn poll_waits_without_pub_sub() {
+    let world = World::on(RedisServer::start_with(&[
+        "--rename-command",
+        "SUBSCRIBE",
+        "",
+    ]));
+    let mut holder = world.spawn(&["lock", "polled", "--", "sleep", "1"]);
+    eventually(RUN_LIMIT, "the holder holds", || {
+        world.key_exists("redisync:{polled}:lock")
+    });
+    world
+        .run_line("--poll 20ms lock polled --wait 20s -- true")
+        .assert_code(0);
+    holder.wait(RUN_LIMIT).assert_code(0);
+
+    // The control: waiting on pub/sub fails here, within the command timeout.
+    let mut holder = world.spawn(&["lock", "polled", "--", "sleep", "5"]);
+    eventually(RUN_LIMIT, "the holder holds", || {
+        world.key_exists("redisync:{polled}:lock")
+    });
+    let waited = world.run_line("--command-timeout 1s lock polled --wait 20s -- true");
+    assert_ne!(waited.code(), 0, "{waited}");
+    holder.wait(RUN_LIMIT).assert_code(0);
+    world
+        .run_line("--poll 0s lock polled -- true")
+        .assert_error(2, "poll interval");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,10 @@
 //! 4. While busy, it sleeps until a message arrives or the time the attempt reported runs out
 //!    (the holder's remaining lease), whichever is first, so a lost message costs at most that.
 //!
+//! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) nothing here changes: the hub then
+//! reports every subscription confirmed at once and ticks each wanted channel once per poll
+//! interval, which wakes the head as a message would (see [`pubsub`](crate::pubsub)).
+//!
 //! Shared waiters (readers) skip the queue of step 2: they wait side by side, and one release
 //! message wakes every one of them, since they can all get in together.
 //!
