@@ -281,7 +281,8 @@ mod tests {
 pub struct LocalState {
     /// Primitives with at least one local waiter queued.
     pub waiting_queues: usize,
-    /// Channels with at least one local subscriber.
+    /// Channels with at least one local subscriber (with
+    /// [`WaitStrategy::Poll`](crate::WaitStrategy::Poll): channels being polled).
     pub subscribed_channels: usize,
     /// Holds the watchdog is renewing (each guard of a re-entered lock counts once).
     pub renewed_holds: usize,

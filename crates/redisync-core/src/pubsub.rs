@@ -17,7 +17,7 @@
 //! waiter has a request in flight: waiters then fail with [`Error::Timeout`] instead of
 //! sleeping until the holder's lease would end.
 //!
-//! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) the hub never connects. Every
+//! With [`WaitStrategy::Poll`] the hub never connects. Every
 //! subscription reports itself subscribed at once, and one background task bumps the
 //! generation of every wanted channel once per (jittered) interval: a waiter cannot tell a
 //! tick from a message, so the waiting code is the same for both strategies, and the waiters

@@ -20,7 +20,7 @@
 //!
 //! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) nothing here changes: the hub then
 //! reports every subscription confirmed at once and ticks each wanted channel once per poll
-//! interval, which wakes the head as a message would (see [`pubsub`](crate::pubsub)).
+//! interval, which wakes the head as a message would (see [`pubsub`]).
 //!
 //! Shared waiters (readers) skip the queue of step 2: they wait side by side, and one release
 //! message wakes every one of them, since they can all get in together.

@@ -204,7 +204,10 @@ impl Side {
 ///   readers in it re-enter at once. The notice takes one pub/sub delivery from the writer's
 ///   first busy attempt (about a round trip); after a message, or a reconnect of the
 ///   subscriber (which may lose messages), joining pauses until one read-only check (a round
-///   trip) has told whether a writer waits. Fixed-lease reads, reads of a handle without
+///   trip) has told whether a writer waits. With
+///   [`WaitStrategy::Poll`](redisync_core::WaitStrategy::Poll) there is no message: the client
+///   checks its shared holds once per poll interval, so the notice takes up to an interval
+///   (and a client with shared holds sends that check every interval). Fixed-lease reads, reads of a handle without
 ///   writer preference and reads of a handle that holds a hold of its own on the lock (a
 ///   re-entry or a downgrade, which Redis must see under its owner id) are not shared: a fixed
 ///   lease must end by itself whatever other readers do, and the others must not give way when
