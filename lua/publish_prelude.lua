@@ -15,3 +15,21 @@ local function publish(channel, message)
     end
     return 0
 end
+
+-- Tells the clients that own `holders` (owner or attempt ids, each '<client id>:...') that a
+-- hold of theirs was taken from them, once per client, on '<channel_prefix><client id>': the
+-- client then checks its holds at once rather than at its next renewal. `channel_prefix` ''
+-- (a cluster, where a script may publish only in its own slot) sends nothing.
+local function publish_lost(channel_prefix, holders)
+    if channel_prefix == '' then
+        return
+    end
+    local told = {}
+    for _, holder in ipairs(holders) do
+        local client = string.match(holder, '^[^:]*')
+        if not told[client] then
+            told[client] = true
+            publish(channel_prefix .. client, 'lost')
+        end
+    end
+end

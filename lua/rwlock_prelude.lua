@@ -26,6 +26,17 @@
 -- expire then, a key that still exists proves that the hold ending at `exp` is live: a
 -- release of that hold needs no clock.
 
+-- Who holds the lock: the writer's owner id, if any, and every read hold's attempt id, all
+-- of them '<client id>:...' (for publish_lost).
+local function holders(hash, readers)
+    local all = redis.call('ZRANGE', readers, 0, -1)
+    local writer = redis.call('HGET', hash, 'writer')
+    if writer then
+        table.insert(all, writer)
+    end
+    return all
+end
+
 local function foreign_data()
     error({err = 'WRONGTYPE the read-write lock key holds foreign data'})
 end

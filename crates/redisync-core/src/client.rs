@@ -132,7 +132,7 @@ impl Client {
         });
         crate::pubsub::spawn(&shared.transport, &shared.hub);
         crate::transport::sentinel::spawn_switch_listener(&shared.transport);
-        crate::watchdog::spawn(&shared.transport, &shared.watchdog);
+        crate::watchdog::spawn(&shared.transport, &shared.watchdog, &shared.hub, &shared.id);
         tracing::debug!(client = %shared.id, config = ?shared.config, "redisync client started");
         Client {
             inner: Arc::new(ClientInner { shared }),

@@ -419,6 +419,20 @@ pub trait Toolkit: sealed::Sealed {
         lease
     }
 
+    /// For a script that takes holds from their owners (`force_unlock`, `delete`): the prefix
+    /// of the owners' lost-notice channels, to which the script appends each owner's client
+    /// id (the part of an owner or attempt id before its first `:`) and publishes, so that the
+    /// owners learn at once (see [`watchdog`](crate::watchdog), "Lost notices"). Empty on a
+    /// cluster, where a script may only publish in its own slot: the script then sends none.
+    fn lost_notice_prefix(&self) -> String {
+        let shared = self.client().shared();
+        if shared.sharded() {
+            String::new()
+        } else {
+            crate::watchdog::lost_notice_prefix(&shared.config.key_prefix)
+        }
+    }
+
     /// Whether tasks of this client wait in the local queue `queue` (see
     /// [`WaitSpec::queue`]). A primitive whose client is registered in Redis as waiting asks
     /// this when a waiter gives up: if it was the last, the client must withdraw, so that a

@@ -25,6 +25,18 @@
 //! their own deadline and their own place in the registry, so fixing one's lease or dropping
 //! it never changes the other, and a registration is removed only by its own [`Renewal`].
 //!
+//! **Lost notices.** A hold taken from its owner by someone else (a `force_unlock`, a
+//! `delete`) would otherwise be noticed at the next renewal, up to a third of the lease later,
+//! while the new holder already runs. So the script that takes it publishes on the owner's
+//! client's notice channel ([`lost_notice_channel`]), and on that message the watchdog runs a
+//! renewal round at once: the renewal script, which alone decides what is still ours, then
+//! marks the taken holds lost. One subscription per client, made with its first watchdog hold
+//! and kept, whatever the number of holds; a round for every notice, however many holds it
+//! concerns (notices that arrive during a round make one more round). Not on a cluster, where
+//! a script may only publish in its own slot and the notice channel is the client's, and not
+//! for a client that polls ([`WaitStrategy::Poll`](crate::WaitStrategy::Poll)): both learn at
+//! the next renewal, as before.
+//!
 //! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
 //! has not answered within half a renewal period (or the command timeout, if shorter), the
 //! same batch is sent again, on the next connection of the pool, up to [`HEDGES`] times in
@@ -43,8 +55,10 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use self::lease::{HoldLease, LeaseState};
+use crate::pubsub::Hub;
 use crate::script::{LuaScript, ScriptCall};
 use crate::stats::Counters;
+use crate::strategy::WaitStrategy;
 use crate::transport::{eval, Transport};
 
 /// Most holds renewed by one script call.
@@ -85,6 +99,9 @@ pub(crate) struct Watchdog {
     /// Leases found lost when their guard let go, before a watchdog round noticed.
     pub(crate) lost_on_release: AtomicU64,
     metrics: crate::metrics::Metrics,
+    /// Signalled when the registry gets its first hold: the watchdog task then subscribes to
+    /// the client's lost notices.
+    first_hold: tokio::sync::Notify,
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
@@ -145,7 +162,12 @@ impl Watchdog {
         };
         let state = LeaseState::new(crate::watchdog::lease::deadline(sent_at, lease));
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
-        lock(&self.entries).insert(
+        let mut entries = lock(&self.entries);
+        if entries.is_empty() {
+            // Stores a permit if the task is not listening yet: the signal is not lost.
+            self.first_hold.notify_one();
+        }
+        entries.insert(
             serial,
             Entry {
                 id,
@@ -153,6 +175,7 @@ impl Watchdog {
                 state: state.clone(),
             },
         );
+        drop(entries);
         HoldLease::renewed(
             Renewal {
                 watchdog: self.clone(),
@@ -196,13 +219,71 @@ impl Watchdog {
     }
 }
 
-pub(crate) fn spawn(transport: &Arc<Transport>, watchdog: &Arc<Watchdog>) {
-    transport
-        .runtime
-        .spawn(run(transport.clone(), watchdog.clone()));
+/// The channel on which scripts tell the client `client_id` that a hold of it was taken (see
+/// the module docs): `<prefix>:lost:<client id>`. Scripts build it from the prefix
+/// [`lost_notice_prefix`] gives and the client id that starts every owner and attempt id.
+pub fn lost_notice_channel(key_prefix: &str, client_id: &str) -> String {
+    format!("{}{client_id}", lost_notice_prefix(key_prefix))
 }
 
-async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>) {
+/// The part of every lost-notice channel before the client id: `<prefix>:lost:`.
+pub fn lost_notice_prefix(key_prefix: &str) -> String {
+    format!("{key_prefix}:lost:")
+}
+
+pub(crate) fn spawn(
+    transport: &Arc<Transport>,
+    watchdog: &Arc<Watchdog>,
+    hub: &Arc<Hub>,
+    client_id: &str,
+) {
+    let listens = !transport.sharded() && transport.config.wait_strategy == WaitStrategy::PubSub;
+    let notices = listens.then(|| Notices {
+        hub: hub.clone(),
+        channel: lost_notice_channel(&transport.config.key_prefix, client_id),
+        subscribed: None,
+    });
+    transport
+        .runtime
+        .spawn(run(transport.clone(), watchdog.clone(), notices));
+}
+
+/// The client's lost-notice subscription, made with its first watchdog hold.
+struct Notices {
+    hub: Arc<Hub>,
+    channel: String,
+    subscribed: Option<(
+        crate::pubsub::Subscription,
+        tokio::sync::watch::Receiver<crate::pubsub::ChannelState>,
+    )>,
+}
+
+impl Notices {
+    /// Subscribes, if not yet subscribed and the watchdog has holds.
+    fn subscribe_if_needed(&mut self, watchdog: &Watchdog) {
+        if self.subscribed.is_none() && watchdog.len() > 0 {
+            let subscription = self.hub.subscribe(&self.channel);
+            let mut watcher = subscription.watcher();
+            watcher.borrow_and_update();
+            self.subscribed = Some((subscription, watcher));
+        }
+    }
+
+    /// Resolves when a notice arrives (or the subscriber connection was lost and made again,
+    /// when notices may have been missed); never without a subscription.
+    async fn arrived(&mut self) {
+        match &mut self.subscribed {
+            Some((_, watcher)) => {
+                if watcher.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Option<Notices>) {
     let lease = transport.config.watchdog_timeout;
     let period = lease / 3;
     let hedge_after = (period / 2).min(transport.config.command_timeout);
@@ -211,15 +292,28 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>) {
         let (expired, next_expiry) = watchdog.expire();
         Counters::bump(&transport.counters.lost_leases, expired);
         let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
-        tokio::select! {
+        if let Some(notices) = &mut notices {
+            notices.subscribe_if_needed(&watchdog);
+        }
+        let waiting_for_first_hold = notices.as_ref().is_some_and(|n| n.subscribed.is_none());
+        let notice = async {
+            match notices.as_mut() {
+                Some(notices) => notices.arrived().await,
+                None => std::future::pending().await,
+            }
+        };
+        let notified = tokio::select! {
             _ = transport.shutdown.wait() => {
                 // Nobody renews these holds any more: they will expire, so say so now.
                 watchdog.abandon_all();
                 return;
             }
-            _ = tokio::time::sleep_until(wake.into()) => {}
-        }
-        if Instant::now() < next_tick {
+            _ = tokio::time::sleep_until(wake.into()) => false,
+            _ = watchdog.first_hold.notified(), if waiting_for_first_hold => continue,
+            _ = notice => true,
+        };
+        // A notice: some hold of this client was taken, and the round finds which.
+        if !notified && Instant::now() < next_tick {
             continue;
         }
         let started = Instant::now();

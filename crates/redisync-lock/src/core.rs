@@ -238,10 +238,12 @@ impl LockCore {
 
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
+        let lost_notices = &self.client.lost_notice_prefix();
         let call = match &keys.waiting {
             Waiting::Clients { waiters, .. } => scripts::ForceUnlock {
                 hash: &keys.hash,
                 waiters,
+                lost_notices,
             }
             .call(),
             Waiting::Queue {
@@ -253,6 +255,7 @@ impl LockCore {
                 queue,
                 deadlines,
                 wake_prefix,
+                lost_notices,
             }
             .call(),
         };

@@ -45,7 +45,7 @@ redisync_core::toolkit::lua_script! {
     pub(crate) struct ForceUnlock = new "lock_force_unlock" for "lock"
         after ["publish_prelude", "lock_prelude", "wake_prelude"] {
         keys { hash, waiters }
-        args {}
+        args { lost_notices: &'a str }
     }
 }
 
@@ -79,7 +79,7 @@ redisync_core::toolkit::lua_script! {
     pub(crate) struct FairForceUnlock = new "fair_lock_force_unlock" for "fair_lock"
         after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
         keys { hash, queue, deadlines }
-        args { wake_prefix: &'a str }
+        args { wake_prefix: &'a str, lost_notices: &'a str }
     }
 }
 

@@ -557,6 +557,7 @@ impl ReadWriteLock {
             readers: &keys.readers,
             channel: &keys.channel,
             drain_channel: &keys.drain,
+            lost_notices: &self.core.client.lost_notice_prefix(),
         }
         .call();
         let freed: i64 = self.core.client.eval(call).await?;
@@ -1019,6 +1020,7 @@ impl DistributedPrimitive for ReadWriteLock {
             waiting_writers: &keys.writers,
             channel: &keys.channel,
             drain_channel: &keys.drain,
+            lost_notices: &self.core.client.lost_notice_prefix(),
         }
         .call();
         let deleted: i64 = self.core.client.eval(call).await?;

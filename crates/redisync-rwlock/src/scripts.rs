@@ -73,7 +73,7 @@ redisync_core::toolkit::lua_script! {
     pub(crate) struct ForceUnlock = new "rwlock_force_unlock" for "rwlock"
         after ["publish_prelude", "rwlock_prelude"] {
         keys { hash, readers }
-        args { channel: &'a str, drain_channel: &'a str }
+        args { channel: &'a str, drain_channel: &'a str, lost_notices: &'a str }
     }
 }
 
@@ -81,7 +81,7 @@ redisync_core::toolkit::lua_script! {
     /// Removes the lock's holds and waiting-writer marks (`lua/rwlock_delete.lua`).
     pub(crate) struct Delete = new "rwlock_delete" for "rwlock" after ["publish_prelude", "rwlock_prelude"] {
         keys { hash, readers, waiting_writers }
-        args { channel: &'a str, drain_channel: &'a str }
+        args { channel: &'a str, drain_channel: &'a str, lost_notices: &'a str }
     }
 }
 

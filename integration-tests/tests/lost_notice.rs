@@ -1,0 +1,150 @@
+//! A hold taken from its owner (force-unlocked, deleted) is reported lost at once, not at the
+//! owner's next renewal: the taking script tells the owner's client on its one notice channel.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use redisync::prelude::*;
+use redisync_test_harness::RedisServer;
+
+/// The default watchdog renews every 10 s: a loss seen well before that was not found by a
+/// renewal. The target is under 100 ms on one Redis; the bound is loose for a loaded machine.
+const NOTICED_WITHIN: Duration = Duration::from_secs(3);
+
+async fn lost_within(what: &str, lost: impl std::future::Future<Output = ()>) -> Duration {
+    let taken = Instant::now();
+    tokio::time::timeout(NOTICED_WITHIN, lost)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the owner did not hear of the takeover"));
+    let after = taken.elapsed();
+    println!("{what}: lost() after {after:?}");
+    after
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlocked_lock_is_lost_at_once() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+
+    let guard = owner.lock("taken").lock().await.expect("lock");
+    let lost = guard.lost();
+    // The notice subscription is made with the first hold; a takeover before Redis confirms it
+    // would be heard only at the next renewal.
+    common::eventually(
+        "the notice channel is subscribed",
+        Duration::from_secs(5),
+        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
+    )
+    .await;
+    assert!(operator.lock("taken").force_unlock().await.expect("force"));
+    lost_within("lock", lost).await;
+    assert!(guard.is_lost());
+    assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
+
+    let guard = owner
+        .fair_lock("taken-fair")
+        .lock()
+        .await
+        .expect("fair lock");
+    assert!(operator
+        .fair_lock("taken-fair")
+        .force_unlock()
+        .await
+        .expect("force"));
+    lost_within("fair lock", guard.lost()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taken_read_write_holds_are_lost_at_once() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+    let rw = owner.read_write_lock("taken-rw");
+
+    let write = rw.write().await.expect("write");
+    common::eventually(
+        "the notice channel is subscribed",
+        Duration::from_secs(5),
+        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
+    )
+    .await;
+    assert!(operator
+        .read_write_lock("taken-rw")
+        .force_unlock()
+        .await
+        .expect("force"));
+    lost_within("write hold", write.lost()).await;
+
+    // Readers sharing one hold of their client, deleted.
+    let first = rw.read().await.expect("read");
+    let second = rw.read().await.expect("read");
+    assert!(operator
+        .read_write_lock("taken-rw")
+        .delete()
+        .await
+        .expect("delete"));
+    lost_within("shared read hold", first.lost()).await;
+    lost_within("second reader", second.lost()).await;
+}
+
+/// However many holds a client has, it listens on one channel, and a takeover costs it one
+/// renewal round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_holds_share_one_notice_subscription() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        guards.push(owner.lock(format!("many-{i}")).lock().await.expect("lock"));
+    }
+    common::eventually(
+        "the notice channel is subscribed",
+        Duration::from_secs(5),
+        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
+    )
+    .await;
+    let channels = common::strings(&server.cmd(&["PUBSUB", "CHANNELS", "*"]));
+    assert_eq!(channels.len(), 1, "{channels:?}");
+
+    let renewals_before = owner.stats().renewals;
+    assert!(operator
+        .lock("many-500")
+        .force_unlock()
+        .await
+        .expect("force"));
+    lost_within("one of a thousand", guards[500].lost()).await;
+    // The round renewed the others (its batches settle one by one): every other hold stays.
+    common::eventually(
+        "the round renewed the other holds",
+        Duration::from_secs(5),
+        || owner.stats().renewals >= renewals_before + 999,
+    )
+    .await;
+    let lost: Vec<usize> = (0..1000).filter(|&i| guards[i].is_lost()).collect();
+    assert_eq!(lost, vec![500]);
+}
+
+/// A polling client has no subscription at all, and learns at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_client_learns_at_its_next_renewal() {
+    let server = RedisServer::start();
+    let owner = Client::builder(server.url())
+        .wait_strategy(WaitStrategy::Poll {
+            interval: Duration::from_millis(50),
+        })
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .expect("connect");
+    let operator = common::client(&server).await;
+    let guard = owner.lock("polled").lock().await.expect("lock");
+    assert!(operator.lock("polled").force_unlock().await.expect("force"));
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("found at the next renewal");
+    let channels = common::strings(&server.cmd(&["PUBSUB", "CHANNELS", "*"]));
+    assert!(channels.is_empty(), "{channels:?}");
+}
