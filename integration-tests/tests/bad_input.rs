@@ -1423,7 +1423,7 @@ async fn foreign_data(only: &[&str], known_bugs: &[(&str, &str)]) {
                 };
                 checker.run_all(cases, expect, Some(&key), &restore).await;
                 // Whatever happened, nothing may be left subscribed.
-                let channels = strings(&server.cmd(&["PUBSUB", "CHANNELS", "*"]));
+                let channels = common::call_channels(&server);
                 assert!(channels.is_empty(), "{prefix} left channels {channels:?}");
             }
         }

@@ -229,8 +229,10 @@ impl Inspector {
         reply[1].parse().unwrap()
     }
 
+    /// The channels some call subscribed (not the clients' lost-notice channels, which
+    /// they keep).
     fn channels(&self) -> Vec<String> {
-        strings(&self.query(&["PUBSUB", "CHANNELS", "*"]))
+        common::without_lost_notices(strings(&self.query(&["PUBSUB", "CHANNELS", "*"])))
     }
 }
 

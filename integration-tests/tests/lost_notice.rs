@@ -148,3 +148,40 @@ async fn a_polling_client_learns_at_its_next_renewal() {
     let channels = common::strings(&server.cmd(&["PUBSUB", "CHANNELS", "*"]));
     assert!(channels.is_empty(), "{channels:?}");
 }
+
+/// Notices keep working after the subscriber connection is killed: the client subscribes
+/// again and checks its holds, since a notice sent meanwhile would be lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_survive_a_killed_subscriber_connection() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+    let channel = format!("redisync:lost:{}", owner.id());
+    let first = owner.lock("killed-1").lock().await.expect("lock");
+    common::eventually(
+        "the notice channel is subscribed",
+        Duration::from_secs(5),
+        || server.numsub(&channel) == 1,
+    )
+    .await;
+    server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    // Taken while the client may still be reconnecting.
+    assert!(operator
+        .lock("killed-1")
+        .force_unlock()
+        .await
+        .expect("force"));
+    lost_within("taken during the reconnect", first.lost()).await;
+
+    let second = owner.lock("killed-2").lock().await.expect("lock");
+    common::eventually("subscribed again", Duration::from_secs(5), || {
+        server.numsub(&channel) == 1
+    })
+    .await;
+    assert!(operator
+        .lock("killed-2")
+        .force_unlock()
+        .await
+        .expect("force"));
+    lost_within("taken after the reconnect", second.lost()).await;
+}

@@ -1107,6 +1107,40 @@ fn a_lock_taken_away_under_a_finishing_command_is_120() {
     done.assert_error(120, "the lock was lost before the command finished");
 }
 
+/// Under the watchdog (the default lease), a run whose lock is force-unlocked is stopped at
+/// once: the force-unlock tells the run's client, rather than the run finding out at its next
+/// renewal (10 s with the defaults).
+#[test]
+fn a_force_unlocked_run_is_stopped_at_once() {
+    let world = World::new();
+    let pidfile = world.path("pid");
+    let mut holder = world.sh(
+        "lock watched",
+        &format!(r#"echo $$ > "$1"; {BOUNDED_WAIT}"#),
+        &[&pidfile],
+    );
+    let child = pid_in(&pidfile);
+    // The run's client listens for lost notices once it holds the lock.
+    eventually(
+        Duration::from_secs(5),
+        "the run listens for lost notices",
+        || {
+            let channels = world.server.cmd(&["PUBSUB", "CHANNELS", "redisync:lost:*"]);
+            matches!(channels, redis::Value::Array(ref c) if c.len() == 1)
+        },
+    );
+    let taken = Instant::now();
+    world.run_line("force-unlock watched --yes").assert_code(0);
+    let done = holder.wait(Duration::from_secs(8));
+    let stopped_after = taken.elapsed();
+    done.assert_error(120, "the lock was lost while the command ran");
+    assert!(
+        stopped_after < Duration::from_secs(3),
+        "stopped {stopped_after:?} after the force-unlock: at a renewal, not at once"
+    );
+    assert!(!process_runs(child), "the command is gone");
+}
+
 /// `force-unlock` frees every kind of lock under the name.
 #[test]
 fn force_unlock_frees_every_kind_of_lock() {

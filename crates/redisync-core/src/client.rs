@@ -2,7 +2,7 @@
 //! runtime, and the user API on it.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -282,7 +282,9 @@ pub struct LocalState {
     /// Primitives with at least one local waiter queued.
     pub waiting_queues: usize,
     /// Channels with at least one local subscriber (with
-    /// [`WaitStrategy::Poll`](crate::WaitStrategy::Poll): channels being polled).
+    /// [`WaitStrategy::Poll`](crate::WaitStrategy::Poll): channels being polled), besides
+    /// the client's own lost-notice channel (see [`watchdog`](crate::watchdog)), which it
+    /// subscribes with its first watchdog hold and keeps.
     pub subscribed_channels: usize,
     /// Holds the watchdog is renewing (each guard of a re-entered lock counts once).
     pub renewed_holds: usize,
@@ -296,9 +298,12 @@ impl Client {
     /// field is zero; tests use this to prove that cancelled calls leave nothing behind.
     pub fn local_state(&self) -> LocalState {
         let shared = self.shared();
+        // The lost-notice channel is the client's, made with its first watchdog hold and
+        // kept: not something a call left behind.
+        let notices = usize::from(shared.watchdog.listens_for_notices.load(Ordering::Relaxed));
         LocalState {
             waiting_queues: shared.queues.len(),
-            subscribed_channels: shared.hub.channel_count(),
+            subscribed_channels: shared.hub.channel_count().saturating_sub(notices),
             renewed_holds: shared.watchdog.len(),
             pending_releases: shared.pending.len(),
         }

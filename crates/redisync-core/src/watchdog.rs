@@ -102,6 +102,9 @@ pub(crate) struct Watchdog {
     /// Signalled when the registry gets its first hold: the watchdog task then subscribes to
     /// the client's lost notices.
     first_hold: tokio::sync::Notify,
+    /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
+    /// made: one channel per client, not a leak of any call).
+    pub(crate) listens_for_notices: std::sync::atomic::AtomicBool,
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
@@ -242,6 +245,8 @@ pub(crate) fn spawn(
         hub: hub.clone(),
         channel: lost_notice_channel(&transport.config.key_prefix, client_id),
         subscribed: None,
+        generation: 0,
+        confirmed: false,
     });
     transport
         .runtime
@@ -256,15 +261,25 @@ struct Notices {
         crate::pubsub::Subscription,
         tokio::sync::watch::Receiver<crate::pubsub::ChannelState>,
     )>,
+    /// The channel's generation when last looked at.
+    generation: u64,
+    /// Whether Redis ever confirmed the subscription: the hub's bump of the generation when it
+    /// first subscribes is no notice, one after a lost connection may stand for lost ones.
+    confirmed: bool,
 }
 
 impl Notices {
     /// Subscribes, if not yet subscribed and the watchdog has holds.
     fn subscribe_if_needed(&mut self, watchdog: &Watchdog) {
         if self.subscribed.is_none() && watchdog.len() > 0 {
+            // Before subscribing: a snapshot of the local state in between then misses a
+            // channel for a moment rather than counting this one as left behind.
+            watchdog.listens_for_notices.store(true, Ordering::Relaxed);
             let subscription = self.hub.subscribe(&self.channel);
             let mut watcher = subscription.watcher();
-            watcher.borrow_and_update();
+            let state = *watcher.borrow_and_update();
+            self.generation = state.generation;
+            self.confirmed = state.subscribed;
             self.subscribed = Some((subscription, watcher));
         }
     }
@@ -272,13 +287,21 @@ impl Notices {
     /// Resolves when a notice arrives (or the subscriber connection was lost and made again,
     /// when notices may have been missed); never without a subscription.
     async fn arrived(&mut self) {
-        match &mut self.subscribed {
-            Some((_, watcher)) => {
-                if watcher.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
+        let Some((_, watcher)) = &mut self.subscribed else {
+            return std::future::pending().await;
+        };
+        loop {
+            if watcher.changed().await.is_err() {
+                return std::future::pending().await;
             }
-            None => std::future::pending().await,
+            let state = *watcher.borrow_and_update();
+            let bumped = state.generation != self.generation;
+            self.generation = state.generation;
+            let notice = bumped && self.confirmed;
+            self.confirmed |= state.subscribed;
+            if notice {
+                return;
+            }
         }
     }
 }

@@ -86,7 +86,9 @@ impl LockGuard {
 
     /// Whether the client knows the hold is gone: a renewal found it missing or not ours,
     /// no renewal was confirmed before the lease would end, the client shut down, or a fixed
-    /// lease ran out.
+    /// lease ran out. A watchdog-kept hold taken by `force_unlock` or `delete` is found at
+    /// once (the caller tells this client; not on a cluster or for a polling client, which
+    /// find it at the next renewal).
     pub fn is_lost(&self) -> bool {
         self.hold.is_lost()
     }

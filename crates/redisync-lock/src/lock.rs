@@ -362,7 +362,10 @@ impl ReentrantLock {
 
     /// Frees the lock whoever holds it and wakes the waiters. Returns whether it was held.
     /// Guards of the removed hold find out: their `unlock` returns [`Error::NotOwner`], and
-    /// watchdog-renewed ones are marked lost at the next renewal.
+    /// watchdog-renewed ones are marked lost at once (within a round trip or two: the call
+    /// tells the holder's client, whose watchdog checks its holds on the spot), or at their
+    /// next renewal on a cluster and for a client that polls
+    /// ([`WaitStrategy::Poll`](redisync_core::WaitStrategy::Poll)).
     ///
     /// # Examples
     ///

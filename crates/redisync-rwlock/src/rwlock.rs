@@ -528,7 +528,8 @@ impl ReadWriteLock {
 
     /// Frees the lock whatever holds it, readers and writer, and wakes the waiters. Returns
     /// whether it was held. The holders' guards then get [`Error::NotOwner`] from `unlock`,
-    /// and watchdog-renewed ones are marked lost at the next renewal.
+    /// and watchdog-renewed ones are marked lost at once (the call tells the holders'
+    /// clients), or at their next renewal on a cluster and for a client that polls.
     ///
     /// # Examples
     ///

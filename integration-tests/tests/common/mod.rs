@@ -46,6 +46,21 @@ pub fn wake_subscribers(server: &RedisServer, name: &str) -> u64 {
         .sum()
 }
 
+/// The channels subscribed on `server` that some call made: every channel but the clients'
+/// lost-notice channels.
+pub fn call_channels(server: &RedisServer) -> Vec<String> {
+    without_lost_notices(strings(&server.cmd(&["PUBSUB", "CHANNELS", "*"])))
+}
+
+/// `channels` without the clients' lost-notice channels (`<prefix>:lost:<client id>`), which
+/// a client subscribes with its first watchdog hold and keeps: no call left them behind.
+pub fn without_lost_notices(channels: Vec<String>) -> Vec<String> {
+    channels
+        .into_iter()
+        .filter(|channel| !channel.contains(":lost:"))
+        .collect()
+}
+
 /// Every command's call count since the last `CONFIG RESETSTAT`, from `INFO commandstats`:
 /// the commands scripts ran inside Redis included.
 pub fn command_stats(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
