@@ -185,3 +185,27 @@ async fn notices_survive_a_killed_subscriber_connection() {
         .expect("force"));
     lost_within("taken after the reconnect", second.lost()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_expirable_permits_are_lost_at_once() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+    let semaphore = owner.expirable_semaphore("taken-permits");
+    semaphore.try_set_permits(2).await.expect("permits");
+    let first = semaphore.acquire().await.expect("permit");
+    let second = semaphore.acquire().await.expect("permit");
+    common::eventually(
+        "the notice channel is subscribed",
+        Duration::from_secs(5),
+        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
+    )
+    .await;
+    assert!(operator
+        .expirable_semaphore("taken-permits")
+        .delete()
+        .await
+        .expect("delete"));
+    lost_within("first permit", first.lost()).await;
+    lost_within("second permit", second.lost()).await;
+}

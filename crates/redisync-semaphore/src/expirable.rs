@@ -411,12 +411,14 @@ impl DistributedPrimitive for ExpirableSemaphore {
     }
 
     /// Removes the pool and every leased permit; waiters then find none until it is set again,
-    /// and the permits' guards find theirs gone.
+    /// and the permits' guards find theirs gone: at once for watchdog-kept permits (the call
+    /// tells their clients), at their next renewal on a cluster or for a polling client.
     async fn delete(&self) -> Result<bool> {
         let keys = self.core.keys()?;
         let call = scripts::XDelete {
             permits: &keys.permits,
             deadlines: &keys.deadlines,
+            lost_notices: &self.core.client.lost_notice_prefix(),
         }
         .call();
         Ok(self.core.client.eval::<i64>(call).await? == 1)

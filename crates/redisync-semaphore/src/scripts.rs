@@ -174,9 +174,9 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Removes the pool and every leased permit (`lua/expirable_semaphore_delete.lua`).
     pub(crate) struct XDelete = new "expirable_semaphore_delete" for "expirable_semaphore"
-        after ["expirable_semaphore_prelude"] {
+        after ["publish_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines }
-        args {}
+        args { lost_notices: &'a str }
     }
 }
 
