@@ -1559,3 +1559,36 @@ async fn releases_over_foreign_data_are_refused_and_leave_it_alone() {
         &[],
     );
 }
+
+/// An address that is not a Redis server (here, something that answers like an HTTP server)
+/// is named as such, with a hint, and reported promptly; the driver alone would report a
+/// parse error at some byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_redis_is_named_as_such() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(16) {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 256];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let started = std::time::Instant::now();
+    let outcome = Client::builder(format!("redis://127.0.0.1:{port}/"))
+        .command_timeout(PROMPTLY)
+        .build()
+        .await;
+    let message = match outcome {
+        Err(err @ Error::Redis(_)) => err.to_string(),
+        other => panic!("expected a Redis error, got {other:?}"),
+    };
+    assert!(
+        message.contains("did not answer as Redis does") && message.contains("rediss://"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "one line: {message}");
+    assert!(started.elapsed() < PROMPTLY * 2);
+}

@@ -102,3 +102,8 @@ pub use watchdog::lease::{HoldLease, PendingFix};
 
 /// Re-exported so primitive crates use the same `async_trait` as core.
 pub use async_trait::async_trait;
+
+/// The Redis driver (`redis-rs`) this crate uses: [`Error::Redis`] carries its
+/// [`RedisError`](redis::RedisError), whose [`kind`](redis::RedisError::kind) and
+/// [`code`](redis::RedisError::code) a caller can match on without a dependency of its own.
+pub use redis;

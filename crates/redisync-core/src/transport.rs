@@ -165,7 +165,8 @@ impl Transport {
                     connect_cluster_pool(&cluster, config.pool_size),
                 )
                 .await
-                .map_err(|_| Error::Timeout)??;
+                .map_err(|_| Error::Timeout)?
+                .map_err(explain_connect_error)?;
                 (None, connections, cluster_name(nodes))
             }
             None => {
@@ -188,7 +189,8 @@ impl Transport {
                     connect_pool(&redis_client, &manager_config, config.pool_size),
                 )
                 .await
-                .map_err(|_| Error::Timeout)??;
+                .map_err(|_| Error::Timeout)?
+                .map_err(explain_connect_error)?;
                 // Under Sentinel the primary moves; the master's name identifies the server.
                 let server = match &config.sentinel {
                     Some(sentinel) => format!("sentinel:{}/{}", sentinel.master, sentinel.db),
@@ -297,6 +299,21 @@ fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
         ),
         None => redis::Client::open(config.url.as_str()),
     }
+}
+
+/// A connection error, with a message a user can act on where the driver's would not help: a
+/// reply that does not parse means the address is not a Redis server (an HTTP port, a TLS
+/// port reached with `redis://`...), which the driver reports as a parse error at some byte.
+fn explain_connect_error(err: redis::RedisError) -> Error {
+    if err.kind() == redis::ErrorKind::Parse {
+        // The driver's detail (the bytes it choked on) would only add noise.
+        return Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "the server did not answer as Redis does: is the address a Redis port, and does the \
+             URL's scheme match its TLS (redis:// without, rediss:// with)?",
+        )));
+    }
+    Error::from(err)
 }
 
 /// `size` connections to the server of `client`.

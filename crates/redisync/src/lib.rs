@@ -107,6 +107,20 @@ pub use redisync_core::{
 /// The lower layer: keys, scripts, waiting and leases, for writing new primitives.
 pub use redisync_core as core;
 
+/// The Redis driver (`redis-rs`) redisync uses: [`Error::Redis`] carries its
+/// [`RedisError`](redis::RedisError), so its [`ErrorKind`](redis::ErrorKind) can be matched
+/// without a dependency of your own (and without a second copy of the driver).
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// fn is_auth_failure(err: &Error) -> bool {
+///     matches!(err, Error::Redis(e) if e.kind() == redisync::redis::ErrorKind::AuthenticationFailed)
+/// }
+/// assert!(!is_auth_failure(&Error::Timeout));
+/// ```
+pub use redisync_core::redis;
+
 #[cfg(feature = "latch")]
 pub use redisync_latch::{CountDownLatch, COUNT_DOWN_MEMORY};
 #[cfg(feature = "lock")]
