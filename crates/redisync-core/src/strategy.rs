@@ -24,8 +24,10 @@ pub enum WaitStrategy {
     /// Redis's refusal is ignored).
     ///
     /// A hand-off then takes up to about `interval` longer, and a client with waiters sends one
-    /// request per primitive per interval, however many of its tasks wait. `interval` must be
-    /// between [`MIN_POLL_INTERVAL`] and [`MAX_POLL_INTERVAL`].
+    /// request per primitive per interval, however many of its tasks wait (except where each
+    /// waiter has a place of its own in Redis: a fair lock's waiters each re-check, as each
+    /// would on a release message). `interval` must be between [`MIN_POLL_INTERVAL`] and
+    /// [`MAX_POLL_INTERVAL`].
     Poll {
         /// How often the waiters of one primitive re-check.
         interval: Duration,
