@@ -7,7 +7,8 @@
 //!
 //! On a Redis Cluster, wake-ups use sharded pub/sub, so that a message goes only to the nodes
 //! of the channel's shard rather than to every node. Scripts are written with
-//! `redis.call('PUBLISH', ...)`; a cluster client runs a variant in which that call is
+//! `redis.call('PUBLISH', ...)` (or `redis.pcall('PUBLISH', ...)`, the spelling of
+//! `lua/publish_prelude.lua`); a cluster client runs a variant in which that call is
 //! `SPUBLISH` (the channel always shares the slot of the script's keys).
 
 use std::sync::OnceLock;
@@ -38,6 +39,10 @@ pub struct LuaScript {
 /// How scripts publish; the sharded form is the one a cluster client runs.
 const PUBLISH: &str = "redis.call('PUBLISH',";
 const SHARDED_PUBLISH: &str = "redis.call('SPUBLISH',";
+/// The protected spelling, which `lua/publish_prelude.lua` uses so that a refused `PUBLISH`
+/// does not fail the script half way.
+const PUBLISH_PROTECTED: &str = "redis.pcall('PUBLISH',";
+const SHARDED_PUBLISH_PROTECTED: &str = "redis.pcall('SPUBLISH',";
 
 impl LuaScript {
     /// Declares a script. `name` appears in traces; `source` is usually an `include_str!` of a
@@ -96,7 +101,10 @@ impl LuaScript {
     /// The script's source as sent: with `sharded`, publishing with `SPUBLISH`.
     pub(crate) fn source(&self, sharded: bool) -> std::borrow::Cow<'static, str> {
         if sharded {
-            self.source.replace(PUBLISH, SHARDED_PUBLISH).into()
+            self.source
+                .replace(PUBLISH, SHARDED_PUBLISH)
+                .replace(PUBLISH_PROTECTED, SHARDED_PUBLISH_PROTECTED)
+                .into()
         } else {
             self.source.into()
         }
@@ -367,7 +375,10 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n");
             let mentions = code.to_ascii_uppercase().matches("PUBLISH").count();
-            let rewritable = code.matches(PUBLISH).count();
+            // `publish(...)` is publish_prelude's function, whose one call is rewritten.
+            let rewritable = code.matches(PUBLISH).count()
+                + code.matches(PUBLISH_PROTECTED).count()
+                + code.matches("publish(").count();
             assert_eq!(mentions, rewritable, "{}", path.display());
             publishing += rewritable;
         }
@@ -376,6 +387,12 @@ mod tests {
         assert!(publishing > 0, "found no publish call");
         static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
+        static PROTECTED: LuaScript =
+            LuaScript::new("p", "return redis.pcall('PUBLISH', KEYS[1], 1)");
+        assert_eq!(
+            PROTECTED.source(true),
+            "return redis.pcall('SPUBLISH', KEYS[1], 1)"
+        );
     }
 
     #[test]
