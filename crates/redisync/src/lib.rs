@@ -79,6 +79,7 @@
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
 //! | `latch` | [`CountDownLatch`] |
 //! | `multilock` | [`MultiLock`], [`MultiLockGuard`], [`Redlock`], [`RedlockGuard`] |
+//! | `election` | [`LeaderElection`], [`Leadership`], [`Leader`] |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -107,6 +108,8 @@ pub use redisync_core::{
 /// The lower layer: keys, scripts, waiting and leases, for writing new primitives.
 pub use redisync_core as core;
 
+#[cfg(feature = "election")]
+pub use redisync_election::{Leader, LeaderElection, Leadership, MAX_VALUE_LEN};
 #[cfg(feature = "latch")]
 pub use redisync_latch::{CountDownLatch, COUNT_DOWN_MEMORY};
 #[cfg(feature = "lock")]
@@ -152,6 +155,10 @@ pub trait ClientExt {
     /// order. The locks may come from other clients too.
     #[cfg(feature = "multilock")]
     fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock;
+
+    /// A handle to the leader election called `name` (see [`LeaderElection`]).
+    #[cfg(feature = "election")]
+    fn leader_election(&self, name: impl Into<String>) -> LeaderElection;
 }
 
 impl ClientExt for Client {
@@ -189,6 +196,11 @@ impl ClientExt for Client {
     fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock {
         MultiLock::new(locks)
     }
+
+    #[cfg(feature = "election")]
+    fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
+        LeaderElection::new(self, name)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -199,6 +211,8 @@ pub mod prelude {
         Wait,
     };
 
+    #[cfg(feature = "election")]
+    pub use redisync_election::{Leader, LeaderElection, Leadership};
     #[cfg(feature = "latch")]
     pub use redisync_latch::CountDownLatch;
     #[cfg(feature = "lock")]
