@@ -212,7 +212,8 @@ pub fn json(name: &str, found: &[Finding]) -> String {
     )
 }
 
-fn quote(s: &str) -> String {
+/// `s` as a JSON string.
+pub(crate) fn quote(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {

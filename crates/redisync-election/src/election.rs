@@ -215,6 +215,27 @@ impl LeaderElection {
         self.core.campaign(value.into(), Some(wait), None).await
     }
 
+    /// Campaigns with `value`, waiting as `wait` says, with the lease `lease`: the one
+    /// campaign the others are shorthands for ([`campaign`](Self::campaign) is
+    /// `Wait::Forever` and `Lease::Watchdog`). With [`Lease::Fixed`] the leadership ends by
+    /// itself when the lease runs out, and [`Leadership::lost`] completes then. `Ok(None)`
+    /// when the wait ran out first.
+    ///
+    /// # Errors
+    ///
+    /// As for [`campaign`](Self::campaign); a fixed lease under `MIN_LEASE` or a lease or
+    /// wait too large for Redis milliseconds is [`Error::InvalidArgument`].
+    pub async fn campaign_with(
+        &self,
+        value: impl Into<String>,
+        wait: Wait,
+        lease: Lease,
+    ) -> Result<Option<Leadership>> {
+        self.core
+            .campaign(value.into(), wait.limit(), lease.duration())
+            .await
+    }
+
     /// Who leads now, if anyone. Reads only.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         Ok(self
