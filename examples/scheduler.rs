@@ -95,7 +95,10 @@ async fn main() -> Result<(), AnyError> {
                     leader.value,
                     leader.term
                 ),
-                None => println!("+{:>5} ms observer: nobody leads", start.elapsed().as_millis()),
+                None => println!(
+                    "+{:>5} ms observer: nobody leads",
+                    start.elapsed().as_millis()
+                ),
             }
         }
     });
@@ -129,7 +132,10 @@ async fn main() -> Result<(), AnyError> {
     victim.shutdown().await;
     // Wait for a successor.
     let successor = loop {
-        let now = observer_client.leader_election("scheduler").leader().await?;
+        let now = observer_client
+            .leader_election("scheduler")
+            .leader()
+            .await?;
         if let Some(now) = now.filter(|now| now.term > leader.term) {
             break now;
         }
@@ -149,7 +155,11 @@ async fn main() -> Result<(), AnyError> {
         "+{:>5} ms {who}'s late write with term {}: {}",
         start.elapsed().as_millis(),
         leader.term,
-        if accepted { "ACCEPTED (bug)" } else { "refused" }
+        if accepted {
+            "ACCEPTED (bug)"
+        } else {
+            "refused"
+        }
     );
 
     for (_, client) in &clients {
