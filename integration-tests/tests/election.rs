@@ -120,9 +120,12 @@ async fn three_clients_take_turns_one_leader_at_a_time_with_increasing_terms() {
         }));
     }
     join_all(tasks).await;
-    let fenced = fenced.lock().unwrap();
-    assert!(fenced.refused.is_empty(), "refused {:?}", fenced.refused);
-    let terms: Vec<u64> = fenced.accepted.chunks(2).map(|pair| pair[0]).collect();
+    let (refused, accepted) = {
+        let fenced = fenced.lock().unwrap();
+        (fenced.refused.clone(), fenced.accepted.clone())
+    };
+    assert!(refused.is_empty(), "refused {refused:?}");
+    let terms: Vec<u64> = accepted.chunks(2).map(|pair| pair[0]).collect();
     assert_eq!(terms.len(), 18);
     assert!(
         terms.windows(2).all(|w| w[0] < w[1]),
