@@ -503,3 +503,104 @@ async fn bad_input_is_refused_with_typed_errors() {
     assert_wrong_type("a foreign hash", election.try_campaign("v").await);
     assert_wrong_type("a foreign hash: leader", election.leader().await);
 }
+
+/// Three clients campaign in a loop for a few seconds while their connections are killed
+/// (normal and pub/sub) and the script cache is flushed. Whenever a campaign wins, every other
+/// leadership still alive must already know it is lost; the fenced resource refuses only terms
+/// of leaderships that know they are lost, and accepts no stale one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_stay_fenced_through_connection_kills_and_script_flushes() {
+    let server = RedisServer::start();
+    let name = "chaos";
+    let run = Duration::from_secs(6);
+    let fenced = Arc::new(Mutex::new(Fenced::default()));
+    // Each worker's current leadership, where the others can ask it whether it knows it lost.
+    let slots: Arc<Vec<Mutex<Option<Leadership>>>> =
+        Arc::new((0..3).map(|_| Mutex::new(None)).collect());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let c = Client::builder(server.url())
+            .watchdog_timeout(ms(600))
+            .command_timeout(ms(500))
+            .build()
+            .await
+            .unwrap();
+        let (fenced, slots) = (fenced.clone(), slots.clone());
+        tasks.push(tokio::spawn(async move {
+            let election = c.leader_election(name);
+            let (mut won, mut errors, mut stale_refused) = (0u64, 0u64, 0u64);
+            while started.elapsed() < run {
+                let leadership = match election.campaign_for(format!("w{i}"), ms(1000)).await {
+                    Ok(Some(leadership)) => leadership,
+                    Ok(None) => continue,
+                    Err(_) => {
+                        errors += 1;
+                        tokio::time::sleep(ms(20)).await;
+                        continue;
+                    }
+                };
+                won += 1;
+                let term = leadership.term();
+                for (j, slot) in slots.iter().enumerate() {
+                    if j != i {
+                        if let Some(other) = &*slot.lock().unwrap() {
+                            assert!(
+                                other.is_lost(),
+                                "w{i} won term {term} while w{j} (term {}) did not know it lost",
+                                other.term()
+                            );
+                        }
+                    }
+                }
+                *slots[i].lock().unwrap() = Some(leadership);
+                for _ in 0..3 {
+                    let lost = slots[i]
+                        .lock()
+                        .unwrap()
+                        .as_ref()
+                        .is_none_or(Leadership::is_lost);
+                    let accepted = fenced.lock().unwrap().write(term);
+                    if !accepted {
+                        assert!(lost, "term {term} refused while w{i} did not know it lost");
+                        stale_refused += 1;
+                        break;
+                    }
+                    tokio::time::sleep(ms(5)).await;
+                }
+                let leadership = slots[i].lock().unwrap().take();
+                if let Some(leadership) = leadership {
+                    let _ = leadership.resign().await;
+                }
+            }
+            c.shutdown().await;
+            (won, errors, stale_refused)
+        }));
+    }
+    let mut faults = 0;
+    while started.elapsed() < run {
+        tokio::time::sleep(ms(150)).await;
+        let fault: &[&str] = match faults % 3 {
+            0 => &["CLIENT", "KILL", "TYPE", "normal"],
+            1 => &["CLIENT", "KILL", "TYPE", "pubsub"],
+            _ => &["SCRIPT", "FLUSH"],
+        };
+        let _ = server.try_cmd(fault);
+        faults += 1;
+    }
+    let results = join_all(tasks).await;
+    let won: u64 = results.iter().map(|r| r.0).sum();
+    let errors: u64 = results.iter().map(|r| r.1).sum();
+    let refused: u64 = results.iter().map(|r| r.2).sum();
+    let fenced = fenced.lock().unwrap();
+    assert!(
+        won >= 10,
+        "only {won} leaderships in {run:?} ({errors} errors)"
+    );
+    assert_eq!(refused as usize, fenced.refused.len());
+    println!(
+        "chaos: {won} leaderships, {} writes accepted, {refused} stale refused, {errors} \
+         campaign errors, {faults} faults",
+        fenced.accepted.len()
+    );
+}
