@@ -141,7 +141,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits.
+    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits,
+    /// an election's leader.
     Inspect {
         /// The name to look at.
         name: String,

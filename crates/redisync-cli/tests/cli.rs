@@ -1659,6 +1659,17 @@ fn leader_prints_and_watches_the_leader() {
     let done = world.run_line("leader web");
     done.assert_code(0);
     assert_eq!(done.stdout, "node-a:8080 (term 1)\n");
+    let inspected = world.inspect("web");
+    assert_eq!(
+        table_field(&inspected, "election \"web\"", "leader").as_deref(),
+        Some("node-a:8080"),
+        "{inspected}"
+    );
+    assert_eq!(
+        table_field(&inspected, "election \"web\"", "term").as_deref(),
+        Some("1"),
+        "{inspected}"
+    );
     let json = Json::parse(&world.run_line("leader web --json").stdout).expect("JSON");
     assert_eq!(json.get("leader").get("value").str(), "node-a:8080");
     assert!(
