@@ -44,7 +44,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes a client out of the election's waiters (`lua/election_withdraw.lua`).
     pub(crate) struct Withdraw = new "election_withdraw" for "election"
-        after ["wake_prelude", "election_prelude"] {
+        after ["publish_prelude", "wake_prelude", "election_prelude"] {
         keys { leader, waiters }
         args { channel: &'a str }
     }
