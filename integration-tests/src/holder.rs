@@ -7,13 +7,15 @@
 //! ```text
 //! holder lock   <url> <name> [--lease-ms N] [--watchdog-ms N] [--command-timeout-ms N]
 //! holder permit <url> <name> [--lease-ms N] [--watchdog-ms N] [--command-timeout-ms N] [--permits N]
+//! holder leader <url> <name> [--lease-ms N] [--watchdog-ms N] [--command-timeout-ms N]
 //! ```
 //!
 //! `lock` takes the `ReentrantLock` `name` (a fixed lease with `--lease-ms`, otherwise a
 //! watchdog lease of `--watchdog-ms`, default 30 s); `permit` first tries to initialise the
-//! `ExpirableSemaphore` `name` with `--permits` (default 1), then takes one permit. Once it
-//! holds, the process prints `acquired <fencing token>` (lock) or `acquired <permit id>`
-//! (permit), and `lost` as soon as the client learns the hold is gone. It answers these lines
+//! `ExpirableSemaphore` `name` with `--permits` (default 1), then takes one permit; `leader` campaigns in the `LeaderElection` `name` and, once it leads,
+//! proclaims its process id as the leader's value. Once it holds, the process prints
+//! `acquired <fencing token>` (lock), `acquired <permit id>` (permit) or `acquired <term>`
+//! (leader), and `lost` as soon as the client learns the hold is gone. It answers these lines
 //! on its standard input:
 //!
 //! * `write`: prints `write <fencing token or id> <lost: true|false>`, the write it would

@@ -98,6 +98,15 @@ async fn a_user_with_the_documented_rules_can_use_every_primitive() {
     latch.try_set_count(1).await.expect("arm");
     latch.count_down().await.expect("count down");
     latch.wait().await.expect("wait");
+    let election = c.leader_election("acl-election");
+    let leadership = election.campaign("a").await.expect("campaign");
+    leadership.proclaim("b").await.expect("proclaim");
+    assert_eq!(
+        election.leader().await.expect("leader").map(|l| l.value),
+        Some("b".to_owned())
+    );
+    leadership.resign().await.expect("resign");
+    assert!(!election.delete().await.expect("delete"));
     let multi = c.multi_lock([c.lock("acl-a"), c.lock("acl-b")]);
     multi
         .lock()

@@ -63,6 +63,7 @@ held!(
     ExpirablePermit => release,
     MultiLockGuard => unlock,
     RedlockGuard => unlock,
+    Leadership => resign,
 );
 
 fn short(text: String) -> String {
@@ -392,6 +393,50 @@ fn latch_calls(prefix: &str, latch: &CountDownLatch) -> Vec<Case> {
     case!(cases, format!("{prefix} wait_for"), latch, value, |l| l
         .wait_for(ms(100)));
     case!(cases, format!("{prefix} delete"), latch, value, |l| l
+        .delete());
+    cases
+}
+
+fn election_calls(prefix: &str, election: &LeaderElection) -> Vec<Case> {
+    let mut cases = Vec::new();
+    case!(cases, format!("{prefix} campaign"), election, guard, |e| e
+        .campaign("v"));
+    case!(
+        cases,
+        format!("{prefix} try_campaign"),
+        election,
+        maybe_guard,
+        |e| e.try_campaign("v")
+    );
+    case!(
+        cases,
+        format!("{prefix} campaign_for"),
+        election,
+        maybe_guard,
+        |e| e.campaign_for("v", ms(100))
+    );
+    case!(
+        cases,
+        format!("{prefix} acquire_with"),
+        election,
+        maybe_guard,
+        |e| e.acquire_with(Wait::No, Lease::Watchdog)
+    );
+    case!(cases, format!("{prefix} leader"), election, value, |e| e
+        .leader());
+    case!(
+        cases,
+        format!("{prefix} observe (first item)"),
+        election,
+        value,
+        |e| async move {
+            let mut changes = Box::pin(e.observe());
+            futures_util::StreamExt::next(&mut changes)
+                .await
+                .unwrap_or(Ok(None))
+        }
+    );
+    case!(cases, format!("{prefix} delete"), election, value, |e| e
         .delete());
     cases
 }
@@ -780,6 +825,10 @@ async fn bad_names_are_invalid_arguments_for_every_call() {
             &format!("latch, {what}:"),
             &c.count_down_latch(&name),
         ));
+        cases.extend(election_calls(
+            &format!("election, {what}:"),
+            &c.leader_election(&name),
+        ));
         // One bad lock among good ones, on one client and across two.
         cases.extend(multi_calls(
             &format!("multi-lock (one client), {what}:"),
@@ -859,7 +908,15 @@ async fn bad_durations_counts_and_empty_sets_are_invalid_arguments() {
     let xsem = c.expirable_semaphore("xsem");
     let multi = c.multi_lock([c.lock("m-1"), c.lock("m-2")]);
     let redlock = Redlock::new([c.lock("r-1")]);
+    let election = c.leader_election("election");
     for (what, lease) in bad_leases {
+        case!(
+            cases,
+            format!("election campaign_with(Forever, Fixed({what}))"),
+            election,
+            maybe_guard,
+            |e| e.campaign_with("v", Wait::Forever, Lease::Fixed(lease))
+        );
         case!(
             cases,
             format!("lock lock_with_lease({what})"),
@@ -968,7 +1025,22 @@ async fn bad_durations_counts_and_empty_sets_are_invalid_arguments() {
     }
     let sem = c.semaphore("sem");
     let latch = c.count_down_latch("latch");
+    let huge = "x".repeat(redisync::MAX_VALUE_LEN + 1);
+    case!(
+        cases,
+        "election try_campaign(value over MAX_VALUE_LEN)",
+        election,
+        maybe_guard,
+        |e| e.try_campaign(huge)
+    );
     for (what, wait) in bad_waits {
+        case!(
+            cases,
+            format!("election campaign_for({what})"),
+            election,
+            maybe_guard,
+            |e| e.campaign_for("v", wait)
+        );
         case!(
             cases,
             format!("lock try_lock_for({what})"),

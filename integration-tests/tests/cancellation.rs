@@ -95,6 +95,12 @@ impl Held for ExpirablePermit {
     }
 }
 
+impl Held for Leadership {
+    fn give_back(self) -> Release {
+        Box::pin(self.resign())
+    }
+}
+
 impl Held for MultiLockGuard {
     fn give_back(self) -> Release {
         Box::pin(self.unlock())
@@ -146,6 +152,7 @@ macro_rules! busy {
 /// records of single requests (idempotent releases, given-back attempts, withdrawn marks).
 fn is_bookkeeping(key: &str) -> bool {
     key.ends_with(":fence")
+        || key.ends_with(":election:term")
         || [":attempt:", ":permit:", ":count_down:", ":waiter:"]
             .iter()
             .any(|part| key.contains(part))
@@ -723,6 +730,36 @@ async fn every_multi_lock_acquire_leaves_nothing_when_cut() {
         busy: busy!(holder, |h| async move {
             let guard = h.lock_with_lease(LONG).await.unwrap();
             Busy(Box::pin(guard.unlock()))
+        }),
+    }
+    .sweep()
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_campaign_leaves_nothing_when_cut() {
+    let server = RedisServer::start();
+    let name = "cut-election";
+    let c = cut_client(&server).await;
+    let holder = client(&server).await.leader_election(name);
+    let election = c.leader_election(name);
+    Target {
+        label: "LeaderElection",
+        inspector: Inspector::new(&server),
+        clients: vec![c.clone()],
+        pattern: key_pattern(name),
+        channels: vec![format!("redisync:{{{name}}}:election:wake:{}", c.id())],
+        calls: vec![
+            call!("campaign", election, got, |e| e.campaign("cut")),
+            call!("try_campaign", election, maybe, |e| e.try_campaign("cut")),
+            call!("campaign_for", election, maybe, |e| e
+                .campaign_for("cut", LONG)),
+            call!("acquire_with fixed lease", election, maybe, |e| e
+                .acquire_with(Wait::Forever, Lease::Fixed(LONG))),
+        ],
+        busy: busy!(holder, |h| async move {
+            let leadership = h.campaign("holder").await.unwrap();
+            Busy(Box::pin(leadership.resign()))
         }),
     }
     .sweep()

@@ -1238,3 +1238,65 @@ async fn with_bad_seeds_building_a_cluster_client_fails_fast() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     drop(silent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_hands_over_and_announces_changes_on_every_master() {
+    use futures_util::StreamExt;
+    let cluster = shared_cluster();
+    let (a, b) = (
+        cluster_client(&cluster).await,
+        cluster_client(&cluster).await,
+    );
+    for (master, name) in names_on_each_master(&cluster, "election", 1) {
+        let mut observer = Box::pin(b.leader_election(&name).observe());
+        let first_item = tokio::time::timeout(SETTLE, observer.next()).await;
+        assert!(
+            matches!(first_item, Ok(Some(Ok(None)))),
+            "{name}: {first_item:?}"
+        );
+        let changes = format!("redisync:{{{name}}}:election:changes");
+        await_shard_subscriber(&cluster, master, &changes).await;
+        // The change notice is published on the channel's shard.
+        let mut listener = ShardListener::new(&cluster, master, &changes);
+
+        let first = a
+            .leader_election(&name)
+            .campaign("a")
+            .await
+            .expect("campaign");
+        listener.expect_message(WAKE);
+        let seen = tokio::time::timeout(SETTLE, observer.next()).await;
+        assert!(
+            matches!(&seen, Ok(Some(Ok(Some(leader)))) if leader.value == "a"
+                && leader.term == first.term()),
+            "{name}: {seen:?}"
+        );
+        // Every key lives on the master serving the name's slot.
+        let leader_key = format!("redisync:{{{name}}}:election:leader");
+        let term_key = format!("redisync:{{{name}}}:election:term");
+        assert!(exists_on(&cluster, master, &leader_key), "{name}");
+        assert!(exists_on(&cluster, master, &term_key), "{name}");
+
+        let other = b.leader_election(&name);
+        assert!(other.try_campaign("b").await.expect("try").is_none());
+        let waiter = tokio::spawn(async move { other.campaign("b").await });
+        let wake = format!("redisync:{{{name}}}:election:wake:{}", b.id());
+        await_shard_subscriber(&cluster, master, &wake).await;
+        assert_eq!(
+            zcard_on(
+                &cluster,
+                master,
+                &format!("redisync:{{{name}}}:election:waiters")
+            ),
+            1
+        );
+        let first_term = first.term();
+        first.resign().await.expect("resign");
+        let second = finish("the waiting candidate", WAKE, waiter)
+            .await
+            .expect("leads");
+        assert!(second.term() > first_term);
+        second.resign().await.expect("resign");
+        assert!(!exists_on(&cluster, master, &leader_key), "{name}");
+    }
+}

@@ -209,3 +209,27 @@ async fn deleted_expirable_permits_are_lost_at_once() {
     lost_within("first permit", first.lost()).await;
     lost_within("second permit", second.lost()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_leadership_is_lost_at_once() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+    let leadership = owner
+        .leader_election("taken-lead")
+        .campaign("node-a")
+        .await
+        .expect("campaign");
+    common::eventually(
+        "the notice channel is subscribed",
+        Duration::from_secs(5),
+        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
+    )
+    .await;
+    assert!(operator
+        .leader_election("taken-lead")
+        .delete()
+        .await
+        .expect("delete"));
+    lost_within("leadership", leadership.lost()).await;
+}

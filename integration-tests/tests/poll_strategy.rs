@@ -7,6 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::ms;
+use futures_util::StreamExt;
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
@@ -132,6 +133,38 @@ async fn every_primitive_hands_over(a: &Client, b: &Client) {
     settle().await;
     latch.count_down().await.expect("count down");
     woken("latch", waiter).await;
+
+    // Election: a campaigner waits for a resignation, and an observer sees it.
+    let lead = a
+        .leader_election("poll-election")
+        .campaign("a")
+        .await
+        .expect("campaign");
+    let mut changes = Box::pin(b.leader_election("poll-election").observe());
+    let first = tokio::time::timeout(WOKEN_WITHIN, changes.next())
+        .await
+        .expect("the current leader")
+        .expect("a stream item")
+        .expect("observe");
+    assert_eq!(first.map(|l| l.value), Some("a".to_owned()));
+    let campaigner = {
+        let election = b.leader_election("poll-election");
+        tokio::spawn(async move { election.campaign("b").await })
+    };
+    settle().await;
+    lead.resign().await.expect("resign");
+    let second = woken("campaign", campaigner).await;
+    assert!(second.term() > 1, "terms grow: {}", second.term());
+    let mut seen = Vec::new();
+    while seen.last().map(|l: &Option<String>| l.as_deref()) != Some(Some("b")) {
+        let next = tokio::time::timeout(WOKEN_WITHIN, changes.next())
+            .await
+            .expect("the observer sees the change")
+            .expect("a stream item")
+            .expect("observe");
+        seen.push(next.map(|l| l.value));
+    }
+    second.resign().await.expect("resign");
 
     // Multi-lock: waits for one of its locks.
     let held = a.lock("poll-a").lock().await.expect("lock a");

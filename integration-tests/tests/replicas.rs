@@ -102,6 +102,10 @@ async fn every_primitive_rolls_back_an_unreplicated_acquire() {
     ));
     let multi = client.multi_lock([client.lock("m1"), client.lock("m2")]);
     assert!(matches!(multi.try_lock().await, Err(Error::NotReplicated)));
+    assert!(matches!(
+        client.leader_election("elect").try_campaign("v").await,
+        Err(Error::NotReplicated)
+    ));
     replica.resume();
     // Everything was given back.
     assert_eq!(semaphore.available_permits().await.expect("permits"), 1);
@@ -117,6 +121,7 @@ async fn every_primitive_rolls_back_an_unreplicated_acquire() {
         "redisync:{fair}:fair:lock",
         "redisync:{m1}:lock",
         "redisync:{m2}:lock",
+        "redisync:{elect}:election:leader",
     ] {
         eventually(format!("{key} is free"), SETTLE, || !exists(&primary, key)).await;
     }

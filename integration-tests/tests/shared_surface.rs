@@ -270,6 +270,14 @@ async fn reentrant_lock_is_acquire() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_is_acquire() {
+    check(FENCED, async |a, b| {
+        (a.leader_election("shared"), b.leader_election("shared"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_is_acquire() {
     check(FENCED, async |a, b| {
         (a.fair_lock("shared"), b.fair_lock("shared"))
@@ -449,6 +457,33 @@ async fn the_api_contract_of_the_additions_holds() {
     guard_is::<_, MultiLockGuard>(&multi);
     let _: ReadLock = rw.reader();
     let _: WriteLock = rw.writer();
+    let _ = held_shapes::<Leadership>;
+
+    // LeaderElection, as API.md writes it (round 2).
+    let election: LeaderElection = client.leader_election("contract:election");
+    guard_is::<_, Leadership>(&election);
+    let leadership: Leadership = election.campaign("node-a:8080").await.unwrap();
+    let _: Option<Leadership> = election.try_campaign("node-b").await.unwrap();
+    let _: Option<Leadership> = election.campaign_for("node-b", ms(1)).await.unwrap();
+    let term: u64 = leadership.term();
+    let current: Option<Leader> = election.leader().await.unwrap();
+    assert_eq!(
+        current,
+        Some(Leader {
+            value: "node-a:8080".to_owned(),
+            term
+        })
+    );
+    fn stream_shape<S>(_: &S)
+    where
+        S: futures_util::Stream<Item = Result<Option<Leader>>> + Send + 'static,
+    {
+    }
+    stream_shape(&election.observe());
+    let () = leadership.proclaim("node-a:9090").await.unwrap();
+    let _: bool = leadership.is_lost();
+    sends_static::<()>(leadership.lost());
+    let () = leadership.resign().await.unwrap();
 
     // Acquires can cross tasks from generic code.
     async fn in_a_task<A: Acquire>(primitive: A) -> Result<Option<A::Guard>> {

@@ -14,6 +14,7 @@
 mod charts;
 mod commands;
 mod compare;
+mod election;
 mod lockers;
 mod monitor;
 mod primitives;
@@ -404,6 +405,45 @@ async fn main() {
         "vs floor many-locks cycles/s",
     );
     all.extend([watchdog, rw, sem, latch, cache]);
+
+    let mut election = Scenario::new(
+        "election-handover",
+        "7. Leader election hand-over: 2 clients, 50 ms terms",
+        "One client leads for 50–51 ms (timed by the OS, as in 2b), the other campaigns from \
+         the moment it won. Hand-off: from the leader starting `resign()` to the next \
+         `campaign()` returning. p50 vs pub/sub floor: this p50 ÷ the pub/sub floor's \
+         hand-off (scenario 2b's floor, measured again here), in the same round.",
+    );
+    for round in 0..settings.rounds {
+        if !settings.wants("7") {
+            break;
+        }
+        eprintln!("election round {}/{}", round + 1, settings.rounds);
+        for first in turn(&[false, true], round) {
+            if first {
+                election::handover(
+                    &server,
+                    settings.handoffs,
+                    election.figures("redisync election"),
+                )
+                .await;
+            } else {
+                scenarios::handoff(
+                    &server,
+                    Contender::PubSubFloor,
+                    settings.handoffs,
+                    election.figures(Contender::PubSubFloor.name()),
+                )
+                .await;
+            }
+        }
+    }
+    election.ratio_to_own(
+        "handoff p50 µs",
+        Contender::PubSubFloor.name(),
+        "p50 vs pub/sub floor",
+    );
+    all.push(election);
 
     eprintln!("memory");
     let mut memory = Scenario::new(

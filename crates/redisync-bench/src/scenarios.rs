@@ -84,7 +84,7 @@ pub fn add_counts(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
 /// very tick a polling waiter of the same process wakes up on, so polling would look instant
 /// (between processes it waits half a poll interval on average). A thread of its own sleeps
 /// instead and wakes the task through a channel.
-async fn os_sleep(d: Duration) {
+pub(crate) async fn os_sleep(d: Duration) {
     let deadline = Instant::now() + d;
     let (over, wait) = tokio::sync::oneshot::channel::<()>();
     let spawned = std::thread::Builder::new()

@@ -11,7 +11,8 @@ pub const USAGE: i32 = 2;
 pub const WRONG_TYPE: i32 = 65;
 /// Redis could not be reached or did not answer in time (`sysexits` EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
-/// The hold was lost while the command ran, and the command was stopped.
+/// The hold (lock, permit or leadership) was lost while the command ran, and the command was
+/// stopped.
 pub const HOLD_LOST: i32 = 120;
 /// The wait (`--wait`, `--timeout`) ran out, or a latch was already armed.
 pub const TIMED_OUT: i32 = 124;
@@ -37,7 +38,7 @@ Exit codes:
   2      bad arguments
   65     a key of the primitive holds foreign data
   69     Redis unreachable or too slow (the command timeout)
-  120    the lock or permit was lost while the command ran; the command was stopped
+  120    the lock, permit or leadership was lost while the command ran; the command was stopped
   124    the wait ran out (--wait, --timeout), or `latch set` found the latch armed
   126    the command could not be run
   127    the command was not found";

@@ -126,6 +126,28 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
             fields: vec![("count", count.clone())],
         });
     }
+
+    let leader: BTreeMap<String, String> = conn.hgetall(space.key("election:leader")).await?;
+    let waiting: usize = conn.zcard(space.key("election:waiters")).await?;
+    if !leader.is_empty() || waiting > 0 {
+        let mut fields = Fields::new();
+        match leader.get("value") {
+            Some(value) => {
+                fields.push(("leader", value.clone()));
+                fields.push(("term", leader.get("term").cloned().unwrap_or_default()));
+                fields.push((
+                    "lease left",
+                    lease_left(conn, &space.key("election:leader")).await?,
+                ));
+            }
+            None => fields.push(("leader", "none".to_owned())),
+        }
+        fields.push(("campaigning clients", waiting.to_string()));
+        found.push(Finding {
+            kind: "election",
+            fields,
+        });
+    }
     Ok(found)
 }
 
@@ -212,7 +234,8 @@ pub fn json(name: &str, found: &[Finding]) -> String {
     )
 }
 
-fn quote(s: &str) -> String {
+/// `s` as a JSON string.
+pub(crate) fn quote(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {

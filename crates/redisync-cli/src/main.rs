@@ -5,6 +5,8 @@
 //! redisync lock nightly-report --wait 30s -- ./make-report.sh
 //! redisync semaphore encoders --permits 4 -- ffmpeg -i in.mov out.mp4
 //! redisync latch deploy set 3; redisync latch deploy count-down; redisync latch deploy wait
+//! redisync elect scheduler --value "$(hostname)" -- ./run-scheduler.sh
+//! redisync leader scheduler --watch --json
 //! redisync inspect nightly-report --json
 //! redisync force-unlock nightly-report --yes
 //! ```
@@ -108,7 +110,43 @@ enum Command {
         #[command(subcommand)]
         action: LatchAction,
     },
-    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits.
+    /// Run a command while this process leads an election. The command gets the term (a
+    /// fencing token) in REDISYNC_TERM and REDISYNC_FENCING_TOKEN; if the leadership is lost
+    /// while it runs, it is stopped. When the command ends, redisync resigns and the next
+    /// candidate takes over at once.
+    Elect {
+        /// The election's name.
+        name: String,
+        /// The value to advertise while leading (shown by `redisync leader`); the client's
+        /// id if not given.
+        #[arg(long)]
+        value: Option<String>,
+        /// Give up after waiting this long (exit 124); wait for ever if not given.
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
+        /// Lead for at most this long; without it the lease is renewed while the command runs.
+        #[arg(long, value_parser = duration::parse)]
+        lease: Option<Duration>,
+        #[command(flatten)]
+        stop: Stop,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Print who leads an election: `VALUE (term N)`, or `(none)`.
+    Leader {
+        /// The election's name.
+        name: String,
+        /// Keep printing: the current leader, then every change, until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON, one object per line: {"name":..,"leader":{"value":..,"term":N}} or
+        /// "leader":null.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits,
+    /// an election's leader.
     Inspect {
         /// The name to look at.
         name: String,
@@ -231,6 +269,15 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             command,
         } => semaphore(&client, &name, permits, wait, lease, &stop, &command).await,
         Command::Latch { name, action } => latch(&client, &name, action).await,
+        Command::Elect {
+            name,
+            value,
+            wait,
+            lease,
+            stop,
+            command,
+        } => elect(&client, &name, value, wait, lease, &stop, &command).await,
+        Command::Leader { name, watch, json } => leader(&client, &name, watch, json).await,
         Command::Inspect { name, json } => show(&client, &cli.url, cli.cluster, &name, json).await,
         Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes).await,
     };
@@ -287,6 +334,83 @@ async fn semaphore(
         ]
     };
     held.run(&semaphore, env, stop, command).await
+}
+
+async fn elect(
+    client: &Client,
+    name: &str,
+    value: Option<String>,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    stop: &Stop,
+    command: &[String],
+) -> Result<Exit, Exit> {
+    let election = client.leader_election(name);
+    let value = value.unwrap_or_else(|| client.id().to_owned());
+    let wait = wait.map_or(Wait::Forever, Wait::For);
+    let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
+    let campaign = election.campaign_with(value, wait, lease);
+    let Some(leadership) = waiting(&format!("leadership of {name:?}"), campaign).await? else {
+        return Err(Exit::with(
+            exit::TIMED_OUT,
+            format!("not leading {name:?} within the wait"),
+        ));
+    };
+    let term = leadership.term().to_string();
+    let env = [
+        ("REDISYNC_TERM", term.clone()),
+        ("REDISYNC_FENCING_TOKEN", term),
+        ("REDISYNC_ELECTION_NAME", name.to_owned()),
+    ];
+    let ended = run::run_while_held(
+        command,
+        &env,
+        leadership.lost(),
+        &stop.signal,
+        stop.kill_after,
+    )
+    .await;
+    let resigned = leadership.resign().await;
+    finish(ended, resigned.err(), "leadership")
+}
+
+/// One line about who leads `name`.
+fn leader_line(name: &str, leader: Option<&Leader>, json: bool) -> String {
+    match (leader, json) {
+        (Some(leader), false) => format!("{} (term {})", leader.value, leader.term),
+        (None, false) => "(none)".to_owned(),
+        (Some(leader), true) => format!(
+            "{{\"name\":{},\"leader\":{{\"value\":{},\"term\":{}}}}}",
+            inspect::quote(name),
+            inspect::quote(&leader.value),
+            leader.term
+        ),
+        (None, true) => format!("{{\"name\":{},\"leader\":null}}", inspect::quote(name)),
+    }
+}
+
+async fn leader(client: &Client, name: &str, watch: bool, json: bool) -> Result<Exit, Exit> {
+    let election = client.leader_election(name);
+    if !watch {
+        let leader = election.leader().await?;
+        println!("{}", leader_line(name, leader.as_ref(), json));
+        return Ok(Exit::code(0));
+    }
+    let mut changes = std::pin::pin!(election.observe());
+    while let Some(item) = futures_util::StreamExt::next(&mut changes).await {
+        match item {
+            Ok(leader) => {
+                println!("{}", leader_line(name, leader.as_ref(), json));
+                let _ = std::io::stdout().flush();
+            }
+            // The stream goes on after an outage; a bad name or a shutdown ends it.
+            Err(err @ (redisync::Error::Redis(_) | redisync::Error::Timeout)) => {
+                eprintln!("redisync: {err}; still watching");
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(Exit::code(0))
 }
 
 /// Running a command under something held: a lock's guard or a permit.

@@ -1649,3 +1649,143 @@ fn the_command_works_on_a_redis_cluster() {
     run("--cluster latch gate count-down").assert_code(0);
     waiter.wait(Duration::from_secs(5)).assert_code(0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Leader election: `elect` and `leader`.
+// ---------------------------------------------------------------------------------------------
+
+/// Candidates take turns leading: one command at a time, each with a greater term, and each
+/// resignation hands over to the next.
+#[test]
+fn elect_runs_one_leader_at_a_time_with_growing_terms() {
+    let world = World::new();
+    let log = world.path("log");
+    let script = r#"echo "start $2 $REDISYNC_TERM $REDISYNC_FENCING_TOKEN $REDISYNC_ELECTION_NAME" >> "$1"; sleep 0.2; echo "end $2 $REDISYNC_TERM" >> "$1""#;
+    let workers: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|who| {
+            let url = world.url();
+            let log = log.clone();
+            thread::spawn(move || {
+                for run in 0..3 {
+                    let tag = format!("{who}{run}");
+                    let options = format!("elect sched --value {tag}");
+                    let args = sh_args(&options, script, &[&log, &tag]);
+                    Proc::spawn(redisync_command(&url, &args))
+                        .wait(RUN_LIMIT)
+                        .assert_code(0);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a worker failed");
+    }
+    let lines = lines_of(&log);
+    assert_eq!(lines.len(), 18, "{lines:#?}");
+    let mut last_term = 0;
+    for section in lines.chunks(2) {
+        let start = words(&section[0]);
+        let end = words(&section[1]);
+        assert_eq!(start[0], "start", "leaders overlap: {lines:#?}");
+        assert_eq!(end[0], "end", "leaders overlap: {lines:#?}");
+        assert_eq!(start[1..3], end[1..3], "leaders overlap: {lines:#?}");
+        let term: u64 = start[2].parse().expect("a term");
+        assert_eq!(start[3], start[2], "the fencing token is the term");
+        assert_eq!(start[4], "sched");
+        assert!(term > last_term, "terms must grow: {lines:#?}");
+        last_term = term;
+    }
+    assert!(
+        !world.key_exists("redisync:{sched}:election:leader"),
+        "resigned"
+    );
+}
+
+/// `leader` prints the leader (plain and JSON), `--watch` prints every change, and a wait that
+/// runs out is 124.
+#[test]
+fn leader_prints_and_watches_the_leader() {
+    let world = World::new();
+    let done = world.run_line("leader web");
+    done.assert_code(0);
+    assert_eq!(done.stdout, "(none)\n");
+    let json = Json::parse(&world.run_line("leader web --json").stdout).expect("JSON");
+    assert_eq!(json.get("name").str(), "web");
+    assert!(matches!(json.get("leader"), Json::Null), "{json:?}");
+
+    let mut watch = world.spawn(&["leader", "web", "--watch", "--json"]);
+    eventually(RUN_LIMIT, "the watcher prints the first state", || {
+        text(&watch.stdout).lines().count() == 1
+    });
+
+    let gate = world.path("gate");
+    let held = world.path("held");
+    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let mut leader = world.sh("elect web --value node-a:8080", hold, &[&held, &gate]);
+    pid_in(&held);
+    let done = world.run_line("leader web");
+    done.assert_code(0);
+    assert_eq!(done.stdout, "node-a:8080 (term 1)\n");
+    let inspected = world.inspect("web");
+    assert_eq!(
+        table_field(&inspected, "election \"web\"", "leader").as_deref(),
+        Some("node-a:8080"),
+        "{inspected}"
+    );
+    assert_eq!(
+        table_field(&inspected, "election \"web\"", "term").as_deref(),
+        Some("1"),
+        "{inspected}"
+    );
+    let json = Json::parse(&world.run_line("leader web --json").stdout).expect("JSON");
+    assert_eq!(json.get("leader").get("value").str(), "node-a:8080");
+    assert!(
+        matches!(json.get("leader").get("term"), Json::Number(term) if *term == 1.0),
+        "{json:?}"
+    );
+
+    let marker = world.path("marker");
+    let done = world.run(&["elect", "web", "--wait", "300ms", "--", "touch", &marker]);
+    done.assert_error(124, "not leading \"web\" within the wait");
+    assert!(!Path::new(&marker).exists(), "the command must not run");
+
+    fs::write(&gate, "").unwrap();
+    leader.wait(RUN_LIMIT).assert_code(0);
+    eventually(RUN_LIMIT, "the watcher prints every change", || {
+        text(&watch.stdout).lines().count() == 3
+    });
+    let lines: Vec<Json> = text(&watch.stdout)
+        .lines()
+        .map(|line| Json::parse(line).expect("one JSON object per line"))
+        .collect();
+    assert!(matches!(lines[0].get("leader"), Json::Null));
+    assert_eq!(lines[1].get("leader").get("value").str(), "node-a:8080");
+    assert!(matches!(lines[2].get("leader"), Json::Null));
+    assert!(watch.is_running(), "--watch goes on");
+}
+
+/// A leadership that ends under the command stops it: exit 120, as for a lock.
+#[test]
+fn a_lost_leadership_stops_the_command_with_120() {
+    let world = World::new();
+    let pidfile = world.path("pid");
+    let mut run = world.sh(
+        "elect short --lease 500ms",
+        r#"echo $$ > "$1"; exec sleep 30"#,
+        &[&pidfile],
+    );
+    let child = pid_in(&pidfile);
+    let done = run.wait(Duration::from_secs(5));
+    done.assert_error(
+        120,
+        "the leadership was lost while the command ran; the command was stopped",
+    );
+    eventually(Duration::from_secs(2), "the command is gone", || {
+        !process_runs(child)
+    });
+    world.run(&["elect", "", "--", "true"]).assert_code(2);
+    world
+        .run_line("elect short --wait 2s -- true")
+        .assert_code(0);
+}

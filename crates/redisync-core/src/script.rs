@@ -423,6 +423,12 @@ mod tests {
         assert_eq!(publishing, 1, "the prelude's one publish call");
         static SCRIPT: LuaScript = LuaScript::new("t", "redis.pcall('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
+        static PROTECTED: LuaScript =
+            LuaScript::new("p", "return redis.pcall('PUBLISH', KEYS[1], 1)");
+        assert_eq!(
+            PROTECTED.source(true),
+            "return redis.pcall('SPUBLISH', KEYS[1], 1)"
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! # redisync
 //!
 //! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock, a
-//! fair lock, a read-write lock, semaphores, a count-down latch and a multi-lock, with watchdog
-//! lease renewal, fencing tokens and pub/sub wake-ups.
+//! fair lock, a read-write lock, semaphores, a count-down latch, a multi-lock and a leader
+//! election, with watchdog lease renewal, fencing tokens and pub/sub wake-ups.
 //!
 //! ```
 //! use redisync::prelude::*;
@@ -79,6 +79,7 @@
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
 //! | `latch` | [`CountDownLatch`] |
 //! | `multilock` | [`MultiLock`], [`MultiLockGuard`], [`Redlock`], [`RedlockGuard`] |
+//! | `election` | [`LeaderElection`], [`Leadership`], [`Leader`] |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -121,6 +122,8 @@ pub use redisync_core as core;
 /// ```
 pub use redisync_core::redis;
 
+#[cfg(feature = "election")]
+pub use redisync_election::{Leader, LeaderElection, Leadership, MAX_VALUE_LEN};
 #[cfg(feature = "latch")]
 pub use redisync_latch::{CountDownLatch, COUNT_DOWN_MEMORY};
 #[cfg(feature = "lock")]
@@ -166,6 +169,10 @@ pub trait ClientExt {
     /// order. The locks may come from other clients too.
     #[cfg(feature = "multilock")]
     fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock;
+
+    /// A handle to the leader election called `name` (see [`LeaderElection`]).
+    #[cfg(feature = "election")]
+    fn leader_election(&self, name: impl Into<String>) -> LeaderElection;
 }
 
 impl ClientExt for Client {
@@ -203,6 +210,11 @@ impl ClientExt for Client {
     fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock {
         MultiLock::new(locks)
     }
+
+    #[cfg(feature = "election")]
+    fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
+        LeaderElection::new(self, name)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -213,6 +225,8 @@ pub mod prelude {
         Wait, WaitStrategy,
     };
 
+    #[cfg(feature = "election")]
+    pub use redisync_election::{Leader, LeaderElection, Leadership};
     #[cfg(feature = "latch")]
     pub use redisync_latch::CountDownLatch;
     #[cfg(feature = "lock")]

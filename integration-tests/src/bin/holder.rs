@@ -5,9 +5,10 @@
 //! ```text
 //! holder lock   <url> <name> [--lease-ms N] [--watchdog-ms N] [--command-timeout-ms N]
 //! holder permit <url> <name> [--lease-ms N] [--watchdog-ms N] [--command-timeout-ms N] [--permits N]
+//! holder leader <url> <name> [--lease-ms N] [--watchdog-ms N] [--command-timeout-ms N]
 //! ```
 //!
-//! Prints `acquired <token|id>`, then `lost` when the hold is known gone; reads `write` and
+//! Prints `acquired <token|id|term>`, then `lost` when the hold is known gone; reads `write` and
 //! `release` lines (or the end of its input, which releases too).
 
 use std::io::BufRead;
@@ -35,8 +36,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 .to_owned(),
         );
     };
-    if kind != "lock" && kind != "permit" {
-        return Err(format!("unknown kind {kind:?}: expected lock or permit"));
+    if kind != "lock" && kind != "permit" && kind != "leader" {
+        return Err(format!(
+            "unknown kind {kind:?}: expected lock, permit or leader"
+        ));
     }
     let mut options = Options {
         kind: kind.clone(),
@@ -69,6 +72,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
 enum Held {
     Lock(LockGuard),
     Permit(ExpirablePermit),
+    Leader(Leadership),
 }
 
 impl Held {
@@ -76,6 +80,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.fencing_token().to_string(),
             Held::Permit(permit) => permit.id().to_owned(),
+            Held::Leader(leadership) => leadership.term().to_string(),
         }
     }
 
@@ -83,6 +88,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.is_lost(),
             Held::Permit(permit) => permit.is_lost(),
+            Held::Leader(leadership) => leadership.is_lost(),
         }
     }
 
@@ -90,6 +96,7 @@ impl Held {
         match self {
             Held::Lock(guard) => guard.unlock().await,
             Held::Permit(permit) => permit.release().await,
+            Held::Leader(leadership) => leadership.resign().await,
         }
     }
 }
@@ -102,6 +109,16 @@ async fn acquire(client: &Client, options: &Options) -> Result<Held> {
             None => lock.lock().await?,
         };
         Ok(Held::Lock(guard))
+    } else if options.kind == "leader" {
+        // The campaign's value is the process id, so that a test can tell who leads.
+        let election = client.leader_election(options.name.as_str());
+        let lease = options.lease.map_or(Lease::Watchdog, Lease::Fixed);
+        let leadership = election
+            .acquire_with(Wait::Forever, lease)
+            .await
+            .and_then(granted_or_error)?;
+        leadership.proclaim(std::process::id().to_string()).await?;
+        Ok(Held::Leader(leadership))
     } else {
         let semaphore = client.expirable_semaphore(options.name.as_str());
         semaphore.try_set_permits(options.permits).await?;
@@ -111,6 +128,11 @@ async fn acquire(client: &Client, options: &Options) -> Result<Held> {
         };
         Ok(Held::Permit(permit))
     }
+}
+
+/// A wait for ever ends with a grant or an error.
+fn granted_or_error<G>(held: Option<G>) -> Result<G> {
+    held.ok_or_else(|| Error::InvalidArgument("an unbounded wait ended".into()))
 }
 
 fn error_kind(err: &Error) -> &'static str {
@@ -157,6 +179,7 @@ async fn main() -> ExitCode {
     let lost = match &held {
         Held::Lock(guard) => tokio::spawn(guard.lost()),
         Held::Permit(permit) => tokio::spawn(permit.lost()),
+        Held::Leader(leadership) => tokio::spawn(leadership.lost()),
     };
     tokio::spawn(async move {
         if lost.await.is_ok() {
