@@ -79,6 +79,7 @@
 //! | `semaphore` | [`Semaphore`], [`SemaphorePermit`], [`ExpirableSemaphore`], [`ExpirablePermit`] |
 //! | `latch` | [`CountDownLatch`] |
 //! | `multilock` | [`MultiLock`], [`MultiLockGuard`], [`Redlock`], [`RedlockGuard`] |
+//! | `ratelimit` | [`RateLimiter`], [`Rate`], [`Decision`] |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -113,6 +114,8 @@ pub use redisync_latch::{CountDownLatch, COUNT_DOWN_MEMORY};
 pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
 #[cfg(feature = "multilock")]
 pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
+#[cfg(feature = "ratelimit")]
+pub use redisync_ratelimit::{Decision, ParseRateError, Rate, RateLimiter};
 #[cfg(feature = "rwlock")]
 pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
 #[cfg(feature = "semaphore")]
@@ -152,6 +155,10 @@ pub trait ClientExt {
     /// order. The locks may come from other clients too.
     #[cfg(feature = "multilock")]
     fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock;
+
+    /// A handle to the rate limiter called `name` (see [`RateLimiter`]).
+    #[cfg(feature = "ratelimit")]
+    fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter;
 }
 
 impl ClientExt for Client {
@@ -189,6 +196,11 @@ impl ClientExt for Client {
     fn multi_lock(&self, locks: impl IntoIterator<Item = ReentrantLock>) -> MultiLock {
         MultiLock::new(locks)
     }
+
+    #[cfg(feature = "ratelimit")]
+    fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
+        RateLimiter::new(self, name)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -205,6 +217,8 @@ pub mod prelude {
     pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
     #[cfg(feature = "multilock")]
     pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
+    #[cfg(feature = "ratelimit")]
+    pub use redisync_ratelimit::{Decision, Rate, RateLimiter};
     #[cfg(feature = "rwlock")]
     pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
     #[cfg(feature = "semaphore")]

@@ -1,0 +1,24 @@
+//! A distributed rate limiter for [redisync](https://docs.rs/redisync): [`RateLimiter`],
+//! an exact GCRA shared by every client, decided in Redis on Redis's clock in one round trip,
+//! with a [`Rate`] of `units` per period plus a burst.
+
+#![deny(missing_docs)]
+
+mod limiter;
+mod rate;
+mod scripts;
+
+pub use limiter::{Decision, RateLimiter};
+pub use rate::{ParseRateError, Rate, MAX_PERIOD, MAX_PRODUCT};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_cross_tasks() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<RateLimiter>();
+        check::<Rate>();
+    }
+}
