@@ -38,6 +38,9 @@ pub struct LuaScript {
 /// How scripts publish; the sharded form is the one a cluster client runs.
 const PUBLISH: &str = "redis.call('PUBLISH',";
 const SHARDED_PUBLISH: &str = "redis.call('SPUBLISH',";
+/// `publish_prelude.lua`'s spelling: a refused publish must not fail the script.
+const PCALL_PUBLISH: &str = "redis.pcall('PUBLISH',";
+const SHARDED_PCALL_PUBLISH: &str = "redis.pcall('SPUBLISH',";
 
 impl LuaScript {
     /// Declares a script. `name` appears in traces; `source` is usually an `include_str!` of a
@@ -96,7 +99,10 @@ impl LuaScript {
     /// The script's source as sent: with `sharded`, publishing with `SPUBLISH`.
     pub(crate) fn source(&self, sharded: bool) -> std::borrow::Cow<'static, str> {
         if sharded {
-            self.source.replace(PUBLISH, SHARDED_PUBLISH).into()
+            self.source
+                .replace(PUBLISH, SHARDED_PUBLISH)
+                .replace(PCALL_PUBLISH, SHARDED_PCALL_PUBLISH)
+                .into()
         } else {
             self.source.into()
         }
@@ -367,7 +373,11 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n");
             let mentions = code.to_ascii_uppercase().matches("PUBLISH").count();
-            let rewritable = code.matches(PUBLISH).count();
+            // Calls of publish_prelude's `publish(channel, message)` (and its definition)
+            // publish through its rewritten `redis.pcall`.
+            let rewritable = code.matches(PUBLISH).count()
+                + code.matches(PCALL_PUBLISH).count()
+                + code.matches("publish(").count();
             assert_eq!(mentions, rewritable, "{}", path.display());
             publishing += rewritable;
         }
@@ -376,6 +386,9 @@ mod tests {
         assert!(publishing > 0, "found no publish call");
         static SCRIPT: LuaScript = LuaScript::new("t", "redis.call('PUBLISH', KEYS[1], 1)");
         assert_ne!(SCRIPT.compiled(true).get_hash(), SCRIPT.sha1());
+        static PRELUDE: LuaScript =
+            LuaScript::new("p", include_str!("../../../lua/publish_prelude.lua"));
+        assert!(PRELUDE.source(true).contains(SHARDED_PCALL_PUBLISH));
     }
 
     #[test]
