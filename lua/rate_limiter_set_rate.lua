@@ -12,21 +12,26 @@
 --
 -- Returns 1 if a rate was replaced, 0 if none was set.
 --
--- The arrival time is kept (what was taken stays taken), but its fraction of a microsecond is
--- counted in units of the old rate: it is rounded up to a whole microsecond (stricter, never
--- looser). The last decision can no longer be given back, since its earlier state is in the old
--- rate's units too.
+-- Units taken stay taken: the backlog (tat - now, in units of the old rate) is carried over
+-- as the same number of units of the new rate. That is computed in floats and rounded up to
+-- a whole microsecond and one more (stricter, never looser). The last decision can no longer
+-- be given back, since its earlier state is in the old rate's units.
 
-local replaced = redis.call('EXISTS', KEYS[1])
+local old = read_rate(KEYS[1])
 write_rate(KEYS[1], ARGV)
 local state = redis.call('HMGET', KEYS[2], 'tat', 'rem')
-if state[1] then
-    local tat = tonumber(state[1])
-    if tonumber(state[2]) > 0 then
-        tat = tat + 1
+if old and state[1] then
+    local now = now_us()
+    local backlog = tonumber(state[1]) - now + tonumber(state[2]) / old.rate
+    if backlog > 0 then
+        local carried = math.ceil(backlog * old.rate / old.per
+            * tonumber(ARGV[2]) / tonumber(ARGV[1])) + 1
+        redis.call('HSET', KEYS[2], 'tat', int(now + carried), 'rem', '0')
+        redis.call('HDEL', KEYS[2], 'last', 'ptat', 'prem')
+        redis.call('PEXPIRE', KEYS[2], math.max(1, math.ceil(carried / 1000)))
+    else
+        redis.call('DEL', KEYS[2])
     end
-    redis.call('HSET', KEYS[2], 'tat', int(tat), 'rem', '0')
-    redis.call('HDEL', KEYS[2], 'last', 'ptat', 'prem')
 end
 publish(ARGV[8], 'rate')
-return replaced
+return old and 1 or 0

@@ -141,10 +141,10 @@ impl Core {
 /// * **No rate set** (never set, or deleted): every acquire fails with
 ///   [`Error::InvalidArgument`], saying so. So does a request for 0 units, or for more than
 ///   the rate's [`max_request`](Rate::max_request).
-/// * **Replacing the rate** keeps what was taken: units admitted under the old rate still
-///   count against the new one (the next units come when the old rate's backlog has
-///   drained under the new one's tolerance). The bound holds within windows in which the
-///   rate did not change.
+/// * **Replacing the rate** keeps what was taken: the backlog (the units taken beyond what
+///   the old rate had refilled) is carried over as the same number of units under the new
+///   rate, rounded up to the microsecond. A burst spent under the old rate is not refilled
+///   by the change. The bound holds within windows in which the rate did not change.
 /// * **Idle state expires.** The limiter's state (its theoretical arrival time) is set to
 ///   expire when the bucket is full again, when it means what no state means. An idle
 ///   limiter keeps only its rate.
@@ -169,7 +169,8 @@ impl Core {
 /// | `acquire`, allowed at once | 1 | as `try_acquire` |
 /// | `acquire` that waits *w* | 2 + 1 per `retry_after` slept (about 1 when nobody else takes units meanwhile) + 1 per 10 s of *w* | |
 /// | *n* waiters of one client | for all of them together, as one waiter per unit they get | |
-/// | `try_set_rate`, `set_rate`, `rate`, `delete` | 1 | |
+/// | `set_rate` | 1 | up to 9 (`EVALSHA`; `HMGET` ×2, `HSET` ×2, `TIME`, `HDEL`, `PEXPIRE`, `PUBLISH`) |
+/// | `try_set_rate`, `rate`, `delete` | 1 | |
 ///
 /// # Examples
 ///
