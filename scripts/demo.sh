@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the demo: several workers in two clients share an inventory under one distributed lock.
 # `scripts/demo.sh cache` runs the read-write lock demo instead (a read-mostly cache).
+# `scripts/demo.sh api_quota` runs the rate limiter demo (several services share one API quota).
 # Uses $REDIS_URL if set; otherwise starts a throw-away redis-server on a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."
