@@ -44,7 +44,11 @@ async fn main() -> Result<(), AnyError> {
     admin.try_set_rate(quota).await?;
     // Every service sets it at start-up; only the first one to get there does.
     for service in &services[1..] {
-        if service.rate_limiter("partner-api").try_set_rate(quota).await? {
+        if service
+            .rate_limiter("partner-api")
+            .try_set_rate(quota)
+            .await?
+        {
             return Err("a second try_set_rate replaced the quota".into());
         }
     }
@@ -84,7 +88,10 @@ async fn main() -> Result<(), AnyError> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let decision = front.try_acquire(1).await?;
     if decision.allowed {
-        println!("front end: allowed ({} left in the burst)", decision.remaining);
+        println!(
+            "front end: allowed ({} left in the burst)",
+            decision.remaining
+        );
     } else {
         println!(
             "front end: 429 Too Many Requests, Retry-After {:?}",

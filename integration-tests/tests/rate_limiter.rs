@@ -353,10 +353,7 @@ async fn try_set_rate_sets_once_and_set_rate_overwrites() {
         .await
         .unwrap();
     assert!(spent.try_acquire(2).await.unwrap().allowed);
-    spent
-        .set_rate(Rate::per_second(1).burst(1))
-        .await
-        .unwrap();
+    spent.set_rate(Rate::per_second(1).burst(1)).await.unwrap();
     let after_change = spent.try_acquire(1).await.unwrap();
     assert!(!after_change.allowed, "{after_change:?}");
 
@@ -373,9 +370,18 @@ async fn bad_input_is_refused_with_a_typed_error() {
     let bad_rates = [
         ("zero units", Rate::per_second(0)),
         ("zero period", Rate::new(1, Duration::ZERO)),
-        ("sub-microsecond period", Rate::new(1, Duration::from_nanos(1_500))),
-        ("period too long", Rate::new(1, Duration::from_secs(11 * 365 * 86_400))),
-        ("units × burst overflow", Rate::per_second(1 << 40).burst(1 << 20)),
+        (
+            "sub-microsecond period",
+            Rate::new(1, Duration::from_nanos(1_500)),
+        ),
+        (
+            "period too long",
+            Rate::new(1, Duration::from_secs(11 * 365 * 86_400)),
+        ),
+        (
+            "units × burst overflow",
+            Rate::per_second(1 << 40).burst(1 << 20),
+        ),
         ("units overflow", Rate::per_second(u64::MAX)),
         ("burst overflow", Rate::per_second(1).burst(u64::MAX)),
         ("refill too long", Rate::per_day(1).burst(20 * 365)),
@@ -409,12 +415,18 @@ async fn bad_input_is_refused_with_a_typed_error() {
     assert_invalid("empty name", client.rate_limiter("").try_acquire(1).await);
     assert_invalid(
         "empty name",
-        client.rate_limiter("").try_set_rate(Rate::per_second(1)).await,
+        client
+            .rate_limiter("")
+            .try_set_rate(Rate::per_second(1))
+            .await,
     );
 
     // Foreign data where the rate lives.
     server.cmd(&["SET", &config_key("foreign"), "x"]);
-    assert_wrong_type("foreign", client.rate_limiter("foreign").try_acquire(1).await);
+    assert_wrong_type(
+        "foreign",
+        client.rate_limiter("foreign").try_acquire(1).await,
+    );
     assert_wrong_type("foreign", client.rate_limiter("foreign").rate().await);
 
     // Text that is no rate.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::wait_deadline;
 use redisync_core::toolkit::{
-    async_trait, Attempt, Client, DistributedPrimitive, Error, LateOutcome, Result, Retry,
-    Toolkit, WaitSpec,
+    async_trait, Attempt, Client, DistributedPrimitive, Error, LateOutcome, Result, Retry, Toolkit,
+    WaitSpec,
 };
 use tracing::Instrument;
 
@@ -107,7 +107,10 @@ impl Core {
         Ok(self
             .client
             .eval_undoable(call, move |outcome: LateOutcome<AcquireReply>| async move {
-                if matches!(outcome, LateOutcome::Replied((1, _, _)) | LateOutcome::Unknown) {
+                if matches!(
+                    outcome,
+                    LateOutcome::Replied((1, _, _)) | LateOutcome::Unknown
+                ) {
                     tracing::debug!("giving back an abandoned rate limiter decision");
                     // Idempotent: it acts only while the decision is the last one allowed.
                     client.spawn_release(give_back, Retry::UntilConfirmed);

@@ -146,12 +146,16 @@ impl Rate {
     /// Checks the rate and computes what the scripts take.
     pub(crate) fn params(&self) -> Result<Params> {
         if self.units == 0 {
-            return Err(Error::invalid(format!("{self}: a rate must allow at least 1 unit")));
+            return Err(Error::invalid(format!(
+                "{self}: a rate must allow at least 1 unit"
+            )));
         }
         if self.per.is_zero() {
-            return Err(Error::invalid(format!("{self}: a rate's period must not be zero")));
+            return Err(Error::invalid(format!(
+                "{self}: a rate's period must not be zero"
+            )));
         }
-        if self.per.subsec_nanos() % 1_000 != 0 {
+        if !self.per.subsec_nanos().is_multiple_of(1_000) {
             return Err(Error::invalid(format!(
                 "{self}: a rate's period must be a whole number of microseconds, found {:?}",
                 self.per
@@ -201,7 +205,7 @@ impl fmt::Display for Rate {
         let (count, unit) = UNITS
             .iter()
             .rev()
-            .find(|(_, size)| nanos % size == 0 && nanos >= *size)
+            .find(|(_, size)| nanos.is_multiple_of(*size) && nanos >= *size)
             .map_or((nanos, "ns"), |(name, size)| (nanos / size, *name));
         if count != 1 {
             write!(f, "{count}")?;
@@ -247,10 +251,16 @@ impl fmt::Display for ParseRateError {
                 f.write_str("a rate is UNITS/PERIOD, such as 100/s or 5/250ms")
             }
             ParseRateError::BadUnits(units) => {
-                write!(f, "the units of a rate must be a whole number, found {units:?}")
+                write!(
+                    f,
+                    "the units of a rate must be a whole number, found {units:?}"
+                )
             }
             ParseRateError::BadCount(count) => {
-                write!(f, "a period's count must be a whole number, found {count:?}")
+                write!(
+                    f,
+                    "a period's count must be a whole number, found {count:?}"
+                )
             }
             ParseRateError::UnknownUnit(unit) => write!(
                 f,
@@ -348,7 +358,10 @@ mod tests {
             ("-1/s", ParseRateError::BadUnits("-1".into())),
             ("10/5", ParseRateError::UnknownUnit("".into())),
             ("10/5y", ParseRateError::UnknownUnit("y".into())),
-            ("10/99999999999999999999s", ParseRateError::BadCount("99999999999999999999".into())),
+            (
+                "10/99999999999999999999s",
+                ParseRateError::BadCount("99999999999999999999".into()),
+            ),
             ("10/18446744073709551615d", ParseRateError::Overflow),
         ];
         for (text, err) in cases {
