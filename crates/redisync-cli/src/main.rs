@@ -132,7 +132,8 @@ enum Command {
         #[command(subcommand)]
         action: LatchAction,
     },
-    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits.
+    /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits,
+    /// rates.
     Inspect {
         /// The name to look at.
         name: String,

@@ -1616,6 +1616,8 @@ fn rate_runs_the_command_once_the_limiter_allows_it() {
         client.rate_limiter("mailer").rate().await.expect("rate")
     });
     assert_eq!(rate, Some(Rate::new(4, Duration::from_secs(2))));
+    let json = world.inspect_json("mailer");
+    assert_eq!(json.primitive("rate limiter").get("rate").str(), "4/2s");
 
     // Without --rate, the one set is used; --burst and --units as documented.
     world.run_line("rate mailer -- true").assert_code(0);
