@@ -11,6 +11,8 @@
 -- nobody waits on a limiter without a rate (acquiring there is an error).
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
+    -- Set already, or foreign data: reading it raises WRONGTYPE for data of another type.
+    read_rate(KEYS[1])
     return 0
 end
 write_rate(KEYS[1], ARGV)

@@ -428,6 +428,26 @@ async fn bad_input_is_refused_with_a_typed_error() {
         client.rate_limiter("foreign").try_acquire(1).await,
     );
     assert_wrong_type("foreign", client.rate_limiter("foreign").rate().await);
+    assert_wrong_type(
+        "foreign",
+        client
+            .rate_limiter("foreign")
+            .try_set_rate(Rate::per_second(1))
+            .await,
+    );
+    assert_wrong_type(
+        "foreign",
+        client
+            .rate_limiter("foreign")
+            .set_rate(Rate::per_second(1))
+            .await,
+    );
+    assert_eq!(
+        redis::from_redis_value_ref::<String>(&server.cmd(&["GET", &config_key("foreign")]))
+            .expect("a string"),
+        "x",
+        "foreign data is left alone"
+    );
 
     // Text that is no rate.
     for text in ["100", "x/s", "10/5y", "10/"] {

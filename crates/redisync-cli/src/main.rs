@@ -87,7 +87,7 @@ enum Command {
         name: String,
         /// How many permits the semaphore has, if this creates it (`-n N` as in
         /// `consul lock -n N`).
-        #[arg(long, short = 'n', value_name = "N")]
+        #[arg(long, short = 'n')]
         permits: u64,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         #[arg(long, value_parser = duration::parse)]

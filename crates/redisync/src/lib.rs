@@ -1,8 +1,8 @@
 //! # redisync
 //!
 //! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock, a
-//! fair lock, a read-write lock, semaphores, a count-down latch and a multi-lock, with watchdog
-//! lease renewal, fencing tokens and pub/sub wake-ups.
+//! fair lock, a read-write lock, semaphores, a count-down latch, a multi-lock and a rate
+//! limiter, with watchdog lease renewal, fencing tokens and pub/sub wake-ups.
 //!
 //! ```
 //! use redisync::prelude::*;
