@@ -20,5 +20,20 @@ mod tests {
         fn check<T: Send + Sync + 'static>() {}
         check::<RateLimiter>();
         check::<Rate>();
+        check::<Decision>();
+    }
+
+    #[test]
+    fn futures_can_be_spawned() {
+        fn send<T: Send>(_: &T) {}
+        fn futures(limiter: &RateLimiter) {
+            send(&limiter.try_acquire(1));
+            send(&limiter.acquire(1));
+            send(&limiter.acquire_for(1, std::time::Duration::ZERO));
+            send(&limiter.try_set_rate(Rate::per_second(1)));
+            send(&limiter.set_rate(Rate::per_second(1)));
+            send(&limiter.rate());
+        }
+        let _ = futures;
     }
 }

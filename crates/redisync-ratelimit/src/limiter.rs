@@ -16,6 +16,7 @@ use crate::scripts::{self, AcquireReply};
 
 /// What one [`try_acquire`](RateLimiter::try_acquire) decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a refused decision took nothing: check `allowed`"]
 pub struct Decision {
     /// Whether the units were taken.
     pub allowed: bool,
@@ -55,29 +56,7 @@ impl Core {
     fn decide(&self, n: u64) -> impl Future<Output = Result<Decision>> + Send + 'static {
         let request = self.request(n);
         let name = self.name.clone();
-        async move {
-            let (code, value, remaining) = request?.await?;
-            match code {
-                1 => Ok(Decision {
-                    allowed: true,
-                    retry_after: Duration::ZERO,
-                    remaining,
-                }),
-                0 => Ok(Decision {
-                    allowed: false,
-                    retry_after: Duration::from_micros(value),
-                    remaining,
-                }),
-                -1 => Err(Error::invalid(format!(
-                    "rate limiter {name:?} has no rate: set one with set_rate or try_set_rate"
-                ))),
-                -2 => Err(Error::invalid(format!(
-                    "{n} units can never be allowed at once by rate limiter {name:?}: its \
-                     rate allows at most {value} (burst + 1)"
-                ))),
-                _ => Err(Error::WrongType),
-            }
-        }
+        async move { scripts::decision(request?.await?, n, &name) }
     }
 
     fn request(
@@ -141,6 +120,10 @@ impl Core {
 ///   queue behind one head, which alone asks Redis; [`set_rate`](Self::set_rate) and
 ///   `delete` wake the waiters of every client, which then decide again under the new rate
 ///   (or fail, after `delete`).
+/// * **No queue across clients.** Waiters of one client take turns; across clients, whoever
+///   asks first once units are free gets them. Under steady contention a large request
+///   (it needs more of the bucket refilled) can wait behind a stream of small ones; use
+///   [`acquire_for`](Self::acquire_for) where that matters.
 /// * **No rate set** (never set, or deleted): every acquire fails with
 ///   [`Error::InvalidArgument`], saying so. So does a request for 0 units, or for more than
 ///   the rate's [`max_request`](Rate::max_request).
@@ -263,6 +246,21 @@ impl RateLimiter {
     /// Sets the rate, replacing any, and wakes the waiters of every client so that they
     /// decide again under it. Units already taken stay taken (see [`RateLimiter`]). A rate
     /// out of range (see [`Rate`]) is [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use redisync_ratelimit::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(&client, "exports");
+    /// limiter.set_rate(Rate::per_minute(10)).await?;
+    /// limiter.set_rate(Rate::per_minute(20).burst(5)).await?; // replaces it
+    /// assert_eq!(limiter.rate().await?, Some(Rate::per_minute(20).burst(5)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn set_rate(&self, rate: Rate) -> Result<()> {
         let p = rate.params()?;
         let keys = self.core.keys()?;
@@ -284,6 +282,21 @@ impl RateLimiter {
     }
 
     /// The rate, or `None` if none is set.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use redisync_ratelimit::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(&client, "reports");
+    /// assert_eq!(limiter.rate().await?, None);
+    /// limiter.try_set_rate("5/h".parse()?).await?;
+    /// assert_eq!(limiter.rate().await?, Some(Rate::per_hour(5)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn rate(&self) -> Result<Option<Rate>> {
         let keys = self.core.keys()?;
         let call = scripts::ReadRate {
@@ -291,17 +304,7 @@ impl RateLimiter {
         }
         .call();
         let fields: Vec<String> = self.core.client.eval(call).await?;
-        let [units, per, burst] = fields.as_slice() else {
-            return if fields.is_empty() {
-                Ok(None)
-            } else {
-                Err(Error::WrongType)
-            };
-        };
-        let number = |s: &String| s.parse::<u64>().map_err(|_| Error::WrongType);
-        Ok(Some(
-            Rate::new(number(units)?, Duration::from_micros(number(per)?)).burst(number(burst)?),
-        ))
+        scripts::rate(&fields)
     }
 
     /// Takes `n` units if the rate allows it now; never waits. The [`Decision`] says whether
@@ -309,6 +312,25 @@ impl RateLimiter {
     ///
     /// `n = 0`, `n` above the rate's [`max_request`](Rate::max_request), and a limiter with
     /// no rate are [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use redisync_ratelimit::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(&client, "uploads");
+    /// limiter.try_set_rate(Rate::per_second(2).burst(1)).await?;
+    /// let first = limiter.try_acquire(2).await?; // burst + 1 units at once
+    /// assert!(first.allowed);
+    /// assert_eq!(first.remaining, 0);
+    /// let second = limiter.try_acquire(1).await?;
+    /// assert!(!second.allowed); // answer "429, Retry-After: second.retry_after"
+    /// assert!(second.retry_after <= std::time::Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -324,6 +346,22 @@ impl RateLimiter {
     /// them (or until the rate is replaced), then asks again. Errors as for
     /// [`try_acquire`](Self::try_acquire).
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use redisync_ratelimit::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(&client, "crawler");
+    /// limiter.try_set_rate(Rate::per_second(20)).await?;
+    /// for _ in 0..3 {
+    ///     limiter.acquire(1).await?; // one every 50 ms
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// As for [`try_acquire`](Self::try_acquire); a dropped waiter leaves its client's queue
@@ -336,6 +374,22 @@ impl RateLimiter {
     /// if the time ran out first. A zero `wait` asks once; one too large for Redis
     /// milliseconds (such as `Duration::MAX`) is [`Error::InvalidArgument`]. Errors as for
     /// [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// use std::time::Duration;
+    /// use redisync_ratelimit::{Rate, RateLimiter};
+    ///
+    /// let limiter = RateLimiter::new(&client, "sms");
+    /// limiter.try_set_rate(Rate::per_hour(1)).await?;
+    /// assert!(limiter.acquire_for(1, Duration::from_millis(10)).await?);
+    /// assert!(!limiter.acquire_for(1, Duration::from_millis(10)).await?); // an hour to go
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///

@@ -147,30 +147,31 @@ impl Rate {
     pub(crate) fn params(&self) -> Result<Params> {
         if self.units == 0 {
             return Err(Error::invalid(format!(
-                "{self}: a rate must allow at least 1 unit"
+                "rate {self}: units must be at least 1, found 0"
             )));
         }
         if self.per.is_zero() {
             return Err(Error::invalid(format!(
-                "{self}: a rate's period must not be zero"
+                "rate {self}: the period must be at least 1 µs, found 0"
             )));
         }
         if !self.per.subsec_nanos().is_multiple_of(1_000) {
             return Err(Error::invalid(format!(
-                "{self}: a rate's period must be a whole number of microseconds, found {:?}",
+                "rate {self}: the period must be a whole number of microseconds, found {:?}",
                 self.per
             )));
         }
         if self.per > MAX_PERIOD {
             return Err(Error::invalid(format!(
-                "{self}: a rate's period must be at most {MAX_PERIOD:?}"
+                "rate {self}: the period must be at most {MAX_PERIOD:?}, found {:?}",
+                self.per
             )));
         }
         let capacity = u128::from(self.burst) + 1;
         let units = u128::from(self.units);
         if units * capacity >= u128::from(MAX_PRODUCT) {
             return Err(Error::invalid(format!(
-                "{self}: units × (burst + 1) must be below 2^53, found {}",
+                "rate {self}: units × (burst + 1) must be below 2^53, found {}",
                 units * capacity
             )));
         }
@@ -178,8 +179,9 @@ impl Rate {
         let tolerance = capacity * per_us;
         if tolerance / units > MAX_PERIOD.as_micros() {
             return Err(Error::invalid(format!(
-                "{self}: refilling the burst, (burst + 1) × per / units, must take at most \
-                 {MAX_PERIOD:?}"
+                "rate {self}: refilling the burst, (burst + 1) × per / units, must take at \
+                 most {MAX_PERIOD:?}, found {:?}",
+                Duration::from_micros(u64::try_from(tolerance / units).unwrap_or(u64::MAX))
             )));
         }
         // Every value below is at most `tolerance / units` or below `units`, both checked.
