@@ -1641,10 +1641,10 @@ fn rate_exit_codes() {
 
     for (line, needle) in [
         ("rate unset -- true", "has no rate"),
-        ("rate zero --rate 0/s -- true", "at least 1 unit"),
+        ("rate zero --rate 0/s -- true", "units must be at least 1"),
         (
             "rate big --rate 1/s --units 2 -- true",
-            "can never be allowed",
+            "at most 1 units at once",
         ),
         ("rate none --rate 1/s --units 0 -- true", "1 to 2^53"),
     ] {
