@@ -30,7 +30,9 @@ pub const MAX_PRODUCT: u64 = 1 << 53;
 ///   `per / units` apart.
 /// * **The largest request** is `burst + 1` units ([`max_request`](Self::max_request)): a
 ///   request for more could never be allowed without breaking the bound, and is
-///   [`Error::InvalidArgument`]. Raise the burst to take bigger requests.
+///   [`Error::InvalidArgument`]. Raise the burst to take bigger requests. (Why: after `n`
+///   units at `t`, the steady rate adds `units - 1` more before `t + per`, so `n` units at
+///   once fit the bound only if `n + units - 1 <= units + burst`.)
 ///
 /// A rate is checked when it is set ([`RateLimiter::set_rate`](crate::RateLimiter::set_rate)):
 /// `units` and `per` must not be zero, `per` must be a whole number of microseconds and at
