@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the demo: several workers in two clients share an inventory under one distributed lock.
 # `scripts/demo.sh cache` runs the read-write lock demo instead (a read-mostly cache);
-# `scripts/demo.sh scheduler` the leader election (one instance runs the job; kill it, another takes over).
+# `scripts/demo.sh scheduler` the leader election (one instance runs the job; kill it, another takes over);
+# `scripts/demo.sh api_quota` the rate limiter (several services share one API quota).
 # Uses $REDIS_URL if set; otherwise starts a throw-away redis-server on a free port.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -115,6 +115,29 @@ async fn a_user_with_the_documented_rules_can_use_every_primitive() {
         .unlock()
         .await
         .expect("multi unlock");
+    // The rate limiter's scripts: TIME, HMGET, HSET, HDEL, PEXPIRE, DEL, PUBLISH; a waiter
+    // woken by a rate change.
+    let limiter = c.rate_limiter("acl-rate");
+    limiter
+        .try_set_rate(redisync::Rate::per_hour(1))
+        .await
+        .expect("try_set_rate");
+    assert!(limiter.try_acquire(1).await.expect("decide").allowed);
+    let rate_waiter = {
+        let limiter = other.rate_limiter("acl-rate");
+        tokio::spawn(async move { limiter.acquire(1).await })
+    };
+    tokio::time::sleep(ms(300)).await;
+    limiter
+        .set_rate(redisync::Rate::per_second(100))
+        .await
+        .expect("set_rate");
+    tokio::time::timeout(Duration::from_secs(5), rate_waiter)
+        .await
+        .expect("the rate waiter was woken")
+        .expect("task")
+        .expect("acquire");
+    assert!(limiter.delete().await.expect("delete"));
 
     // And nothing outside its prefix.
     server.cmd(&["SET", "someone-else", "data"]);

@@ -166,6 +166,25 @@ async fn every_primitive_hands_over(a: &Client, b: &Client) {
     }
     second.resign().await.expect("resign");
 
+    // Rate limiter: a waiter sleeps its retry time (no wake-up needed), and a rate change
+    // re-evaluates it.
+    let limiter = a.rate_limiter("poll-rate");
+    limiter
+        .set_rate(redisync::Rate::new(1, Duration::from_secs(3600)))
+        .await
+        .expect("rate");
+    assert!(limiter.try_acquire(1).await.expect("decision").allowed);
+    let waiter = {
+        let limiter = b.rate_limiter("poll-rate");
+        tokio::spawn(async move { limiter.acquire(1).await })
+    };
+    settle().await;
+    limiter
+        .set_rate(redisync::Rate::per_second(1000))
+        .await
+        .expect("faster rate");
+    woken("rate limiter", waiter).await;
+
     // Multi-lock: waits for one of its locks.
     let held = a.lock("poll-a").lock().await.expect("lock a");
     let waiter = {

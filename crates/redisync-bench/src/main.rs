@@ -18,6 +18,7 @@ mod election;
 mod lockers;
 mod monitor;
 mod primitives;
+mod ratelimit;
 mod report;
 mod scenarios;
 
@@ -444,6 +445,49 @@ async fn main() {
         "p50 vs pub/sub floor",
     );
     all.push(election);
+    let mut rate = Scenario::new(
+        "ratelimit",
+        "8. Rate limiter: decisions per second, 64 tasks of one client",
+        "Each task loops `try_acquire(1)` on one `RateLimiter` for the run: one limiter so \
+         generous that every decision allows, one exhausted so that every decision refuses \
+         (with a retry time). The floor is a raw fixed-window counter over 4 multiplexed \
+         connections (redisync's default pool), one pipelined `INCR` + `PEXPIRE` per \
+         decision, measured in the same round: the cheapest one-round-trip limiter, though not \
+         exact across window edges and unable to say when to retry. vs floor: decisions/s ÷ \
+         the floor's, in the same round. Round trips/decision: scripts the client sent \
+         (`Stats::scripts_sent`) per decision.",
+    );
+    for round in 0..settings.rounds {
+        if !settings.wants("8") {
+            break;
+        }
+        eprintln!("rate limiter round {}/{}", round + 1, settings.rounds);
+        // The floor takes its turn first, in the middle or last, as contenders do elsewhere.
+        let floor_at = round % (ratelimit::Verdict::ALL.len() + 1);
+        for (i, verdict) in turn(&ratelimit::Verdict::ALL, round)
+            .into_iter()
+            .enumerate()
+        {
+            if i == floor_at {
+                ratelimit::floor(&server, 64, 4, settings.run, rate.figures(ratelimit::FLOOR))
+                    .await;
+            }
+            ratelimit::decisions(
+                &server,
+                verdict,
+                64,
+                settings.run,
+                round,
+                rate.figures(verdict.name()),
+            )
+            .await;
+        }
+        if floor_at == ratelimit::Verdict::ALL.len() {
+            ratelimit::floor(&server, 64, 4, settings.run, rate.figures(ratelimit::FLOOR)).await;
+        }
+    }
+    rate.ratio_to_own("decisions/s", ratelimit::FLOOR, "vs floor");
+    all.push(rate);
 
     eprintln!("memory");
     let mut memory = Scenario::new(

@@ -35,10 +35,12 @@ pub fn of(err: &Error) -> i32 {
 pub const HELP: &str = "\
 Exit codes:
   N      the command's own exit code (128+N when a signal N killed it)
-  2      bad arguments
+  2      bad arguments (for `rate`: also no rate set and no --rate, or more
+         --units than the rate's burst + 1)
   65     a key of the primitive holds foreign data
   69     Redis unreachable or too slow (the command timeout)
   120    the lock, permit or leadership was lost while the command ran; the command was stopped
   124    the wait ran out (--wait, --timeout), or `latch set` found the latch armed
+         (for `rate`: no units within --wait)
   126    the command could not be run
   127    the command was not found";

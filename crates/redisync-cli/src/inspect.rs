@@ -148,6 +148,28 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
             fields,
         });
     }
+    let rate: BTreeMap<String, String> = conn.hgetall(space.key("rate")).await?;
+    if !rate.is_empty() {
+        let number = |field: &str| rate.get(field).and_then(|v| v.parse::<u64>().ok());
+        let shown = match (number("rate"), number("per"), number("burst")) {
+            (Some(units), Some(per), Some(burst)) => {
+                redisync::Rate::new(units, std::time::Duration::from_micros(per))
+                    .burst(burst)
+                    .to_string()
+            }
+            _ => "unreadable".to_owned(),
+        };
+        let state = space.key("rate:state");
+        let pttl: i64 = conn.pttl(&state).await?;
+        let full = match pttl {
+            -2 => "now (idle)".to_owned(),
+            ms => format!("in {ms}ms"),
+        };
+        found.push(Finding {
+            kind: "rate limiter",
+            fields: vec![("rate", shown), ("full again", full)],
+        });
+    }
     Ok(found)
 }
 

@@ -4,6 +4,8 @@
 //! ```sh
 //! redisync lock nightly-report --wait 30s -- ./make-report.sh
 //! redisync semaphore encoders --permits 4 -- ffmpeg -i in.mov out.mp4
+//! redisync semaphore encoders -n 4 -- ffmpeg -i in.mov out.mp4
+//! redisync rate mailer --rate 100/m --burst 10 -- ./send-one.sh
 //! redisync latch deploy set 3; redisync latch deploy count-down; redisync latch deploy wait
 //! redisync elect scheduler --value "$(hostname)" -- ./run-scheduler.sh
 //! redisync leader scheduler --watch --json
@@ -84,12 +86,14 @@ enum Command {
         command: Vec<String>,
     },
     /// Run a command while holding a permit of an expirable semaphore (created with
-    /// --permits if it does not exist). The command gets the permit id in REDISYNC_PERMIT_ID.
+    /// --permits, or -n, if it does not exist). The command gets the permit id in
+    /// REDISYNC_PERMIT_ID.
     Semaphore {
         /// The semaphore's name.
         name: String,
-        /// How many permits the semaphore has, if this creates it.
-        #[arg(long)]
+        /// How many permits the semaphore has, if this creates it (`-n N` as in
+        /// `consul lock -n N`).
+        #[arg(long, short = 'n')]
         permits: u64,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         #[arg(long, value_parser = duration::parse)]
@@ -99,6 +103,30 @@ enum Command {
         lease: Option<Duration>,
         #[command(flatten)]
         stop: Stop,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Wait until a rate limiter gives this process its units, then run a command. The rate
+    /// is set with --rate if the limiter has none (a set rate is kept: use the library's
+    /// set_rate to change it); the command gets the limiter's name in REDISYNC_RATE_NAME.
+    Rate {
+        /// The rate limiter's name.
+        name: String,
+        /// Units per period, if this sets the rate: `100/s`, `1000/m`, `5/h`, `1/d`,
+        /// `100/250ms`, `3/2s` (us, ms, s, m, h, d).
+        #[arg(long, value_parser = parse_rate, value_name = "UNITS/PERIOD")]
+        rate: Option<Rate>,
+        /// Units beyond the rate that a period may admit, if this sets the rate: the limiter
+        /// admits burst + 1 units at once when idle.
+        #[arg(long, default_value_t = 0, requires = "rate")]
+        burst: u64,
+        /// How many units this command takes (at most burst + 1).
+        #[arg(long, default_value_t = 1)]
+        units: u64,
+        /// Give up after waiting this long (exit 124); wait for ever if not given.
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -146,7 +174,7 @@ enum Command {
         json: bool,
     },
     /// Show what Redis holds under a name: kind, holders, holds, leases, waiters, permits,
-    /// an election's leader.
+    /// an election's leader, a rate limiter's rate.
     Inspect {
         /// The name to look at.
         name: String,
@@ -268,6 +296,17 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             stop,
             command,
         } => semaphore(&client, &name, permits, wait, lease, &stop, &command).await,
+        Command::Rate {
+            name,
+            rate,
+            burst,
+            units,
+            wait,
+            command,
+        } => {
+            let rate = rate.map(|rate| rate.burst(burst));
+            rate_limited(&client, &name, rate, units, wait, &command).await
+        }
         Command::Latch { name, action } => latch(&client, &name, action).await,
         Command::Elect {
             name,
@@ -411,6 +450,47 @@ async fn leader(client: &Client, name: &str, watch: bool, json: bool) -> Result<
         }
     }
     Ok(Exit::code(0))
+}
+
+/// `--rate`: the library's parser, whose errors say what is accepted.
+fn parse_rate(text: &str) -> Result<Rate, String> {
+    text.parse::<Rate>().map_err(|err| err.to_string())
+}
+
+async fn rate_limited(
+    client: &Client,
+    name: &str,
+    rate: Option<Rate>,
+    units: u64,
+    wait: Option<Duration>,
+    command: &[String],
+) -> Result<Exit, Exit> {
+    let limiter = client.rate_limiter(name);
+    if let Some(rate) = rate {
+        limiter.try_set_rate(rate).await?;
+    }
+    let what = format!("{units} unit(s) of rate limiter {name:?}");
+    let granted = match wait {
+        Some(wait) => waiting(&what, limiter.acquire_for(units, wait)).await?,
+        None => waiting(&what, limiter.acquire(units))
+            .await
+            .map(|()| true)?,
+    };
+    if !granted {
+        return Err(Exit::with(
+            exit::TIMED_OUT,
+            format!("rate limiter {name:?} gave no units within the wait"),
+        ));
+    }
+    // Units are spent, not held: nothing can be lost while the command runs, so the signal
+    // for a lost hold is never sent (signals redisync gets are still passed on).
+    let env = [("REDISYNC_RATE_NAME", name.to_owned())];
+    let never_lost = std::future::pending::<()>();
+    match run::run_while_held(command, &env, never_lost, "TERM", Duration::ZERO).await {
+        Ended::Exited(code) => Ok(Exit::code(code)),
+        Ended::NotStarted(code, message) => Err(Exit::with(code, message)),
+        Ended::HoldLost => Err(Exit::with(exit::FAILURE, "the command was stopped")),
+    }
 }
 
 /// Running a command under something held: a lock's guard or a permit.

@@ -1789,3 +1789,105 @@ fn a_lost_leadership_stops_the_command_with_120() {
         .run_line("elect short --wait 2s -- true")
         .assert_code(0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// `rate` and `semaphore -n`
+// ---------------------------------------------------------------------------------------------
+
+/// `rate` runs the command once the limiter gives its units: sequential runs are spaced by the
+/// rate (a lower bound, which no scheduling delay can break), the command's exit code passes
+/// through, and a set rate is kept.
+#[test]
+fn rate_runs_the_command_once_the_limiter_allows_it() {
+    let world = World::new();
+    let runs = world.path("runs");
+    let started = Instant::now();
+    for _ in 0..4 {
+        world
+            .run(&sh_args(
+                "rate mailer --rate 4/2s",
+                r#"echo "$REDISYNC_RATE_NAME" >> "$1""#,
+                &[&runs],
+            ))
+            .assert_code(0);
+    }
+    // Four units at one per 500 ms: the fourth at least 1.5 s after the first.
+    assert!(started.elapsed() >= Duration::from_millis(1_500));
+    assert_eq!(lines_of(&runs), vec!["mailer"; 4]);
+
+    // The rate set by the first run stays: a later --rate does not replace it.
+    world
+        .run(&sh_args("rate mailer --rate 1000/s", "exit 3", &[]))
+        .assert_code(3);
+    let rate = runtime().block_on(async {
+        let client = Client::connect(world.url()).await.expect("connect");
+        client.rate_limiter("mailer").rate().await.expect("rate")
+    });
+    assert_eq!(rate, Some(Rate::new(4, Duration::from_secs(2))));
+    let json = world.inspect_json("mailer");
+    assert_eq!(json.primitive("rate limiter").get("rate").str(), "4/2s");
+
+    // Without --rate, the one set is used; --burst and --units as documented.
+    world.run_line("rate mailer -- true").assert_code(0);
+    world
+        .run_line("rate batch --rate 1/h --burst 2 --units 3 -- true")
+        .assert_code(0);
+}
+
+/// A wait that runs out is 124 and runs nothing; bad rates and unit counts are 2.
+#[test]
+fn rate_exit_codes() {
+    let world = World::new();
+    world
+        .run_line("rate slow --rate 1/h -- true")
+        .assert_code(0);
+    let marker = world.path("marker");
+    let done = world.run(&["rate", "slow", "--wait", "300ms", "--", "touch", &marker]);
+    done.assert_error(124, "rate limiter \"slow\" gave no units within the wait");
+    assert!(done.elapsed >= Duration::from_millis(300), "{done}");
+    assert!(!Path::new(&marker).exists(), "the command must not run");
+
+    for (line, needle) in [
+        ("rate unset -- true", "has no rate"),
+        ("rate zero --rate 0/s -- true", "units must be at least 1"),
+        (
+            "rate big --rate 1/s --units 2 -- true",
+            "at most 1 units at once",
+        ),
+        ("rate none --rate 1/s --units 0 -- true", "1 to 2^53"),
+    ] {
+        world.run_line(line).assert_error(2, needle);
+    }
+    // Text that is no rate: clap's own usage error (2), naming what is accepted.
+    for bad in ["10", "x/s", "10/5y"] {
+        let done = world.run(&["rate", "text", "--rate", bad, "--", "true"]);
+        done.assert_code(2);
+        assert!(done.stderr.contains("--rate"), "{done}");
+    }
+    world
+        .run_line("rate missing --rate 1/s -- no-such-command-here")
+        .assert_code(127);
+}
+
+/// `semaphore -n N` is `--permits N`: it creates the semaphore with N permits.
+#[test]
+fn semaphore_n_is_permits() {
+    let world = World::new();
+    world
+        .run(&sh_args("semaphore pool -n 3", "exit 0", &[]))
+        .assert_code(0);
+    let json = world.inspect_json("pool");
+    let semaphore = json.primitive("expirable semaphore");
+    assert_eq!(semaphore.get("available permits").str(), "3");
+    // An existing semaphore keeps its permits, as with --permits.
+    world
+        .run(&sh_args("semaphore pool --permits 5", "exit 4", &[]))
+        .assert_code(4);
+    let json = world.inspect_json("pool");
+    assert_eq!(
+        json.primitive("expirable semaphore")
+            .get("available permits")
+            .str(),
+        "3"
+    );
+}

@@ -1,8 +1,9 @@
 //! # redisync
 //!
 //! Distributed synchronization primitives on Redis for async Rust (tokio): a reentrant lock, a
-//! fair lock, a read-write lock, semaphores, a count-down latch, a multi-lock and a leader
-//! election, with watchdog lease renewal, fencing tokens and pub/sub wake-ups.
+//! fair lock, a read-write lock, semaphores, a count-down latch, a multi-lock, a leader
+//! election and a rate limiter, with watchdog lease renewal, fencing tokens and pub/sub
+//! wake-ups.
 //!
 //! ```
 //! use redisync::prelude::*;
@@ -80,6 +81,7 @@
 //! | `latch` | [`CountDownLatch`] |
 //! | `multilock` | [`MultiLock`], [`MultiLockGuard`], [`Redlock`], [`RedlockGuard`] |
 //! | `election` | [`LeaderElection`], [`Leadership`], [`Leader`] |
+//! | `ratelimit` | [`RateLimiter`], [`Rate`], [`Decision`] |
 //! | `tls` (not in `full`) | `rediss://` URLs |
 //!
 //! ## Guarantees
@@ -130,6 +132,8 @@ pub use redisync_latch::{CountDownLatch, COUNT_DOWN_MEMORY};
 pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
 #[cfg(feature = "multilock")]
 pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
+#[cfg(feature = "ratelimit")]
+pub use redisync_ratelimit::{Decision, ParseRateError, Rate, RateLimiter};
 #[cfg(feature = "rwlock")]
 pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
 #[cfg(feature = "semaphore")]
@@ -173,6 +177,9 @@ pub trait ClientExt {
     /// A handle to the leader election called `name` (see [`LeaderElection`]).
     #[cfg(feature = "election")]
     fn leader_election(&self, name: impl Into<String>) -> LeaderElection;
+    /// A handle to the rate limiter called `name` (see [`RateLimiter`]).
+    #[cfg(feature = "ratelimit")]
+    fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter;
 }
 
 impl ClientExt for Client {
@@ -215,6 +222,11 @@ impl ClientExt for Client {
     fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
         LeaderElection::new(self, name)
     }
+
+    #[cfg(feature = "ratelimit")]
+    fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
+        RateLimiter::new(self, name)
+    }
 }
 
 /// Everything most programs need: `use redisync::prelude::*;`.
@@ -233,6 +245,8 @@ pub mod prelude {
     pub use redisync_lock::{FairLock, LockGuard, ReentrantLock};
     #[cfg(feature = "multilock")]
     pub use redisync_multilock::{MultiLock, MultiLockGuard, Redlock, RedlockGuard};
+    #[cfg(feature = "ratelimit")]
+    pub use redisync_ratelimit::{Decision, Rate, RateLimiter};
     #[cfg(feature = "rwlock")]
     pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
     #[cfg(feature = "semaphore")]

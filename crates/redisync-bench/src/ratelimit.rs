@@ -1,0 +1,157 @@
+//! Scenario 8: rate limiter decisions per second, against a floor measured in the same round:
+//! the cheapest one-round-trip limiter there is, a fixed-window counter (a pipelined `INCR` +
+//! `PEXPIRE` of the current window's key), which is neither exact across window edges nor
+//! able to say when to retry.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisync::prelude::*;
+use redisync_test_harness::RedisServer;
+
+use crate::report::Figures;
+
+/// The floor's name in the table.
+pub const FLOOR: &str = "floor: fixed window (INCR + PEXPIRE)";
+
+/// What the limiter under test answers.
+#[derive(Debug, Clone, Copy)]
+pub enum Verdict {
+    /// A rate far above what the run can ask: every decision allows.
+    Allowed,
+    /// An exhausted limiter (1 per hour, spent): every decision refuses, with a retry time.
+    Refused,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 2] = [Verdict::Allowed, Verdict::Refused];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "redisync try_acquire, allowed",
+            Verdict::Refused => "redisync try_acquire, refused",
+        }
+    }
+}
+
+/// `tasks` tasks of one client (its default pool of connections) deciding for `duration`.
+pub async fn decisions(
+    server: &RedisServer,
+    verdict: Verdict,
+    tasks: usize,
+    duration: Duration,
+    round: usize,
+    out: &mut Figures,
+) {
+    let client = Client::connect(server.url()).await.expect("connect");
+    let name = format!("bench:rate:{}:{round}", verdict.name().len());
+    let limiter = client.rate_limiter(name.as_str());
+    limiter.delete().await.expect("delete");
+    match verdict {
+        Verdict::Allowed => limiter
+            .set_rate(Rate::per_second(1 << 30).burst(1 << 20))
+            .await
+            .expect("rate"),
+        Verdict::Refused => {
+            limiter.set_rate(Rate::per_hour(1)).await.expect("rate");
+            assert!(limiter.try_acquire(1).await.expect("spend").allowed);
+        }
+    }
+    let scripts_before = client.stats().scripts_sent;
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let limiter = limiter.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut allowed, mut refused) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    match limiter.try_acquire(1).await {
+                        Ok(d) if d.allowed => allowed += 1,
+                        Ok(_) => refused += 1,
+                        Err(_) => {}
+                    }
+                }
+                (allowed, refused)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut allowed, mut refused) = (0u64, 0u64);
+    for handle in handles {
+        let (a, r) = handle.await.expect("task");
+        allowed += a;
+        refused += r;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let decided = allowed + refused;
+    out.add("decisions/s", decided as f64 / elapsed);
+    out.add("allowed %", 100.0 * allowed as f64 / decided.max(1) as f64);
+    let scripts = client.stats().scripts_sent - scripts_before;
+    out.add(
+        "round trips/decision",
+        scripts as f64 / decided.max(1) as f64,
+    );
+    limiter.delete().await.expect("delete");
+    client.shutdown().await;
+}
+
+/// The floor: `tasks` tasks over `connections` multiplexed connections (redisync's default
+/// pool is 4), each decision one pipelined `INCR` + `PEXPIRE` of the current second's key.
+pub async fn floor(
+    server: &RedisServer,
+    tasks: usize,
+    connections: usize,
+    duration: Duration,
+    out: &mut Figures,
+) {
+    let client = redis::Client::open(server.url()).expect("url");
+    let mut pool = Vec::new();
+    for _ in 0..connections {
+        pool.push(client.get_connection_manager().await.expect("connect"));
+    }
+    let limit = 1i64 << 40;
+    let stop = Arc::new(AtomicBool::new(false));
+    let origin = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let mut conn = pool[i % pool.len()].clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut allowed, mut refused) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let window = origin.elapsed().as_secs();
+                    let key = format!("bench:fixed-window:{window}");
+                    let reply: redis::RedisResult<(i64, i64)> = redis::pipe()
+                        .incr(&key, 1)
+                        .pexpire(&key, 1000)
+                        .query_async(&mut conn)
+                        .await;
+                    match reply {
+                        Ok((count, _)) if count <= limit => allowed += 1,
+                        Ok(_) => refused += 1,
+                        Err(_) => {}
+                    }
+                }
+                (allowed, refused)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut allowed, mut refused) = (0u64, 0u64);
+    for handle in handles {
+        let (a, r) = handle.await.expect("task");
+        allowed += a;
+        refused += r;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let decided = allowed + refused;
+    out.add("decisions/s", decided as f64 / elapsed);
+    out.add("allowed %", 100.0 * allowed as f64 / decided.max(1) as f64);
+    out.add("round trips/decision", 1.0);
+}
