@@ -16,6 +16,9 @@ pub const UNAVAILABLE: i32 = 69;
 pub const HOLD_LOST: i32 = 120;
 /// The wait (`--wait`, `--timeout`) ran out, or a latch was already armed.
 pub const TIMED_OUT: i32 = 124;
+/// An existing primitive disagrees with what the command line says it is (`semaphore
+/// --permits` against another number of permits; `sysexits` EX_CONFIG).
+pub const CONFLICT: i32 = 78;
 /// The command could not be run.
 pub const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found.
@@ -42,5 +45,10 @@ Exit codes:
   120    the lock, permit or leadership was lost while the command ran; the command was stopped
   124    the wait ran out (--wait, --timeout), or `latch set` found the latch armed
          (for `rate`: no units within --wait)
+  78     `semaphore --permits N` found the semaphore with another number of permits
   126    the command could not be run
-  127    the command was not found";
+  127    the command was not found
+
+redisync's own codes always come with a `redisync: ...` line on stderr; the command's own
+codes pass through without one. So a command's own 124 (say, from `timeout`) is told from a
+--wait that ran out by that line (or by --verbose, which reports when the hold was got).";

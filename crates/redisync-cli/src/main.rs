@@ -61,6 +61,14 @@ struct Cli {
     /// ACL users without pub/sub); at most 10s.
     #[arg(long, env = "REDISYNC_POLL", value_parser = duration::parse, global = true)]
     poll: Option<Duration>,
+    /// The lease of holds without --lease, renewed every third of it while the command runs
+    /// (default 30s): a crashed holder's lock frees within this time.
+    #[arg(long, env = "REDISYNC_WATCHDOG", value_parser = duration::parse, global = true)]
+    watchdog: Option<Duration>,
+    /// Report on stderr what happens: the wait, the hold and its fencing token, the lease's
+    /// renewals, a loss.
+    #[arg(long, short = 'v', global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -72,6 +80,13 @@ enum Command {
     Lock {
         /// The lock's name.
         name: String,
+        /// Take a shared (read) hold of the read-write lock of this name instead: commands
+        /// with --read run side by side, and exclude the read-write lock's writers.
+        #[arg(long, conflicts_with = "fair")]
+        read: bool,
+        /// Take the fair lock of this name instead: waiters get it in arrival order.
+        #[arg(long)]
+        fair: bool,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         #[arg(long, value_parser = duration::parse)]
         wait: Option<Duration>,
@@ -91,10 +106,11 @@ enum Command {
     Semaphore {
         /// The semaphore's name.
         name: String,
-        /// How many permits the semaphore has, if this creates it (`-n N` as in
-        /// `consul lock -n N`).
-        #[arg(long, short = 'n')]
-        permits: u64,
+        /// How many permits the semaphore has (`-n N` as in `consul lock -n N`): creates it
+        /// with N if it does not exist, and refuses (exit 78) if it exists with another
+        /// number; may be left out when it exists.
+        #[arg(long, short = 'n', value_parser = clap::value_parser!(u64).range(1..))]
+        permits: Option<u64>,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         #[arg(long, value_parser = duration::parse)]
         wait: Option<Duration>,
@@ -182,6 +198,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Set how many permits an expirable semaphore (the one `semaphore` uses) has in all,
+    /// creating it if need be: permits leased out stay out, and fewer permits take effect as
+    /// they come back.
+    SemaphoreSet {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits, at least 1.
+        #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+        permits: u64,
+    },
+    /// Delete a primitive's state, whoever holds it: its holders lose their holds (their
+    /// commands are stopped), its waiters wait for it to exist again. Fencing counters stay.
+    Delete {
+        /// What to delete.
+        kind: Kind,
+        /// Its name.
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Free a lock (reentrant, fair or read-write) whoever holds it.
     ForceUnlock {
         /// The lock's name.
@@ -201,6 +238,25 @@ struct Stop {
     /// Kill the command if it is still running this long after the signal.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     kill_after: Duration,
+}
+
+/// The kinds of primitive `delete` knows.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Kind {
+    /// A lock (`lock`).
+    Lock,
+    /// A fair lock (`lock --fair`).
+    FairLock,
+    /// A read-write lock (`lock --read`).
+    Rwlock,
+    /// An expirable semaphore (`semaphore`).
+    Semaphore,
+    /// A count-down latch (`latch`).
+    Latch,
+    /// A leader election (`elect`).
+    Election,
+    /// A rate limiter (`rate`).
+    Rate,
 }
 
 #[derive(Subcommand)]
@@ -274,20 +330,41 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         Some(interval) => WaitStrategy::Poll { interval },
         None => WaitStrategy::PubSub,
     };
-    let client = builder
+    let mut builder = builder
         .key_prefix(cli.prefix.as_str())
         .command_timeout(cli.command_timeout)
-        .wait_strategy(strategy)
-        .build()
-        .await?;
+        .wait_strategy(strategy);
+    if let Some(watchdog) = cli.watchdog {
+        builder = builder.watchdog_timeout(watchdog);
+    }
+    let client = builder.build().await?;
     let outcome = match cli.command {
         Command::Lock {
             name,
+            read,
+            fair,
             wait,
             lease,
             stop,
             command,
-        } => lock(&client, &name, wait, lease, &stop, &command).await,
+        } => {
+            let kind = match (read, fair) {
+                (true, _) => LockKind::Read,
+                (_, true) => LockKind::Fair,
+                _ => LockKind::Reentrant,
+            };
+            lock(
+                &client,
+                &name,
+                kind,
+                wait,
+                lease,
+                &stop,
+                &command,
+                cli.verbose,
+            )
+            .await
+        }
         Command::Semaphore {
             name,
             permits,
@@ -295,7 +372,19 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             lease,
             stop,
             command,
-        } => semaphore(&client, &name, permits, wait, lease, &stop, &command).await,
+        } => {
+            let held = Holding {
+                what: "permit",
+                waiting: format!("a permit of {name:?}"),
+                timed_out: format!("no permit of {name:?} within the wait"),
+                wait,
+                lease,
+                verbose: cli.verbose,
+            };
+            semaphore(&client, &name, permits, held, &stop, &command).await
+        }
+        Command::SemaphoreSet { name, permits } => semaphore_set(&client, &name, permits).await,
+        Command::Delete { kind, name, yes } => delete(&client, kind, &name, yes).await,
         Command::Rate {
             name,
             rate,
@@ -324,55 +413,114 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
     outcome
 }
 
+/// Which lock `lock` takes.
+#[derive(Clone, Copy)]
+enum LockKind {
+    Reentrant,
+    Fair,
+    Read,
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn lock(
     client: &Client,
     name: &str,
+    kind: LockKind,
     wait: Option<Duration>,
     lease: Option<Duration>,
     stop: &Stop,
     command: &[String],
+    verbose: bool,
 ) -> Result<Exit, Exit> {
+    let what = match kind {
+        LockKind::Reentrant => "lock",
+        LockKind::Fair => "fair lock",
+        LockKind::Read => "read hold",
+    };
     let held = Holding {
-        what: "lock",
-        waiting: format!("lock {name:?}"),
-        timed_out: format!("lock {name:?} not acquired within the wait"),
+        what,
+        waiting: format!("{what} {name:?}"),
+        timed_out: format!("{what} {name:?} not acquired within the wait"),
         wait,
         lease,
+        verbose,
     };
-    let env = |guard: &LockGuard| {
-        [
-            ("REDISYNC_FENCING_TOKEN", guard.fencing_token().to_string()),
-            ("REDISYNC_LOCK_NAME", name.to_owned()),
-        ]
-    };
-    held.run(&client.lock(name), env, stop, command).await
+    match kind {
+        LockKind::Reentrant => {
+            let env = lock_env(name);
+            held.run(client, &client.lock(name), env, stop, command)
+                .await
+        }
+        LockKind::Fair => {
+            let env = lock_env(name);
+            held.run(client, &client.fair_lock(name), env, stop, command)
+                .await
+        }
+        LockKind::Read => {
+            let reader = client.read_write_lock(name).reader();
+            held.run(client, &reader, lock_env(name), stop, command)
+                .await
+        }
+    }
+}
+
+/// The environment of a command run under a lock: its name, and the fencing token where
+/// the hold has one (a read hold has none, and the variable is then not set).
+fn lock_env<G: Held>(name: &str) -> impl FnOnce(&G) -> Vec<(&'static str, String)> + '_ {
+    move |guard| {
+        let mut env = vec![("REDISYNC_LOCK_NAME", name.to_owned())];
+        if let Some(token) = guard.fencing_token() {
+            env.push(("REDISYNC_FENCING_TOKEN", token.to_string()));
+        }
+        env
+    }
 }
 
 async fn semaphore(
     client: &Client,
     name: &str,
-    permits: u64,
-    wait: Option<Duration>,
-    lease: Option<Duration>,
+    permits: Option<u64>,
+    held: Holding,
     stop: &Stop,
     command: &[String],
 ) -> Result<Exit, Exit> {
     let semaphore = client.expirable_semaphore(name);
-    semaphore.try_set_permits(permits).await?;
-    let held = Holding {
-        what: "permit",
-        waiting: format!("a permit of {name:?}"),
-        timed_out: format!("no permit of {name:?} within the wait"),
-        wait,
-        lease,
-    };
+    match permits {
+        Some(permits) => {
+            if !semaphore.try_set_permits(permits).await? {
+                // It exists: it must be the semaphore the caller means.
+                let total = semaphore.total_permits().await?;
+                if total.is_some_and(|total| total != permits) {
+                    return Err(Exit::with(
+                        exit::CONFLICT,
+                        format!(
+                            "semaphore {name:?} has {} permits, not {permits} (use \
+                             `redisync semaphore-set {name} {permits}` to change it)",
+                            total.unwrap_or(0)
+                        ),
+                    ));
+                }
+            }
+        }
+        None => {
+            if semaphore.total_permits().await?.is_none() {
+                return Err(Exit::with(
+                    exit::USAGE,
+                    format!(
+                        "semaphore {name:?} does not exist; give --permits N (or -n N) to \
+                         create it"
+                    ),
+                ));
+            }
+        }
+    }
     let env = |permit: &ExpirablePermit| {
-        [
+        vec![
             ("REDISYNC_PERMIT_ID", permit.id().to_owned()),
             ("REDISYNC_SEMAPHORE_NAME", name.to_owned()),
         ]
     };
-    held.run(&semaphore, env, stop, command).await
+    held.run(client, &semaphore, env, stop, command).await
 }
 
 async fn elect(
@@ -505,6 +653,8 @@ struct Holding {
     wait: Option<Duration>,
     /// `--lease`: fixed, or renewed by the watchdog.
     lease: Option<Duration>,
+    /// `--verbose`: report the wait, the hold and its renewals on stderr.
+    verbose: bool,
 }
 
 impl Holding {
@@ -512,22 +662,81 @@ impl Holding {
     /// then releases it.
     async fn run<A: Acquire>(
         self,
+        client: &Client,
         primitive: &A,
-        env: impl FnOnce(&A::Guard) -> [(&'static str, String); 2],
+        env: impl FnOnce(&A::Guard) -> Vec<(&'static str, String)>,
         stop: &Stop,
         command: &[String],
     ) -> Result<Exit, Exit> {
         let wait = self.wait.map_or(Wait::Forever, Wait::For);
         let lease = self.lease.map_or(Lease::Watchdog, Lease::Fixed);
+        let started = Instant::now();
+        if self.verbose {
+            eprintln!("redisync: waiting for {}", self.waiting);
+        }
         let acquired = waiting(&self.waiting, primitive.acquire_with(wait, lease)).await?;
         let Some(held) = acquired else {
             return Err(Exit::with(exit::TIMED_OUT, self.timed_out));
         };
+        let _report = self.verbose.then(|| {
+            let token = held
+                .fencing_token()
+                .map_or_else(|| "none".to_owned(), |t| t.to_string());
+            eprintln!(
+                "redisync: got the {} after {} (fencing token {token})",
+                self.what,
+                duration::show(started.elapsed())
+            );
+            report_renewals(client.clone(), held.lost(), self.what)
+        });
         let env = env(&held);
         let ended =
             run::run_while_held(command, &env, held.lost(), &stop.signal, stop.kill_after).await;
         let released = held.release().await;
+        if self.verbose && released.is_ok() {
+            eprintln!("redisync: released the {}", self.what);
+        }
         finish(ended, released.err(), self.what)
+    }
+}
+
+/// Reports on stderr, until dropped, each renewal of the client's leases and the loss of
+/// the hold whose `lost` future this is. The command's client holds nothing else, so the
+/// client's renewal count is this hold's.
+fn report_renewals(
+    client: Client,
+    lost: impl std::future::Future<Output = ()> + Send + 'static,
+    what: &'static str,
+) -> AbortOnDrop {
+    let task = tokio::spawn(async move {
+        let mut lost = std::pin::pin!(lost);
+        let mut renewals = client.stats().renewals;
+        let mut check = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                () = &mut lost => {
+                    eprintln!("redisync: the {what} was lost");
+                    return;
+                }
+                _ = check.tick() => {
+                    let now = client.stats().renewals;
+                    if now > renewals {
+                        eprintln!("redisync: lease renewed");
+                        renewals = now;
+                    }
+                }
+            }
+        }
+    });
+    AbortOnDrop(task)
+}
+
+/// Stops a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -642,7 +851,12 @@ async fn show(
 }
 
 async fn force_unlock(client: &Client, name: &str, yes: bool) -> Result<Exit, Exit> {
-    if !yes && !confirm(&format!("force-unlock {name:?}, whoever holds it?"))? {
+    if !yes
+        && !confirm(
+            "force-unlock",
+            &format!("force-unlock {name:?}, whoever holds it?"),
+        )?
+    {
         return Err(Exit::with(exit::FAILURE, "not confirmed; nothing changed"));
     }
     let mut freed = Vec::new();
@@ -663,12 +877,64 @@ async fn force_unlock(client: &Client, name: &str, yes: bool) -> Result<Exit, Ex
     Ok(Exit::code(0))
 }
 
+async fn semaphore_set(client: &Client, name: &str, permits: u64) -> Result<Exit, Exit> {
+    let semaphore = client.expirable_semaphore(name);
+    if semaphore.try_set_permits(permits).await? {
+        println!("created semaphore {name:?} with {permits} permits");
+        return Ok(Exit::code(0));
+    }
+    let total = semaphore.total_permits().await?.unwrap_or(0);
+    let change = i128::from(permits) - i128::from(total);
+    let change = i64::try_from(change)
+        .map_err(|_| Exit::with(exit::USAGE, format!("cannot change by {change} permits")))?;
+    if change != 0 {
+        semaphore.add_permits(change).await?;
+    }
+    println!("semaphore {name:?}: {total} -> {permits} permits");
+    Ok(Exit::code(0))
+}
+
+async fn delete(client: &Client, kind: Kind, name: &str, yes: bool) -> Result<Exit, Exit> {
+    let label = match kind {
+        Kind::Lock => "lock",
+        Kind::FairLock => "fair lock",
+        Kind::Rwlock => "read-write lock",
+        Kind::Semaphore => "semaphore",
+        Kind::Latch => "latch",
+        Kind::Election => "election",
+        Kind::Rate => "rate limiter",
+    };
+    if !yes
+        && !confirm(
+            "delete",
+            &format!("delete {label} {name:?}, whoever holds it?"),
+        )?
+    {
+        return Err(Exit::with(exit::FAILURE, "not confirmed; nothing changed"));
+    }
+    let deleted = match kind {
+        Kind::Lock => client.lock(name).delete().await?,
+        Kind::FairLock => client.fair_lock(name).delete().await?,
+        Kind::Rwlock => client.read_write_lock(name).delete().await?,
+        Kind::Semaphore => client.expirable_semaphore(name).delete().await?,
+        Kind::Latch => client.count_down_latch(name).delete().await?,
+        Kind::Election => client.leader_election(name).delete().await?,
+        Kind::Rate => client.rate_limiter(name).delete().await?,
+    };
+    if deleted {
+        println!("deleted {label} {name:?}");
+    } else {
+        println!("there was no {label} {name:?}");
+    }
+    Ok(Exit::code(0))
+}
+
 /// Asks on the terminal; refuses when there is no terminal to ask on.
-fn confirm(question: &str) -> Result<bool, Exit> {
+fn confirm(action: &str, question: &str) -> Result<bool, Exit> {
     if !std::io::stdin().is_terminal() {
         return Err(Exit::with(
             exit::USAGE,
-            "refusing to force-unlock without --yes (stdin is not a terminal)",
+            format!("refusing to {action} without --yes (stdin is not a terminal)"),
         ));
     }
     eprint!("{question} [y/N] ");

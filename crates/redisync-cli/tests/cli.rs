@@ -1229,9 +1229,12 @@ sleep 0.1; echo "end $REDISYNC_PERMIT_ID" >> "$1""#;
     let field = |label| table_field(&table, header, label);
     assert_eq!(field("available permits").as_deref(), Some("2"), "{table}");
     assert_eq!(field("permits out").as_deref(), Some("0"), "{table}");
-    // --permits only counts when it creates the semaphore.
+    // --permits must agree with an existing semaphore, and then changes nothing.
     world
         .run_line("semaphore pool --permits 5 -- true")
+        .assert_error(78, "has 2 permits, not 5");
+    world
+        .run_line("semaphore pool --permits 2 -- true")
         .assert_code(0);
     let json = world.inspect_json("pool");
     let fields = json.primitive("expirable semaphore");
@@ -1481,6 +1484,10 @@ fn bad_arguments_are_2_with_one_error() {
     let world = World::new();
     let marker = world.path("marker");
     let touch = format!("-- touch {marker}");
+    // Not clap's: a semaphore that does not exist, without --permits to create it.
+    world
+        .run_line(&format!("semaphore x {touch}"))
+        .assert_error(2, "does not exist; give --permits N");
     for (line, needle) in [
         ("lock x".to_owned(), "required arguments were not provided"),
         (
@@ -1489,7 +1496,10 @@ fn bad_arguments_are_2_with_one_error() {
         ),
         (format!("lock x touch {marker}"), "unexpected argument"),
         ("unlock x".to_owned(), "unrecognized subcommand 'unlock'"),
-        (format!("semaphore x {touch}"), "--permits <PERMITS>"),
+        (
+            format!("semaphore x --permits 0 {touch}"),
+            "0 is not in 1..",
+        ),
         (
             format!("semaphore x --permits -1 {touch}"),
             "unexpected argument",
@@ -1879,9 +1889,9 @@ fn semaphore_n_is_permits() {
     let json = world.inspect_json("pool");
     let semaphore = json.primitive("expirable semaphore");
     assert_eq!(semaphore.get("available permits").str(), "3");
-    // An existing semaphore keeps its permits, as with --permits.
+    // An existing semaphore keeps its permits; --permits that agrees is fine.
     world
-        .run(&sh_args("semaphore pool --permits 5", "exit 4", &[]))
+        .run(&sh_args("semaphore pool --permits 3", "exit 4", &[]))
         .assert_code(4);
     let json = world.inspect_json("pool");
     assert_eq!(
@@ -1890,4 +1900,129 @@ fn semaphore_n_is_permits() {
             .str(),
         "3"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Repairing state: `semaphore --permits` checks, `semaphore-set`, `delete`.
+// ---------------------------------------------------------------------------------------------
+
+/// `--permits` creates, is optional once the semaphore exists, and refuses to run against a
+/// semaphore with another number of permits; zero permits are refused outright, and
+/// `semaphore-set` changes the number.
+#[test]
+fn semaphore_permits_are_checked_and_can_be_set() {
+    let world = World::new();
+    world
+        .run_line("semaphore zero --permits 0 -- true")
+        .assert_code(2);
+    assert!(!world.key_exists("redisync:{zero}:expirable-semaphore"));
+    world
+        .run_line("semaphore missing -- true")
+        .assert_error(2, "does not exist; give --permits N");
+
+    world.run_line("semaphore s -n 2 -- true").assert_code(0);
+    world.run_line("semaphore s -- true").assert_code(0);
+    world
+        .run_line("semaphore s --permits 2 -- true")
+        .assert_code(0);
+    world
+        .run_line("semaphore s --permits 3 -- true")
+        .assert_error(78, "has 2 permits, not 3");
+
+    // Set while a permit is out: the permit stays out, and counts.
+    let mut holder = world.spawn(&["semaphore", "s", "--", "sleep", "1"]);
+    eventually(RUN_LIMIT, "the permit is out", || {
+        world.inspect("s").contains("permits out")
+    });
+    let done = world.run_line("semaphore-set s 3");
+    done.assert_code(0);
+    assert_eq!(done.stdout, "semaphore \"s\": 2 -> 3 permits\n");
+    world
+        .run_line("semaphore s --permits 3 -- true")
+        .assert_code(0);
+    holder.wait(RUN_LIMIT).assert_code(0);
+    world
+        .run_line("semaphore s --permits 2 -- true")
+        .assert_error(78, "has 3 permits, not 2");
+    let done = world.run_line("semaphore-set fresh 4");
+    done.assert_code(0);
+    assert_eq!(done.stdout, "created semaphore \"fresh\" with 4 permits\n");
+    world.run_line("semaphore-set fresh 0").assert_code(2);
+}
+
+/// `delete KIND NAME` removes a primitive whoever holds it; the holder's command is stopped at
+/// once. Without --yes and without a terminal it refuses.
+#[test]
+fn delete_removes_state_and_stops_the_holder() {
+    let world = World::new();
+    let pidfile = world.path("pid");
+    let mut holder = world.sh(
+        "semaphore held -n 1",
+        &format!(r#"echo $$ > "$1"; {BOUNDED_WAIT}"#),
+        &[&pidfile],
+    );
+    pid_in(&pidfile);
+    eventually(RUN_LIMIT, "the holder listens for lost notices", || {
+        let channels = world.server.cmd(&["PUBSUB", "CHANNELS", "redisync:lost:*"]);
+        matches!(channels, redis::Value::Array(ref c) if c.len() == 1)
+    });
+    world
+        .run_line("delete semaphore held")
+        .assert_error(2, "refusing to delete without --yes");
+    let done = world.run_line("delete semaphore held --yes");
+    done.assert_code(0);
+    assert_eq!(done.stdout, "deleted semaphore \"held\"\n");
+    let stopped = holder.wait(Duration::from_secs(3));
+    stopped.assert_error(120, "the permit was lost while the command ran");
+    assert!(!world.key_exists("redisync:{held}:expirable-semaphore"));
+
+    let done = world.run_line("delete latch nothing --yes");
+    done.assert_code(0);
+    assert_eq!(done.stdout, "there was no latch \"nothing\"\n");
+    world.run_line("delete gadget x --yes").assert_code(2);
+}
+
+/// `lock --read` holds the read-write lock shared: two commands run side by side; `lock
+/// --fair` takes the fair lock. `--verbose` reports the wait, the hold with its token, the
+/// renewals (here every 200 ms: `--watchdog 600ms`) and the release.
+#[test]
+fn lock_read_fair_and_verbose() {
+    let world = World::new();
+    let (first, second) = (world.path("first"), world.path("second"));
+    let script = r#"touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done"#;
+    let mut a = world.sh("lock shared --read", script, &[&first, &second]);
+    let mut b = world.sh("lock shared --read", script, &[&second, &first]);
+    // Each command waits (4 s at most) for the other to have started: they must overlap.
+    let (done_a, done_b) = (a.wait(RUN_LIMIT), b.wait(RUN_LIMIT));
+    done_a.assert_code(0);
+    done_b.assert_code(0);
+    assert!(
+        done_a.elapsed < Duration::from_secs(4) && done_b.elapsed < Duration::from_secs(4),
+        "the readers did not run side by side:\n{done_a}\n{done_b}"
+    );
+    assert!(!world.key_exists("redisync:{shared}:rw"), "released");
+    world
+        .run_line("lock shared --read --fair -- true")
+        .assert_code(2);
+
+    let done = world.run_line("--verbose --watchdog 600ms lock --fair fair -- sleep 0.7");
+    done.assert_code(0);
+    assert!(
+        done.stderr
+            .contains("redisync: waiting for fair lock \"fair\""),
+        "{done}"
+    );
+    assert!(
+        done.stderr.contains("redisync: got the fair lock after")
+            && done.stderr.contains("(fencing token 1)"),
+        "{done}"
+    );
+    assert!(done.stderr.contains("redisync: lease renewed"), "{done}");
+    assert!(
+        done.stderr.contains("redisync: released the fair lock"),
+        "{done}"
+    );
+    world
+        .run_line("--watchdog 0s lock x -- true")
+        .assert_code(2);
 }

@@ -280,6 +280,38 @@ impl ExpirableSemaphore {
         self.core.client.eval(call).await
     }
 
+    /// How many permits the semaphore has in all: available ones plus those leased out (a
+    /// permit whose lease ended counts once, whether reclaimed yet or not). `None` for a
+    /// semaphore that does not exist; 0 if permits removed with a negative
+    /// [`add_permits`](Self::add_permits) outnumber the rest.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync_core::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # use redisync_semaphore::ExpirableSemaphore;
+    /// let semaphore = ExpirableSemaphore::new(&client, "encoders");
+    /// assert_eq!(semaphore.total_permits().await?, None);
+    /// semaphore.try_set_permits(4).await?;
+    /// let permit = semaphore.acquire().await?;
+    /// assert_eq!(semaphore.available_permits().await?, 3);
+    /// assert_eq!(semaphore.total_permits().await?, Some(4));
+    /// # permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn total_permits(&self) -> Result<Option<u64>> {
+        let keys = self.core.keys()?;
+        let call = scripts::XTotalPermits {
+            permits: &keys.permits,
+            deadlines: &keys.deadlines,
+        }
+        .call();
+        let (exists, total): (i64, i64) = self.core.client.eval(call).await?;
+        Ok((exists == 1).then(|| u64::try_from(total).unwrap_or(0)))
+    }
+
     /// Takes a permit, waiting as long as it takes; its lease is renewed by the watchdog while
     /// the permit lives, so it comes back within one watchdog timeout if this process dies.
     ///

@@ -134,6 +134,15 @@ redisync_core::toolkit::lua_script! {
 }
 
 redisync_core::toolkit::lua_script! {
+    /// The permits in all, available or leased (`lua/expirable_semaphore_total_permits.lua`).
+    pub(crate) struct XTotalPermits = read_only "expirable_semaphore_total_permits"
+        for "expirable_semaphore" after ["expirable_semaphore_prelude"] {
+        keys { permits, deadlines }
+        args {}
+    }
+}
+
+redisync_core::toolkit::lua_script! {
     /// Takes one permit with an id and a lease (`lua/expirable_semaphore_acquire.lua`).
     pub(crate) struct XAcquire = new "expirable_semaphore_acquire" for "expirable_semaphore"
         after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
