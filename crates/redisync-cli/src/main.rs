@@ -240,6 +240,24 @@ struct Stop {
     kill_after: Duration,
 }
 
+impl Command {
+    /// The name of the primitive the command works on.
+    fn name(&self) -> &str {
+        match self {
+            Command::Lock { name, .. }
+            | Command::Semaphore { name, .. }
+            | Command::Rate { name, .. }
+            | Command::Latch { name, .. }
+            | Command::Elect { name, .. }
+            | Command::Leader { name, .. }
+            | Command::Inspect { name, .. }
+            | Command::SemaphoreSet { name, .. }
+            | Command::Delete { name, .. }
+            | Command::ForceUnlock { name, .. } => name,
+        }
+    }
+}
+
 /// The kinds of primitive `delete` knows.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum Kind {
@@ -338,6 +356,9 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         builder = builder.watchdog_timeout(watchdog);
     }
     let client = builder.build().await?;
+    // Foreign data is reported by the library without the key (the error type has no room
+    // for it); the command knows the name, and `inspect` shows which key it is.
+    let name = cli.command.name().to_owned();
     let outcome = match cli.command {
         Command::Lock {
             name,
@@ -410,7 +431,27 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes).await,
     };
     client.shutdown().await;
-    outcome
+    outcome.map_err(|exit| name_the_keys(exit, &client, &name))
+}
+
+/// For foreign data: which keys, and how to see the one at fault.
+fn name_the_keys(exit: Exit, client: &Client, name: &str) -> Exit {
+    if exit.code != exit::WRONG_TYPE
+        || exit
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("foreign data under"))
+    {
+        return exit;
+    }
+    let keys = client
+        .key_space(name)
+        .map_or_else(|_| name.to_owned(), |space| format!("{}:*", space.base()));
+    let message = exit.message.unwrap_or_default();
+    Exit::with(
+        exit.code,
+        format!("{message} (a key under {keys}; `redisync inspect {name:?}` shows which)"),
+    )
 }
 
 /// Which lock `lock` takes.
@@ -847,7 +888,14 @@ async fn show(
         inspect::table(name, &found)
     };
     print!("{report}");
-    Ok(Exit::code(0))
+    // Shown, and still an error for scripts: the primitive cannot be used as it is.
+    match found.iter().find(|finding| finding.is_foreign()) {
+        Some(foreign) => Err(Exit::with(
+            exit::WRONG_TYPE,
+            format!("foreign data under {}", foreign.key),
+        )),
+        None => Ok(Exit::code(0)),
+    }
 }
 
 async fn force_unlock(client: &Client, name: &str, yes: bool) -> Result<Exit, Exit> {

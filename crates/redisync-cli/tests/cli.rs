@@ -423,6 +423,14 @@ impl Json {
         }
     }
 
+    /// A JSON integer (the schema has no fractions).
+    fn int(&self) -> i64 {
+        match self {
+            Json::Number(n) if n.fract() == 0.0 => *n as i64,
+            other => panic!("not an integer: {other:?}"),
+        }
+    }
+
     fn items(&self) -> &[Json] {
         match self {
             Json::Array(items) => items,
@@ -700,9 +708,9 @@ fn the_commands_exit_code_passes_through() {
     world.run_line("lock codes -- true").assert_code(0);
     assert!(!world.key_exists("redisync:{codes}:lock"), "released");
     let json = world.inspect_json("codes");
-    let semaphore = json.primitive("expirable semaphore");
-    assert_eq!(semaphore.get("available permits").str(), "1");
-    assert_eq!(semaphore.get("permits out").str(), "0");
+    let semaphore = json.primitive("expirable_semaphore");
+    assert_eq!(semaphore.get("available_permits").int(), 1);
+    assert_eq!(semaphore.get("permits_out").int(), 0);
 }
 
 /// A wait that runs out is 124 and the command does not run, for the lock and the semaphore.
@@ -765,8 +773,8 @@ fn a_command_that_cannot_run_is_127_or_126_and_the_hold_is_released() {
         .assert_error(126, "");
     assert!(!world.key_exists("redisync:{nocmd}:lock"), "lock released");
     let json = world.inspect_json("nocmd");
-    let semaphore = json.primitive("expirable semaphore");
-    assert_eq!(semaphore.get("available permits").str(), "1", "released");
+    let semaphore = json.primitive("expirable_semaphore");
+    assert_eq!(semaphore.get("available_permits").int(), 1, "released");
 }
 
 #[test]
@@ -853,12 +861,31 @@ fn foreign_data_under_a_key_is_65() {
     world
         .server
         .cmd(&["SET", "redisync:{foreign}:lock", "not a hash"]);
+    // Every message names the keys; inspect shows the one at fault, with its type.
     world
         .run_line(&format!("lock foreign {touch}"))
         .assert_error(65, "wrong type");
     world
-        .run_line("inspect foreign")
-        .assert_error(65, "wrong type");
+        .run_line(&format!("lock foreign {touch}"))
+        .assert_error(65, "a key under redisync:{foreign}:*");
+    let shown = world.run_line("inspect foreign");
+    assert_eq!(
+        shown.stdout,
+        "foreign data under redisync:{foreign}:lock\n  found    a string\n  used by  lock\n"
+    );
+    let lines: Vec<&str> = shown.stderr.lines().collect();
+    assert_eq!(
+        lines,
+        ["redisync: foreign data under redisync:{foreign}:lock"],
+        "{shown}"
+    );
+    assert_eq!(shown.code(), 65);
+    let json = Json::parse(&world.run_line("inspect foreign --json").stdout).expect("json");
+    let foreign = &json.get("primitives").items()[0];
+    assert_eq!(foreign.get("kind").str(), "foreign_data");
+    assert_eq!(foreign.get("key").str(), "redisync:{foreign}:lock");
+    assert_eq!(foreign.get("fields").get("found").str(), "a string");
+    assert_eq!(foreign.get("fields").get("used_by").str(), "lock");
     world
         .server
         .cmd(&["SET", "redisync:{foreign}:latch", "not a hash"]);
@@ -1237,8 +1264,8 @@ sleep 0.1; echo "end $REDISYNC_PERMIT_ID" >> "$1""#;
         .run_line("semaphore pool --permits 2 -- true")
         .assert_code(0);
     let json = world.inspect_json("pool");
-    let fields = json.primitive("expirable semaphore");
-    assert_eq!(fields.get("available permits").str(), "2");
+    let fields = json.primitive("expirable_semaphore");
+    assert_eq!(fields.get("available_permits").int(), 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1320,9 +1347,10 @@ fn inspect_shows_locks() {
     assert_eq!(json.get("primitives").items().len(), 1, "{json:?}");
     let fields = json.primitive("lock");
     assert_eq!(fields.get("holder").str(), lock.owner_id());
-    assert_eq!(fields.get("holds").str(), "2");
-    assert_eq!(fields.get("fencing token").str(), token);
-    assert!(fields.get("lease left").str().ends_with("ms"));
+    assert_eq!(fields.get("holds").int(), 2);
+    assert_eq!(fields.get("fencing_token").int().to_string(), token);
+    let lease = fields.get("lease_left_ms").int();
+    assert!(lease > 0 && lease <= 30_000, "{json:?}");
 
     // A fair lock with one waiter.
     let fair = client.fair_lock("queue");
@@ -1340,8 +1368,8 @@ fn inspect_shows_locks() {
     let token = fair_hold.fencing_token().to_string();
     assert_eq!(field("fencing token"), Some(token), "{table}");
     let json = world.inspect_json("queue");
-    let fields = json.primitive("fair lock");
-    assert_eq!(fields.get("waiters").str(), "1");
+    let fields = json.primitive("fair_lock");
+    assert_eq!(fields.get("waiters").int(), 1);
     assert_eq!(fields.get("holder").str(), fair.owner_id());
     waiting.abort();
 
@@ -1358,7 +1386,7 @@ fn inspect_shows_locks() {
     assert_eq!(field("fencing token"), Some(token), "{table}");
     assert_eq!(field("waiting writers").as_deref(), Some("0"), "{table}");
     let json = world.inspect_json("rw");
-    let fields = json.primitive("read-write lock");
+    let fields = json.primitive("read_write_lock");
     assert_eq!(fields.get("mode").str(), "write");
     assert_eq!(fields.get("writer").str(), rw.owner_id());
     assert!(!fields.has("readers"));
@@ -1382,7 +1410,7 @@ fn inspect_shows_locks() {
     );
     assert!(field("writer").is_none(), "{table}");
     let json = world.inspect_json("ro");
-    assert_eq!(json.primitive("read-write lock").get("mode").str(), "read");
+    assert_eq!(json.primitive("read_write_lock").get("mode").str(), "read");
     drop((holds, fair_hold, write, reads));
 }
 
@@ -1405,7 +1433,7 @@ fn inspect_shows_semaphores_and_latches() {
     assert_eq!(available.as_deref(), Some("2"), "{table}");
     let json = world.inspect_json("counted");
     let fields = json.primitive("semaphore");
-    assert_eq!(fields.get("available permits").str(), "2");
+    assert_eq!(fields.get("available_permits").int(), 2);
 
     // An expirable semaphore with one of two permits out.
     let expirable = client.expirable_semaphore("leased");
@@ -1419,18 +1447,20 @@ fn inspect_shows_semaphores_and_latches() {
     let field = |label| table_field(&table, header, label);
     assert_eq!(field("available permits").as_deref(), Some("1"), "{table}");
     assert_eq!(field("permits out").as_deref(), Some("1"), "{table}");
-    let out = field("permit").unwrap();
+    let out = field("permits").unwrap();
     assert!(
         out.starts_with(&format!("{} (lease left ", leased.id())),
         "{table}"
     );
     let json = world.inspect_json("leased");
-    let fields = json.primitive("expirable semaphore");
-    assert_eq!(fields.get("available permits").str(), "1");
-    assert_eq!(fields.get("permits out").str(), "1");
-    let permits = fields.get("permit").items();
+    let fields = json.primitive("expirable_semaphore");
+    assert_eq!(fields.get("available_permits").int(), 1);
+    assert_eq!(fields.get("permits_out").int(), 1);
+    let permits = fields.get("permits").items();
     assert_eq!(permits.len(), 1, "{json:?}");
-    assert!(permits[0].str().starts_with(leased.id()), "{json:?}");
+    assert_eq!(permits[0].get("id").str(), leased.id(), "{json:?}");
+    let left = permits[0].get("lease_left_ms").int();
+    assert!(left > 0 && left <= 30_000, "{json:?}");
 
     // An armed latch, and a name several kinds use at once.
     world.run_line("latch many set 3").assert_code(0);
@@ -1438,7 +1468,7 @@ fn inspect_shows_semaphores_and_latches() {
     let count = table_field(&table, "count-down latch \"many\"", "count");
     assert_eq!(count.as_deref(), Some("3"), "{table}");
     let json = world.inspect_json("many");
-    assert_eq!(json.primitive("count-down latch").get("count").str(), "3");
+    assert_eq!(json.primitive("count_down_latch").get("count").int(), 3);
     let lock_hold = rt.block_on(client.lock("many").lock()).unwrap();
     let json = world.inspect_json("many");
     let kinds: Vec<&str> = json
@@ -1447,7 +1477,7 @@ fn inspect_shows_semaphores_and_latches() {
         .iter()
         .map(|p| p.get("kind").str())
         .collect();
-    assert_eq!(kinds, ["lock", "count-down latch"]);
+    assert_eq!(kinds, ["lock", "count_down_latch"]);
 
     // Nothing at all; and a name that needs escaping in JSON.
     assert_eq!(world.inspect("unused"), "nothing under \"unused\"\n");
@@ -1458,7 +1488,7 @@ fn inspect_shows_semaphores_and_latches() {
     world.run(&["latch", odd, "set", "1"]).assert_code(0);
     let json = world.inspect_json(odd);
     assert_eq!(json.get("name").str(), odd);
-    assert_eq!(json.primitive("count-down latch").get("count").str(), "1");
+    assert_eq!(json.primitive("count_down_latch").get("count").int(), 1);
     drop((permit, leased, lock_hold));
 }
 
@@ -1835,7 +1865,7 @@ fn rate_runs_the_command_once_the_limiter_allows_it() {
     });
     assert_eq!(rate, Some(Rate::new(4, Duration::from_secs(2))));
     let json = world.inspect_json("mailer");
-    assert_eq!(json.primitive("rate limiter").get("rate").str(), "4/2s");
+    assert_eq!(json.primitive("rate_limiter").get("rate").str(), "4/2s");
 
     // Without --rate, the one set is used; --burst and --units as documented.
     world.run_line("rate mailer -- true").assert_code(0);
@@ -1887,18 +1917,18 @@ fn semaphore_n_is_permits() {
         .run(&sh_args("semaphore pool -n 3", "exit 0", &[]))
         .assert_code(0);
     let json = world.inspect_json("pool");
-    let semaphore = json.primitive("expirable semaphore");
-    assert_eq!(semaphore.get("available permits").str(), "3");
+    let semaphore = json.primitive("expirable_semaphore");
+    assert_eq!(semaphore.get("available_permits").int(), 3);
     // An existing semaphore keeps its permits; --permits that agrees is fine.
     world
         .run(&sh_args("semaphore pool --permits 3", "exit 4", &[]))
         .assert_code(4);
     let json = world.inspect_json("pool");
     assert_eq!(
-        json.primitive("expirable semaphore")
-            .get("available permits")
-            .str(),
-        "3"
+        json.primitive("expirable_semaphore")
+            .get("available_permits")
+            .int(),
+        3
     );
 }
 
@@ -2025,4 +2055,87 @@ fn lock_read_fair_and_verbose() {
     world
         .run_line("--watchdog 0s lock x -- true")
         .assert_code(2);
+}
+
+/// `inspect` shows who waits, for every primitive with waiters, as Redis knows them: the
+/// clients registered for a wake-up (one per client, however many of its tasks wait), a fair
+/// lock's queue, a read-write lock's waiting writers.
+#[test]
+fn inspect_shows_the_waiters_of_every_primitive() {
+    let world = World::new();
+    let rt = runtime();
+    let (holder, waiter) = rt.block_on(async {
+        (
+            Client::connect(world.url()).await.expect("connect"),
+            Client::connect(world.url()).await.expect("connect"),
+        )
+    });
+    let waits = |name: &str, kind: &str, field: &str| -> i64 {
+        let json = world.inspect_json(name);
+        json.get("primitives")
+            .items()
+            .iter()
+            .find(|p| p.get("kind").str() == kind)
+            .map_or(-1, |p| p.get("fields").get(field).int())
+    };
+    let mut held = Vec::new();
+    let mut tasks = Vec::new();
+    rt.block_on(async {
+        held.push(Box::new(holder.lock("w-lock").lock().await.unwrap()) as Box<dyn Send>);
+        let lock = waiter.lock("w-lock");
+        tasks.push(tokio::spawn(async move { drop(lock.lock().await) }));
+
+        let sem = holder.semaphore("w-sem");
+        sem.try_set_permits(1).await.unwrap();
+        held.push(Box::new(sem.acquire().await.unwrap()));
+        let sem = waiter.semaphore("w-sem");
+        tasks.push(tokio::spawn(async move { drop(sem.acquire().await) }));
+
+        let xsem = holder.expirable_semaphore("w-xsem");
+        xsem.try_set_permits(1).await.unwrap();
+        held.push(Box::new(xsem.acquire().await.unwrap()));
+        let xsem = waiter.expirable_semaphore("w-xsem");
+        tasks.push(tokio::spawn(async move { drop(xsem.acquire().await) }));
+
+        let latch = holder.count_down_latch("w-latch");
+        latch.try_set_count(1).await.unwrap();
+        let latch = waiter.count_down_latch("w-latch");
+        tasks.push(tokio::spawn(async move { drop(latch.wait().await) }));
+
+        held.push(Box::new(
+            holder
+                .leader_election("w-elect")
+                .campaign("a")
+                .await
+                .unwrap(),
+        ));
+        let election = waiter.leader_election("w-elect");
+        tasks.push(tokio::spawn(
+            async move { drop(election.campaign("b").await) },
+        ));
+
+        held.push(Box::new(
+            holder.read_write_lock("w-rw").read().await.unwrap(),
+        ));
+        let rw = waiter.read_write_lock("w-rw");
+        tasks.push(tokio::spawn(async move { drop(rw.write().await) }));
+    });
+    for (name, kind, field) in [
+        ("w-lock", "lock", "waiting_clients"),
+        ("w-sem", "semaphore", "waiting_clients"),
+        ("w-xsem", "expirable_semaphore", "waiting_clients"),
+        ("w-latch", "count_down_latch", "waiting_clients"),
+        ("w-elect", "election", "waiting_clients"),
+        ("w-rw", "read_write_lock", "waiting_writers"),
+    ] {
+        eventually(
+            Duration::from_secs(5),
+            &format!("{kind} shows its waiter"),
+            || waits(name, kind, field) == 1,
+        );
+    }
+    for task in tasks {
+        task.abort();
+    }
+    drop(held);
 }
