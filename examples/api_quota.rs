@@ -33,7 +33,7 @@ async fn main() -> Result<(), AnyError> {
     for _ in 0..SERVICES {
         services.push(
             Client::builder(url.as_str())
-                .key_prefix("demo")
+                .key_prefix("redisync-demo")
                 .build()
                 .await?,
         );

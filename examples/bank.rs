@@ -55,11 +55,11 @@ impl Tally {
 }
 
 fn balance_key(account: usize) -> String {
-    format!("demo:bank:{account}:balance")
+    format!("redisync-demo:bank:{account}:balance")
 }
 
 fn token_key(account: usize) -> String {
-    format!("demo:bank:{account}:token")
+    format!("redisync-demo:bank:{account}:token")
 }
 
 /// SplitMix64: enough randomness for a demo, without a dependency.
@@ -78,7 +78,7 @@ async fn main() -> Result<(), AnyError> {
     for _ in 0..SERVICES {
         services.push(
             Client::builder(url.as_str())
-                .key_prefix("demo")
+                .key_prefix("redisync-demo")
                 .build()
                 .await?,
         );

@@ -28,11 +28,11 @@ async fn main() -> Result<(), AnyError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let services = [
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
     ];
@@ -41,8 +41,8 @@ async fn main() -> Result<(), AnyError> {
         .await?;
     {
         let mut data = data.clone();
-        let _: () = data.set("demo:cache:value", 0u64).await?;
-        let _: () = data.set("demo:cache:check", checksum(0)).await?;
+        let _: () = data.set("redisync-demo:cache:value", 0u64).await?;
+        let _: () = data.set("redisync-demo:cache:check", checksum(0)).await?;
     }
     println!(
         "cache: {} readers in each of 2 services, one refresher every {REFRESH_EVERY:?}",
@@ -77,8 +77,8 @@ async fn run(
                 while !stop.load(Ordering::Relaxed) {
                     let guard = cache.read().await?;
                     let (value, check): (u64, u64) = redis::pipe()
-                        .get("demo:cache:value")
-                        .get("demo:cache:check")
+                        .get("redisync-demo:cache:value")
+                        .get("redisync-demo:cache:check")
                         .query_async(&mut data)
                         .await?;
                     guard.unlock().await?;
@@ -97,7 +97,7 @@ async fn run(
         let (stop, mut data) = (stop.clone(), data.clone());
         tokio::spawn(async move {
             let mut waits = Vec::new();
-            let mut version: u64 = data.get("demo:cache:value").await?;
+            let mut version: u64 = data.get("redisync-demo:cache:value").await?;
             while !stop.load(Ordering::Relaxed) {
                 tokio::time::sleep(REFRESH_EVERY).await;
                 let asked = Instant::now();
@@ -105,9 +105,9 @@ async fn run(
                 waits.push(asked.elapsed());
                 version += 1;
                 // Two writes a reader must never see apart.
-                let _: () = data.set("demo:cache:value", version).await?;
+                let _: () = data.set("redisync-demo:cache:value", version).await?;
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                let _: () = data.set("demo:cache:check", checksum(version)).await?;
+                let _: () = data.set("redisync-demo:cache:check", checksum(version)).await?;
                 guard.unlock().await?;
             }
             Ok::<_, AnyError>(waits)

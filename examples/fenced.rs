@@ -47,11 +47,11 @@ async fn main() -> Result<(), AnyError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let (a, b) = (
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
     );

@@ -20,18 +20,18 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sy
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let services = [
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
     ];
     let mut data = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let _: () = data.set("demo:stock", STOCK).await?;
+    let _: () = data.set("redisync-demo:stock", STOCK).await?;
     println!("inventory: {STOCK} items, {WORKERS_PER_SERVICE} workers in each of 2 services");
 
     // (fencing token, stock seen) of every sale, to check the order afterwards.
@@ -47,14 +47,14 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sy
                 let mut sold = 0u32;
                 loop {
                     let guard = lock.lock().await?;
-                    let stock: i64 = data.get("demo:stock").await?;
+                    let stock: i64 = data.get("redisync-demo:stock").await?;
                     if stock == 0 {
                         guard.unlock().await?;
                         return Ok::<_, Box<dyn std::error::Error + Send + Sync>>((s, w, sold));
                     }
                     // Work done while holding the lock: another sale now would oversell.
                     tokio::time::sleep(Duration::from_micros(200)).await;
-                    let _: () = data.set("demo:stock", stock - 1).await?;
+                    let _: () = data.set("redisync-demo:stock", stock - 1).await?;
                     ledger.lock().await.push((guard.fencing_token(), stock));
                     sold += 1;
                     guard.unlock().await?;
@@ -70,7 +70,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sy
     }
     let elapsed = started.elapsed();
 
-    let final_stock: i64 = data.get("demo:stock").await?;
+    let final_stock: i64 = data.get("redisync-demo:stock").await?;
     let mut ledger = ledger.lock().await.clone();
     ledger.sort_by_key(|(_, stock)| std::cmp::Reverse(*stock));
     let tokens_increase = ledger.windows(2).all(|w| w[0].0 < w[1].0);

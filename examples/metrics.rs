@@ -71,7 +71,10 @@ async fn main() -> Result<(), AnyError> {
         .parse()?;
     serve_metrics(addr)?;
     println!("serving metrics at http://{addr}/metrics for {seconds} s");
-    let client = Client::connect(url).await?;
+    let client = Client::builder(url)
+        .key_prefix("redisync-demo")
+        .build()
+        .await?;
     let taken = work(&client, 8, Duration::from_secs(seconds)).await?;
     println!("the lock was taken {taken} times; the last scrape shows the totals");
     client.semaphore("metrics-example:slots").delete().await?;

@@ -77,7 +77,7 @@ async fn main() -> Result<(), AnyError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let connect = || {
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .watchdog_timeout(LEASE)
             .build()
     };

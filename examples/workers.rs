@@ -26,11 +26,11 @@ async fn main() -> Result<(), AnyError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let services = [
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
         Client::builder(url.as_str())
-            .key_prefix("demo")
+            .key_prefix("redisync-demo")
             .build()
             .await?,
     ];
@@ -45,7 +45,7 @@ async fn main() -> Result<(), AnyError> {
 
     // The crashing service: its permits live as long as its watchdog renews them.
     let doomed = Client::builder(url.as_str())
-        .key_prefix("demo")
+        .key_prefix("redisync-demo")
         .watchdog_timeout(CRASHED_LEASE)
         .build()
         .await?;
