@@ -107,7 +107,9 @@ async fn run(
                 // Two writes a reader must never see apart.
                 let _: () = data.set("redisync-demo:cache:value", version).await?;
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                let _: () = data.set("redisync-demo:cache:check", checksum(version)).await?;
+                let _: () = data
+                    .set("redisync-demo:cache:check", checksum(version))
+                    .await?;
                 guard.unlock().await?;
             }
             Ok::<_, AnyError>(waits)
