@@ -76,21 +76,20 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_lock::FairLock;
 /// use std::time::Duration;
 ///
 /// let client = Client::connect(url).await?;
-/// let printer = FairLock::new(&client, "printer");
+/// let printer = client.fair_lock("printer");
 /// let guard = printer.lock().await?;
 ///
 /// // Two more owners queue up; they will get the lock in this order.
-/// let first = FairLock::new(&client, "printer");
-/// let second = FairLock::new(&client, "printer");
+/// let first = client.fair_lock("printer");
+/// let second = client.fair_lock("printer");
 /// let first_waits = tokio::spawn(async move { first.lock().await.map(|g| g.fencing_token()) });
 /// tokio::time::sleep(Duration::from_millis(50)).await;
 /// let second_waits = tokio::spawn(async move { second.lock().await.map(|g| g.fencing_token()) });

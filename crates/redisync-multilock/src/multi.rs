@@ -60,18 +60,16 @@ use crate::release::{delete_all, give_back, release_all};
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_lock::ReentrantLock;
-/// use redisync_multilock::MultiLock;
 ///
 /// let client = Client::connect(url).await?;
 /// let transfer = MultiLock::new([
-///     ReentrantLock::new(&client, "account:7"),
-///     ReentrantLock::new(&client, "account:3"),
+///     client.lock("account:7"),
+///     client.lock("account:3"),
 /// ]);
 /// let guard = transfer.lock().await?;
 /// for (name, token) in guard.fencing_tokens() {

@@ -74,18 +74,16 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let servers: Vec<_> = (0..3).map(|_| redisync_test_harness::RedisServer::start()).collect();
-/// use redisync_core::Client;
-/// use redisync_lock::ReentrantLock;
-/// use redisync_multilock::Redlock;
 /// use std::time::Duration;
 ///
 /// let mut locks = Vec::new();
 /// for server in &servers {
 ///     let client = Client::connect(server.url()).await?;
-///     locks.push(ReentrantLock::new(&client, "nightly-report"));
+///     locks.push(client.lock("nightly-report"));
 /// }
 /// let redlock = Redlock::new(locks);
 /// assert_eq!(redlock.quorum(), 2);

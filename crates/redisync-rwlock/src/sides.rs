@@ -15,14 +15,13 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
+    /// use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_core::{Acquire, Held};
-    /// use redisync_rwlock::ReadWriteLock;
+    /// # let client = Client::connect(server.url()).await?;
     ///
-    /// let cache = ReadWriteLock::new(&client, "cache:users");
+    /// let cache = client.read_write_lock("cache:users");
     /// let guard = cache.reader().acquire().await?;
     /// assert_eq!(guard.fencing_token(), None); // readers do not write
     /// guard.release().await?;
@@ -41,14 +40,13 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
+    /// use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_core::{Acquire, Held};
-    /// use redisync_rwlock::ReadWriteLock;
+    /// # let client = Client::connect(server.url()).await?;
     ///
-    /// let cache = ReadWriteLock::new(&client, "cache:users");
+    /// let cache = client.read_write_lock("cache:users");
     /// let guard = cache.writer().acquire().await?;
     /// assert_eq!(Held::fencing_token(&guard), Some(guard.fencing_token()));
     /// guard.release().await?;

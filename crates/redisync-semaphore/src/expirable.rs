@@ -181,16 +181,15 @@ impl Waited for XCore {
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_semaphore::ExpirableSemaphore;
 /// use std::time::Duration;
 ///
 /// let client = Client::connect(url).await?;
-/// let gpus = ExpirableSemaphore::new(&client, "gpu-slots");
+/// let gpus = client.expirable_semaphore("gpu-slots");
 /// gpus.try_set_permits(1).await?;
 ///
 /// let slot = gpus.acquire_with_lease(Duration::from_millis(200)).await?;

@@ -179,15 +179,14 @@ impl Waited for SemCore {
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_semaphore::Semaphore;
 ///
 /// let client = Client::connect(url).await?;
-/// let jobs = Semaphore::new(&client, "jobs");
+/// let jobs = client.semaphore("jobs");
 /// assert!(jobs.try_set_permits(2).await?);
 ///
 /// let first = jobs.acquire().await?;
