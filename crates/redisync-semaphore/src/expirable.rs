@@ -483,6 +483,33 @@ impl Acquire for ExpirableSemaphore {
 ///
 /// Dropping it returns the permit in the background, without blocking; the watchdog stops at
 /// once. `'static` and `Send`.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let gpus = client.expirable_semaphore("gpus");
+/// gpus.try_set_permits(1).await?;
+///
+/// let permit: ExpirablePermit = gpus.acquire().await?; // renewed by the watchdog
+/// assert_eq!(permit.name(), "gpus");
+/// assert!(gpus.try_acquire().await?.is_none());
+///
+/// // Any process that knows the id can return the permit (an operator reclaiming it, say);
+/// // its holder then cannot return it a second time.
+/// let id = permit.id().to_owned();
+/// assert!(gpus.release_by_id(&id).await?);
+/// assert!(matches!(permit.release().await, Err(Error::NotOwner)));
+/// assert_eq!(gpus.available_permits().await?, 1);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the permit returns it at once"]
 #[derive(Debug)]
 pub struct ExpirablePermit {
