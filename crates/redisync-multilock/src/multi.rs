@@ -67,7 +67,7 @@ use crate::release::{delete_all, give_back, release_all};
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 ///
 /// let client = Client::connect(url).await?;
-/// let transfer = MultiLock::new([
+/// let transfer = client.multi_lock([
 ///     client.lock("account:7"),
 ///     client.lock("account:3"),
 /// ]);
