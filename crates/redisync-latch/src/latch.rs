@@ -233,11 +233,11 @@ fn parse_status((count, arming): (String, String)) -> Result<(u64, String)> {
 ///
 /// ```
 /// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-///
 /// let client = Client::connect(url).await?;
 /// let ready = client.count_down_latch("batch:7");
 /// assert!(ready.try_set_count(3).await?);

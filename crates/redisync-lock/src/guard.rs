@@ -22,12 +22,12 @@ use crate::scripts::{self, decode_release};
 ///
 /// ```
 /// use redisync::prelude::*;
+/// use std::time::Duration;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use std::time::Duration;
-///
 /// let client = Client::connect(url).await?;
 /// let lock = client.lock("report");
 /// let guard = lock.lock_with_lease(Duration::from_millis(100)).await?;

@@ -62,12 +62,12 @@ use crate::guard::LockGuard;
 ///
 /// ```
 /// use redisync::prelude::*;
+/// use std::time::Duration;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use std::time::Duration;
-///
 /// let client = Client::connect(url).await?;
 /// let lock = client.lock("orders:42");
 ///
@@ -404,11 +404,11 @@ impl ReentrantLock {
     ///
     /// ```
     /// use redisync::prelude::*;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let client = Client::connect(server.url()).await?;
-    ///
     /// let from = client.lock("account:1");
     /// let to = client.lock("account:2");
     /// let guards = ReentrantLock::try_lock_all(&[from.clone(), to.clone()], None).await?;
@@ -461,12 +461,12 @@ impl Acquire for ReentrantLock {
     ///
     /// ```
     /// use redisync::prelude::*;
+    /// use std::time::Duration;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let client = Client::connect(server.url()).await?;
-    /// use std::time::Duration;
-    ///
     /// let lock = client.lock("invoices");
     /// let guard = lock
     ///     .acquire_with(Wait::For(Duration::from_secs(1)), Lease::Fixed(Duration::from_secs(30)))

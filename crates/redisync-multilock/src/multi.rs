@@ -61,11 +61,11 @@ use crate::release::{delete_all, give_back, release_all};
 ///
 /// ```
 /// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-///
 /// let client = Client::connect(url).await?;
 /// let transfer = client.multi_lock([
 ///     client.lock("account:7"),

@@ -75,11 +75,11 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 ///
 /// ```
 /// use redisync::prelude::*;
+/// use std::time::Duration;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let servers: Vec<_> = (0..3).map(|_| redisync_test_harness::RedisServer::start()).collect();
-/// use std::time::Duration;
-///
 /// let mut locks = Vec::new();
 /// for server in &servers {
 ///     let client = Client::connect(server.url()).await?;

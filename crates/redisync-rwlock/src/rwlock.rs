@@ -268,11 +268,11 @@ impl Side {
 ///
 /// ```
 /// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-///
 /// let client = Client::connect(url).await?;
 /// let users = client.read_write_lock("cache:users");
 ///

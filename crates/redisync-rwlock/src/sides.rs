@@ -16,11 +16,11 @@ impl ReadWriteLock {
     ///
     /// ```
     /// use redisync::prelude::*;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let client = Client::connect(server.url()).await?;
-    ///
     /// let cache = client.read_write_lock("cache:users");
     /// let guard = cache.reader().acquire().await?;
     /// assert_eq!(guard.fencing_token(), None); // readers do not write
@@ -41,11 +41,11 @@ impl ReadWriteLock {
     ///
     /// ```
     /// use redisync::prelude::*;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let client = Client::connect(server.url()).await?;
-    ///
     /// let cache = client.read_write_lock("cache:users");
     /// let guard = cache.writer().acquire().await?;
     /// assert_eq!(Held::fencing_token(&guard), Some(guard.fencing_token()));

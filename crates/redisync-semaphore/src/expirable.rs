@@ -182,12 +182,12 @@ impl Waited for XCore {
 ///
 /// ```
 /// use redisync::prelude::*;
+/// use std::time::Duration;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use std::time::Duration;
-///
 /// let client = Client::connect(url).await?;
 /// let gpus = client.expirable_semaphore("gpu-slots");
 /// gpus.try_set_permits(1).await?;

@@ -180,11 +180,11 @@ impl Waited for SemCore {
 ///
 /// ```
 /// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-///
 /// let client = Client::connect(url).await?;
 /// let jobs = client.semaphore("jobs");
 /// assert!(jobs.try_set_permits(2).await?);
