@@ -34,7 +34,7 @@
 //! and kept, whatever the number of holds; a round for every notice, however many holds it
 //! concerns (notices that arrive during a round make one more round). Not on a cluster, where
 //! a script may only publish in its own slot and the notice channel is the client's, and not
-//! for a client that polls ([`WaitStrategy::Poll`](crate::WaitStrategy::Poll)): both learn at
+//! for a client that polls ([`WaitStrategy::Poll`]): both learn at
 //! the next renewal, as before.
 //!
 //! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
