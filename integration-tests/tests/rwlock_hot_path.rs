@@ -78,7 +78,15 @@ async fn uncontended_cycles_cost_what_the_docs_state() {
     let rw = c.read_write_lock("cycle");
     // Load the scripts first (a NOSCRIPT round would count).
     rw.read().await.unwrap().unlock().await.unwrap();
-    rw.write().await.unwrap().unlock().await.unwrap();
+    let write = rw.write().await.unwrap();
+    // The watchdog subscribes the client's lost-notice channel when it finds a hold, in the
+    // background: under load that SUBSCRIBE landed in a measured window (9.02 commands).
+    let notices = format!("redisync:lost:{}", c.id());
+    eventually("the lost-notice channel is subscribed", SETTLE, || {
+        server.numsub(&notices) == 1
+    })
+    .await;
+    write.unlock().await.unwrap();
 
     let read = commands_per_op(&server, 50, || async {
         rw.read().await.unwrap().unlock().await.unwrap();

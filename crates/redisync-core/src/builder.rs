@@ -23,7 +23,37 @@ pub const MAX_POOL_SIZE: u32 = 1024;
 /// Default number of multiplexed connections.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
 
-/// Builds a [`Client`]; start with [`Client::builder`].
+/// Builds a [`Client`]; start with [`Client::builder`] (one server),
+/// [`Client::sentinel_builder`] or [`Client::cluster_builder`].
+///
+/// Every option has a default; [`build`](Self::build) checks them all, then connects.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::builder(url.clone())
+///     .key_prefix("billing")                       // keys start with "billing:"
+///     .watchdog_timeout(Duration::from_secs(10))   // a crashed holder frees within 10 s
+///     .command_timeout(Duration::from_secs(2))
+///     .pool_size(2)
+///     .build()
+///     .await?;
+/// assert_eq!(client.key_prefix(), "billing");
+/// assert_eq!(client.watchdog_timeout(), Duration::from_secs(10));
+///
+/// // Options are checked when the client is built.
+/// let zero_pool = Client::builder(url).pool_size(0).build().await;
+/// assert!(matches!(zero_pool, Err(Error::InvalidArgument(_))));
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a builder does nothing until build() is awaited"]
 pub struct ClientBuilder {
     config: Config,
@@ -98,13 +128,13 @@ impl ClientBuilder {
     /// for a poll interval out of range.
     ///
     /// ```
+    /// use redisync::prelude::*;
+    /// use std::time::Duration;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let url = server.url();
-    /// use std::time::Duration;
-    /// use redisync_core::{Client, WaitStrategy};
-    ///
     /// let client = Client::builder(url)
     ///     .wait_strategy(WaitStrategy::Poll { interval: Duration::from_millis(50) })
     ///     .build()
@@ -182,11 +212,13 @@ impl Client {
     /// Connects with every option at its default.
     ///
     /// ```
+    /// use redisync::prelude::*;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-    /// let client = redisync_core::Client::connect(url).await?;
+    /// let client = Client::connect(url).await?;
     /// assert_eq!(client.stats().acquires, 0);
     /// # Ok(())
     /// # }
@@ -203,8 +235,10 @@ impl Client {
     /// password and database).
     ///
     /// ```no_run
-    /// # async fn demo() -> redisync_core::Result<()> {
-    /// let client = redisync_core::Client::sentinel_builder(
+    /// use redisync::prelude::*;
+    ///
+    /// # async fn demo() -> redisync::Result<()> {
+    /// let client = Client::sentinel_builder(
     ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
     ///     "mymaster",
     /// )
@@ -242,8 +276,10 @@ impl Client {
     /// ran each change.
     ///
     /// ```no_run
-    /// # async fn demo() -> redisync_core::Result<()> {
-    /// let client = redisync_core::Client::cluster_builder([
+    /// use redisync::prelude::*;
+    ///
+    /// # async fn demo() -> redisync::Result<()> {
+    /// let client = Client::cluster_builder([
     ///     "redis://10.0.0.1:7000",
     ///     "redis://10.0.0.2:7000",
     ///     "redis://10.0.0.3:7000",

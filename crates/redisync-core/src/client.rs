@@ -17,6 +17,31 @@ use crate::watchdog::Watchdog;
 /// A handle to Redis and to the client-wide runtime: connections, the pub/sub hub, the
 /// watchdog and the local waiter queues.
 ///
+/// **The primitives are made from a client by the methods of the `redisync` crate's
+/// [`ClientExt`](https://docs.rs/redisync/latest/redisync/trait.ClientExt.html) trait**
+/// (`client.lock("x")`, `client.semaphore("s")`, `client.read_write_lock("r")`, ...): they are
+/// not inherent methods, because each primitive lives in a crate of its own. `use
+/// redisync::prelude::*;` brings `Client` and `ClientExt` in together:
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let lock = client.lock("orders:42"); // ClientExt::lock
+/// let guard = lock.lock().await?;
+/// guard.unlock().await?;
+/// let slots = client.semaphore("slots"); // ClientExt::semaphore
+/// slots.try_set_permits(2).await?;
+/// slots.acquire().await?.release().await?;
+/// client.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
+///
 /// `Client` is cheap to clone (an `Arc` inside); clones share everything. Dropping the last
 /// clone, and every primitive handle and guard made from it, shuts the client down.
 ///
@@ -34,13 +59,13 @@ use crate::watchdog::Watchdog;
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
-/// # let server = redisync_test_harness::RedisServer::start();
-/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 /// let client = Client::builder(url)
 ///     .key_prefix("myapp")
 ///     .watchdog_timeout(Duration::from_secs(10))
@@ -277,6 +302,24 @@ mod tests {
 }
 
 /// What a client is doing locally right now; see [`Client::local_state`].
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let guard = client.lock("jobs").lock().await?;
+/// assert_eq!(client.local_state().renewed_holds, 1); // the watchdog renews it
+/// guard.unlock().await?;
+/// assert_eq!(client.local_state(), redisync::LocalState::default()); // nothing left behind
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LocalState {
     /// Primitives with at least one local waiter queued.

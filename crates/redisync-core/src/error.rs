@@ -8,6 +8,57 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in a redisync call.
 ///
 /// The enum is `#[non_exhaustive]`: match the variants you handle and keep a catch-all arm.
+/// [`Error::Redis`] carries the driver's error; its kind is a `redisync::redis::ErrorKind`
+/// (the facade re-exports the driver as `redisync::redis`, so no dependency of your own is
+/// needed to name it).
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// /// What the caller should do about a failed call.
+/// fn advice(err: &Error) -> &'static str {
+///     match err {
+///         Error::NotOwner => "the hold was lost: redo the work under a new hold",
+///         Error::InvalidArgument(_) => "fix the call",
+///         Error::WrongType => "the key holds someone else's data: use another name",
+///         Error::Timeout => "redis is slow or unreachable: retry later",
+///         Error::Redis(e) if e.kind() == redisync::redis::ErrorKind::AuthenticationFailed => {
+///             "check the password"
+///         }
+///         Error::Redis(e) if e.is_io_error() => "redis is unreachable: retry later",
+///         _ => "give up",
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+///
+/// let guard = client.lock("report").lock().await?;
+/// assert!(client.lock("report").force_unlock().await?); // taken from its holder
+/// let err = guard.unlock().await.unwrap_err();
+/// assert!(matches!(err, Error::NotOwner));
+///
+/// let err = client.lock("").try_lock().await.unwrap_err(); // an empty name
+/// assert_eq!(advice(&err), "fix the call");
+///
+/// // The lock's key holds a string someone else wrote.
+/// # server.cmd(&["SET", "redisync:{cache}:lock", "not a lock"]);
+/// let err = client.lock("cache").try_lock().await.unwrap_err();
+/// assert!(matches!(err, Error::WrongType));
+///
+/// // A server that wants another password.
+/// # let secured = redisync_test_harness::RedisServer::start_with(&["--requirepass", "s3cret"]);
+/// # let wrong_password = format!("redis://:guess@127.0.0.1:{}/", secured.port());
+/// let err = Client::connect(wrong_password).await.unwrap_err();
+/// assert_eq!(advice(&err), "check the password");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -6,8 +6,8 @@
 //! something is held, a command-line tool, a metrics wrapper.
 //!
 //! ```
+//! use redisync::prelude::*;
 //! use std::future::Future;
-//! use redisync_core::{Acquire, Held, Result};
 //!
 //! /// Runs `work` while holding `primitive`, gives it back, and returns what `work` returned.
 //! /// Fails if the hold was lost before the release (`Error::NotOwner`).
@@ -45,7 +45,7 @@ pub trait DistributedPrimitive: Send + Sync {
 /// How long an acquire may wait for a busy primitive.
 ///
 /// ```
-/// use redisync_core::Wait;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
 /// assert_eq!(Wait::No.limit(), Some(Duration::ZERO));
@@ -87,7 +87,7 @@ impl Wait {
 /// How long a hold lasts in Redis if its holder does not release it.
 ///
 /// ```
-/// use redisync_core::Lease;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
 /// assert_eq!(Lease::Watchdog.duration(), None);
@@ -146,7 +146,7 @@ pub fn granted<G>(acquired: Option<G>) -> Result<G> {
 /// A helper that works for every primitive:
 ///
 /// ```
-/// use redisync_core::{Acquire, Held, Lease, Result, Wait};
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
 /// /// Holds `primitive` for at most `lease`, if it can be had within a second.
@@ -155,6 +155,18 @@ pub fn granted<G>(acquired: Option<G>) -> Result<G> {
 ///         .acquire_with(Wait::For(Duration::from_secs(1)), Lease::Fixed(lease))
 ///         .await
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let client = Client::connect(server.url()).await?;
+/// let report = briefly(&client.lock("report"), Duration::from_secs(30)).await?;
+/// assert!(report.is_some());
+/// let cache = client.read_write_lock("cache");
+/// let refresh = briefly(&cache.writer(), Duration::from_secs(30)).await?;
+/// assert!(refresh.is_some());
+/// # Ok(())
+/// # }
 /// ```
 ///
 /// # Cancel safety
@@ -231,7 +243,7 @@ pub trait Acquire: DistributedPrimitive + Clone + 'static {
 /// Stopping work when the hold is lost:
 ///
 /// ```
-/// use redisync_core::{Held, Result};
+/// use redisync::prelude::*;
 ///
 /// async fn guarded<H: Held>(held: H, work: impl std::future::Future<Output = ()>) -> Result<bool> {
 ///     tokio::select! {
@@ -241,6 +253,15 @@ pub trait Acquire: DistributedPrimitive + Clone + 'static {
 ///     held.release().await?;
 ///     Ok(true)
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let client = Client::connect(server.url()).await?;
+/// let guard = client.lock("nightly").lock().await?;
+/// assert!(guarded(guard, async { /* the work */ }).await?);
+/// # Ok(())
+/// # }
 /// ```
 pub trait Held: Send + 'static {
     /// The name of the primitive this holds.

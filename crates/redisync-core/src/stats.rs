@@ -5,6 +5,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// A snapshot of a client's counters, taken by [`Client::stats`](crate::Client::stats).
 ///
 /// Every field counts events since the client was built; the counters only grow.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let lock = client.lock("stats");
+/// lock.lock().await?.unlock().await?;
+/// let stats: Stats = client.stats();
+/// assert_eq!(stats.acquires, 1);
+/// assert_eq!(stats.contended_waits, 0);
+/// assert_eq!(stats.unconfirmed_releases, 0); // zero in a healthy run
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Successful acquisitions of any primitive (re-entries included).

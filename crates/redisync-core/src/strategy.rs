@@ -11,6 +11,33 @@ use crate::error::{Error, Result};
 /// Whichever is chosen, a waiting task also re-checks when the holder's lease would end (so a
 /// crashed holder costs at most its lease), tasks of one client waiting on one primitive
 /// coalesce (one of them asks Redis, for all of them), and every primitive works the same.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// // For a server or an ACL user without pub/sub: re-check every 50 ms instead.
+/// let polling = WaitStrategy::Poll { interval: Duration::from_millis(50) };
+/// let client = Client::builder(url.clone()).wait_strategy(polling).build().await?;
+/// let guard = client.lock("jobs").lock().await?;
+/// let waiter = client.lock("jobs");
+/// assert!(waiter.try_lock_for(Duration::from_millis(100)).await?.is_none());
+/// guard.unlock().await?;
+/// assert!(waiter.try_lock_for(Duration::from_secs(5)).await?.is_some());
+///
+/// // Out of range: refused when the client is built.
+/// let too_fast = WaitStrategy::Poll { interval: Duration::ZERO };
+/// let refused = Client::builder(url).wait_strategy(too_fast).build().await;
+/// assert!(matches!(refused, Err(Error::InvalidArgument(_))));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WaitStrategy {
     /// Releases publish a wake-up, and the client listens on one subscriber connection

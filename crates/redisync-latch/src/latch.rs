@@ -232,15 +232,14 @@ fn parse_status((count, arming): (String, String)) -> Result<(u64, String)> {
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_latch::CountDownLatch;
-///
 /// let client = Client::connect(url).await?;
-/// let ready = CountDownLatch::new(&client, "batch:7");
+/// let ready = client.count_down_latch("batch:7");
 /// assert!(ready.try_set_count(3).await?);
 ///
 /// let waiter = tokio::spawn({
@@ -292,11 +291,12 @@ impl CountDownLatch {
     /// `count = 0` or above [`MAX_COUNT`] is [`Error::InvalidArgument`].
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// let latch = redisync_latch::CountDownLatch::new(&client, "deploy");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let latch = client.count_down_latch("deploy");
     /// assert!(latch.try_set_count(2).await?);
     /// assert!(!latch.try_set_count(5).await?); // already armed: unchanged
     /// assert_eq!(latch.count().await?, 2);
@@ -345,11 +345,12 @@ impl CountDownLatch {
     /// Dropping the future does not cancel the count-down: it completes in the background.
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// let latch = redisync_latch::CountDownLatch::new(&client, "shards");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let latch = client.count_down_latch("shards");
     /// latch.try_set_count(1).await?;
     /// latch.count_down().await?; // opens it
     /// latch.count_down().await?; // no effect on an open latch
@@ -409,13 +410,14 @@ impl CountDownLatch {
     /// Redis milliseconds (such as `Duration::MAX`) is [`Error::InvalidArgument`].
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # let client = Client::connect(server.url()).await?;
     /// use std::time::Duration;
     ///
-    /// let latch = redisync_latch::CountDownLatch::new(&client, "warmup");
+    /// let latch = client.count_down_latch("warmup");
     /// latch.try_set_count(1).await?;
     /// assert!(!latch.wait_for(Duration::from_millis(50)).await?); // still armed
     /// latch.count_down().await?;

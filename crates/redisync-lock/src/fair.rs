@@ -76,25 +76,30 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
+///
+/// # /// Until the printer's queue holds `n` waiters, so that they arrive in a known order.
+/// # async fn queued(server: &redisync_test_harness::RedisServer, n: i64) {
+/// #     let key = "redisync:{printer}:fair:queue";
+/// #     while !matches!(server.cmd(&["ZCARD", key]), redisync::redis::Value::Int(len) if len >= n) {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+/// #     }
+/// # }
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_lock::FairLock;
-/// use std::time::Duration;
-///
 /// let client = Client::connect(url).await?;
-/// let printer = FairLock::new(&client, "printer");
+/// let printer = client.fair_lock("printer");
 /// let guard = printer.lock().await?;
 ///
-/// // Two more owners queue up; they will get the lock in this order.
-/// let first = FairLock::new(&client, "printer");
-/// let second = FairLock::new(&client, "printer");
+/// // Two more owners queue up, one after the other; they will get the lock in this order.
+/// let first = client.fair_lock("printer");
+/// let second = client.fair_lock("printer");
 /// let first_waits = tokio::spawn(async move { first.lock().await.map(|g| g.fencing_token()) });
-/// tokio::time::sleep(Duration::from_millis(50)).await;
+/// # queued(&server, 1).await;
 /// let second_waits = tokio::spawn(async move { second.lock().await.map(|g| g.fencing_token()) });
-/// tokio::time::sleep(Duration::from_millis(50)).await;
+/// # queued(&server, 2).await;
 ///
 /// assert!(printer.clone().try_lock().await?.is_some()); // the holder re-enters at once
 /// guard.unlock().await?;

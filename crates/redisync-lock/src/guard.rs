@@ -21,16 +21,15 @@ use crate::scripts::{self, decode_release};
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
-/// # let server = redisync_test_harness::RedisServer::start();
-/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::{Client, Error};
-/// use redisync_lock::ReentrantLock;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 /// let client = Client::connect(url).await?;
-/// let lock = ReentrantLock::new(&client, "report");
+/// let lock = client.lock("report");
 /// let guard = lock.lock_with_lease(Duration::from_millis(100)).await?;
 /// let token = guard.fencing_token();
 ///
@@ -38,7 +37,7 @@ use crate::scripts::{self, decode_release};
 /// guard.lost().await;
 /// assert!(guard.is_lost());
 /// // Another owner gets the lock, with a newer token, and the stale guard cannot release it.
-/// let next = ReentrantLock::new(&client, "report").lock().await?;
+/// let next = client.lock("report").lock().await?;
 /// assert!(next.fencing_token() > token);
 /// assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
 /// # Ok(())

@@ -61,16 +61,15 @@ use crate::guard::LockGuard;
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
-/// # let server = redisync_test_harness::RedisServer::start();
-/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_lock::ReentrantLock;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 /// let client = Client::connect(url).await?;
-/// let lock = ReentrantLock::new(&client, "orders:42");
+/// let lock = client.lock("orders:42");
 ///
 /// let guard = lock.lock().await?;
 /// // Work, passing guard.fencing_token() to the storage you write to.
@@ -78,7 +77,7 @@ use crate::guard::LockGuard;
 /// assert_eq!(again.fencing_token(), guard.fencing_token());
 /// assert_eq!(lock.hold_count().await?, 2);
 ///
-/// let other = ReentrantLock::new(&client, "orders:42"); // another owner
+/// let other = client.lock("orders:42"); // another owner
 /// assert!(other.try_lock_for(Duration::from_millis(50)).await?.is_none());
 ///
 /// again.unlock().await?;
@@ -125,13 +124,13 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "orders:42");
+    /// let lock = client.lock("orders:42");
     /// let guard = lock.lock().await?;
     /// assert!(lock.is_held().await?);
     /// drop(guard); // released in the background
@@ -157,13 +156,13 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "nightly-report");
+    /// let lock = client.lock("nightly-report");
     /// let guard = lock.lock_with_lease(Duration::from_secs(60)).await?;
     /// assert!(lock.remaining_lease().await?.unwrap() <= Duration::from_secs(60));
     /// guard.unlock().await?;
@@ -186,13 +185,13 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "cron:cleanup");
+    /// let lock = client.lock("cron:cleanup");
     /// if let Some(guard) = lock.try_lock().await? {
     ///     // Only one instance runs the job.
     ///     guard.unlock().await?;
@@ -214,15 +213,15 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let holder = ReentrantLock::new(&client, "cache:refresh");
+    /// let holder = client.lock("cache:refresh");
     /// let _held = holder.lock().await?;
-    /// let other = ReentrantLock::new(&client, "cache:refresh");
+    /// let other = client.lock("cache:refresh");
     /// assert!(other.try_lock_for(Duration::from_millis(50)).await?.is_none());
     /// # Ok(())
     /// # }
@@ -240,13 +239,13 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "payments:7");
+    /// let lock = client.lock("payments:7");
     /// let guard = lock
     ///     .try_lock_with_lease(Duration::from_millis(500), Duration::from_secs(10))
     ///     .await?
@@ -273,16 +272,16 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "jobs:1");
+    /// let lock = client.lock("jobs:1");
     /// assert!(!lock.is_locked().await?);
     /// let _guard = lock.lock().await?;
-    /// assert!(ReentrantLock::new(&client, "jobs:1").is_locked().await?);
+    /// assert!(client.lock("jobs:1").is_locked().await?);
     /// # Ok(())
     /// # }
     /// ```
@@ -295,16 +294,16 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "jobs:2");
+    /// let lock = client.lock("jobs:2");
     /// let _guard = lock.lock().await?;
     /// assert!(lock.clone().is_held().await?); // clones share the owner
-    /// assert!(!ReentrantLock::new(&client, "jobs:2").is_held().await?);
+    /// assert!(!client.lock("jobs:2").is_held().await?);
     /// # Ok(())
     /// # }
     /// ```
@@ -317,13 +316,13 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "jobs:3");
+    /// let lock = client.lock("jobs:3");
     /// let outer = lock.lock().await?;
     /// let inner = lock.lock().await?; // re-entry
     /// assert_eq!(lock.hold_count().await?, 2);
@@ -343,13 +342,13 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let lock = ReentrantLock::new(&client, "jobs:4");
+    /// let lock = client.lock("jobs:4");
     /// assert_eq!(lock.remaining_lease().await?, None);
     /// let _guard = lock.lock_with_lease(Duration::from_secs(5)).await?;
     /// assert!(lock.remaining_lease().await?.unwrap() > Duration::from_secs(4));
@@ -370,16 +369,16 @@ impl ReentrantLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_lock::ReentrantLock;
+    /// # let client = Client::connect(server.url()).await?;
     /// # use std::time::Duration;
-    /// let stuck = ReentrantLock::new(&client, "jobs:5");
+    /// let stuck = client.lock("jobs:5");
     /// let guard = stuck.lock().await?;
-    /// assert!(ReentrantLock::new(&client, "jobs:5").force_unlock().await?);
-    /// assert!(matches!(guard.unlock().await, Err(redisync_core::Error::NotOwner)));
+    /// assert!(client.lock("jobs:5").force_unlock().await?);
+    /// assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
     /// # Ok(())
     /// # }
     /// ```
@@ -404,14 +403,14 @@ impl ReentrantLock {
     /// the locks must share a slot.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
-    /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_lock::ReentrantLock;
+    /// use redisync::prelude::*;
     ///
-    /// let from = ReentrantLock::new(&client, "account:1");
-    /// let to = ReentrantLock::new(&client, "account:2");
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = Client::connect(server.url()).await?;
+    /// let from = client.lock("account:1");
+    /// let to = client.lock("account:2");
     /// let guards = ReentrantLock::try_lock_all(&[from.clone(), to.clone()], None).await?;
     /// assert_eq!(guards.map(|g| g.len()), Some(2));
     /// # Ok(())
@@ -461,15 +460,14 @@ impl Acquire for ReentrantLock {
     /// # Examples
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
-    /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_core::{Acquire, Held, Lease, Wait};
-    /// use redisync_lock::ReentrantLock;
+    /// use redisync::prelude::*;
     /// use std::time::Duration;
     ///
-    /// let lock = ReentrantLock::new(&client, "invoices");
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = Client::connect(server.url()).await?;
+    /// let lock = client.lock("invoices");
     /// let guard = lock
     ///     .acquire_with(Wait::For(Duration::from_secs(1)), Lease::Fixed(Duration::from_secs(30)))
     ///     .await?

@@ -60,18 +60,16 @@ use crate::release::{delete_all, give_back, release_all};
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_lock::ReentrantLock;
-/// use redisync_multilock::MultiLock;
-///
 /// let client = Client::connect(url).await?;
-/// let transfer = MultiLock::new([
-///     ReentrantLock::new(&client, "account:7"),
-///     ReentrantLock::new(&client, "account:3"),
+/// let transfer = client.multi_lock([
+///     client.lock("account:7"),
+///     client.lock("account:3"),
 /// ]);
 /// let guard = transfer.lock().await?;
 /// for (name, token) in guard.fencing_tokens() {
@@ -340,6 +338,32 @@ impl Acquire for MultiLock {
 /// As a [`Held`](redisync_core::Held), its fencing token is `None`: each lock's token fences
 /// only the resource that lock protects, and no one number fences them all. Pass each of
 /// [`fencing_tokens`](Self::fencing_tokens) to its own resource.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let transfer = client.multi_lock([client.lock("account:2"), client.lock("account:1")]);
+/// let guard: MultiLockGuard = transfer.lock().await?;
+/// assert_eq!(guard.name(), "account:1+account:2"); // canonical order
+/// assert_eq!(guard.guards().len(), 2);
+/// for (name, token) in guard.fencing_tokens() {
+///     println!("write {name} with token {token}"); // each token fences its own resource
+/// }
+/// assert_eq!(Held::fencing_token(&guard), None); // no one token fences both
+///
+/// assert!(client.lock("account:2").try_lock().await?.is_none());
+/// guard.unlock().await?; // every lock
+/// assert!(client.lock("account:2").try_lock().await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the guard releases every lock at once"]
 #[derive(Debug)]
 pub struct MultiLockGuard {

@@ -74,18 +74,16 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
-/// # let servers: Vec<_> = (0..3).map(|_| redisync_test_harness::RedisServer::start()).collect();
-/// use redisync_core::Client;
-/// use redisync_lock::ReentrantLock;
-/// use redisync_multilock::Redlock;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let servers: Vec<_> = (0..3).map(|_| redisync_test_harness::RedisServer::start()).collect();
 /// let mut locks = Vec::new();
 /// for server in &servers {
 ///     let client = Client::connect(server.url()).await?;
-///     locks.push(ReentrantLock::new(&client, "nightly-report"));
+///     locks.push(client.lock("nightly-report"));
 /// }
 /// let redlock = Redlock::new(locks);
 /// assert_eq!(redlock.quorum(), 2);
@@ -294,6 +292,33 @@ fn without_database(server: &str) -> &str {
 ///
 /// As a [`Held`](redisync_core::Held), its fencing token is `None`: the servers' tokens are
 /// not comparable (see [`Redlock`]).
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let servers: Vec<_> = (0..3).map(|_| redisync_test_harness::RedisServer::start()).collect();
+/// let mut locks = Vec::new();
+/// for server in &servers {
+///     let client = Client::connect(server.url()).await?;
+///     locks.push(client.lock("nightly-report"));
+/// }
+/// let redlock = Redlock::new(locks);
+/// let guard: RedlockGuard = redlock.lock_with_lease(Duration::from_secs(30)).await?;
+/// assert!(guard.servers_held() >= redlock.quorum());
+/// assert_eq!(guard.fencing_tokens().len(), guard.servers_held()); // one per server
+/// assert_eq!(Held::fencing_token(&guard), None); // and none of them fences (see Redlock)
+///
+/// // Do only what fits in the validity left, and check it before each step.
+/// assert!(guard.validity() > Duration::ZERO && guard.validity() <= Duration::from_secs(30));
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the guard releases the lock at once"]
 #[derive(Debug)]
 pub struct RedlockGuard {

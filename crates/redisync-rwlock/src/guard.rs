@@ -23,6 +23,34 @@ use crate::shared::{Share, SoloTicket};
 /// A watchdog read may share its client's read hold with the client's other readers of the
 /// lock (see [`ReadWriteLock`](crate::ReadWriteLock)): its guard is then one share of that
 /// hold, lost when the hold is lost, and the hold is released when the last share goes.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let prices = client.read_write_lock("prices");
+/// let first: ReadGuard = prices.read().await?;
+/// let second = client.read_write_lock("prices").read().await?; // readers share
+/// assert_eq!(first.name(), "prices");
+/// assert!(!first.is_lost());
+///
+/// let writer = client.read_write_lock("prices");
+/// assert!(writer.try_write().await?.is_none()); // busy while anyone reads
+/// first.unlock().await?;
+/// second.unlock().await?;
+/// // The readers' shared hold goes at once for a waiting writer (10 ms after its last
+/// // reader otherwise, in case another reader comes).
+/// assert!(writer.try_write_for(Duration::from_secs(5)).await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the guard releases the read hold at once"]
 #[derive(Debug)]
 pub struct ReadGuard {
@@ -146,6 +174,31 @@ impl ReadGuard {
 ///
 /// `'static` and `Send`. Dropping it releases the hold in the background; releasing wakes
 /// every waiting reader with one message.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let cache = client.read_write_lock("cache");
+/// let guard: WriteGuard = cache.write().await?;
+/// let token = guard.fencing_token(); // pass it to the storage you write to
+/// assert!(client.read_write_lock("cache").try_read().await?.is_none()); // readers wait
+///
+/// // An operator frees the lock: the guard learns it, and cannot release what is not its own.
+/// assert!(client.read_write_lock("cache").force_unlock().await?);
+/// guard.lost().await;
+/// let next = client.read_write_lock("cache").write().await?;
+/// assert!(next.fencing_token() > token);
+/// assert!(matches!(guard.unlock().await, Err(Error::NotOwner)));
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the guard releases the write hold at once"]
 #[derive(Debug)]
 pub struct WriteGuard {

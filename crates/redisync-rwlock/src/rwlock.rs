@@ -267,18 +267,17 @@ impl Side {
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::{Client, Error};
-/// use redisync_rwlock::ReadWriteLock;
-///
 /// let client = Client::connect(url).await?;
-/// let users = ReadWriteLock::new(&client, "cache:users");
+/// let users = client.read_write_lock("cache:users");
 ///
 /// let r1 = users.read().await?;
-/// let r2 = ReadWriteLock::new(&client, "cache:users").read().await?; // readers share
+/// let r2 = client.read_write_lock("cache:users").read().await?; // readers share
 /// assert!(matches!(users.write().await, Err(Error::UpgradeNotSupported)));
 /// r1.unlock().await?;
 /// r2.unlock().await?;
@@ -352,12 +351,12 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_rwlock::ReadWriteLock;
-    /// let cache = ReadWriteLock::new(&client, "cache");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let cache = client.read_write_lock("cache");
     /// let guard = cache.read().await?;
     /// assert!(cache.is_locked().await?);
     /// guard.unlock().await?;
@@ -382,12 +381,12 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_rwlock::ReadWriteLock;
-    /// let cache = ReadWriteLock::new(&client, "cache");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let cache = client.read_write_lock("cache");
     /// let guard = cache.write().await?;
     /// assert!(guard.fencing_token() > 0);
     /// guard.unlock().await?;
@@ -500,12 +499,12 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_rwlock::ReadWriteLock;
-    /// let lock = ReadWriteLock::new(&client, "inspect");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let lock = client.read_write_lock("inspect");
     /// assert!(!lock.is_locked().await?);
     /// let _r = lock.read().await?;
     /// assert!(lock.is_locked().await?);
@@ -534,14 +533,14 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
+    /// # use redisync::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_rwlock::ReadWriteLock;
-    /// let lock = ReadWriteLock::new(&client, "stuck");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let lock = client.read_write_lock("stuck");
     /// let _w = lock.write().await?;
-    /// assert!(ReadWriteLock::new(&client, "stuck").force_unlock().await?);
+    /// assert!(client.read_write_lock("stuck").force_unlock().await?);
     /// assert!(!lock.is_locked().await?);
     /// # Ok(())
     /// # }

@@ -15,14 +15,13 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
-    /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_core::{Acquire, Held};
-    /// use redisync_rwlock::ReadWriteLock;
+    /// use redisync::prelude::*;
     ///
-    /// let cache = ReadWriteLock::new(&client, "cache:users");
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = Client::connect(server.url()).await?;
+    /// let cache = client.read_write_lock("cache:users");
     /// let guard = cache.reader().acquire().await?;
     /// assert_eq!(guard.fencing_token(), None); // readers do not write
     /// guard.release().await?;
@@ -41,14 +40,13 @@ impl ReadWriteLock {
     /// # Examples
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
-    /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_core::{Acquire, Held};
-    /// use redisync_rwlock::ReadWriteLock;
+    /// use redisync::prelude::*;
     ///
-    /// let cache = ReadWriteLock::new(&client, "cache:users");
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let client = Client::connect(server.url()).await?;
+    /// let cache = client.read_write_lock("cache:users");
     /// let guard = cache.writer().acquire().await?;
     /// assert_eq!(Held::fencing_token(&guard), Some(guard.fencing_token()));
     /// guard.release().await?;
@@ -63,6 +61,43 @@ impl ReadWriteLock {
 /// The read side of a [`ReadWriteLock`] (from [`ReadWriteLock::reader`]): acquiring it takes a
 /// read hold, exactly as the lock's read methods do. Its name is the lock's, and
 /// [`delete`](DistributedPrimitive::delete) deletes the whole lock.
+///
+/// # Examples
+///
+/// Code generic over [`Acquire`] reads or writes, as it is given one side or the other:
+///
+/// ```
+/// use redisync::prelude::*;
+/// use std::time::Duration;
+///
+/// /// Takes `side`, waiting at most `wait`, and gives it back at once.
+/// async fn try_briefly<A: Acquire>(side: &A, wait: Duration) -> Result<bool> {
+///     match side.try_acquire_for(wait).await? {
+///         Some(held) => {
+///             held.release().await?;
+///             Ok(true)
+///         }
+///         None => Ok(false),
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let config = client.read_write_lock("config");
+/// let reader: ReadLock = config.reader();
+/// assert_eq!(reader.name(), "config"); // the lock's name
+/// let read = reader.acquire().await?;
+/// let other = client.read_write_lock("config");
+/// assert!(try_briefly(&other.reader(), Duration::ZERO).await?); // readers share
+/// assert!(!try_briefly(&other.writer(), Duration::ZERO).await?); // a writer must wait
+/// read.release().await?;
+/// assert!(try_briefly(&other.writer(), Duration::from_secs(5)).await?);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ReadLock {
     rw: ReadWriteLock,
@@ -71,6 +106,26 @@ pub struct ReadLock {
 /// The write side of a [`ReadWriteLock`] (from [`ReadWriteLock::writer`]): acquiring it takes
 /// the write hold, exactly as the lock's write methods do. Its name is the lock's, and
 /// [`delete`](DistributedPrimitive::delete) deletes the whole lock.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let jobs = client.read_write_lock("jobs");
+/// let writer: WriteLock = jobs.writer();
+/// let guard = writer.acquire().await?;
+/// assert_eq!(Held::fencing_token(&guard), Some(guard.fencing_token()));
+/// assert!(writer.delete().await?); // deletes the whole lock, this hold with it
+/// assert!(matches!(guard.release().await, Err(Error::NotOwner)));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct WriteLock {
     rw: ReadWriteLock,

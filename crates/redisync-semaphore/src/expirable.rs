@@ -181,16 +181,15 @@ impl Waited for XCore {
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
-/// # let server = redisync_test_harness::RedisServer::start();
-/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_semaphore::ExpirableSemaphore;
+/// use redisync::prelude::*;
 /// use std::time::Duration;
 ///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
 /// let client = Client::connect(url).await?;
-/// let gpus = ExpirableSemaphore::new(&client, "gpu-slots");
+/// let gpus = client.expirable_semaphore("gpu-slots");
 /// gpus.try_set_permits(1).await?;
 ///
 /// let slot = gpus.acquire_with_lease(Duration::from_millis(200)).await?;
@@ -286,12 +285,13 @@ impl ExpirableSemaphore {
     /// [`add_permits`](Self::add_permits) outnumber the rest.
     ///
     /// ```
+    /// use redisync::prelude::*;
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// # use redisync_semaphore::ExpirableSemaphore;
-    /// let semaphore = ExpirableSemaphore::new(&client, "encoders");
+    /// # let client = Client::connect(server.url()).await?;
+    /// let semaphore = client.expirable_semaphore("encoders");
     /// assert_eq!(semaphore.total_permits().await?, None);
     /// semaphore.try_set_permits(4).await?;
     /// let permit = semaphore.acquire().await?;
@@ -516,6 +516,33 @@ impl Acquire for ExpirableSemaphore {
 ///
 /// Dropping it returns the permit in the background, without blocking; the watchdog stops at
 /// once. `'static` and `Send`.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let gpus = client.expirable_semaphore("gpus");
+/// gpus.try_set_permits(1).await?;
+///
+/// let permit: ExpirablePermit = gpus.acquire().await?; // renewed by the watchdog
+/// assert_eq!(permit.name(), "gpus");
+/// assert!(gpus.try_acquire().await?.is_none());
+///
+/// // Any process that knows the id can return the permit (an operator reclaiming it, say);
+/// // its holder then cannot return it a second time.
+/// let id = permit.id().to_owned();
+/// assert!(gpus.release_by_id(&id).await?);
+/// assert!(matches!(permit.release().await, Err(Error::NotOwner)));
+/// assert_eq!(gpus.available_permits().await?, 1);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the permit returns it at once"]
 #[derive(Debug)]
 pub struct ExpirablePermit {

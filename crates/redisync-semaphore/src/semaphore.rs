@@ -179,15 +179,14 @@ impl Waited for SemCore {
 /// # Examples
 ///
 /// ```
+/// use redisync::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_semaphore::Semaphore;
-///
 /// let client = Client::connect(url).await?;
-/// let jobs = Semaphore::new(&client, "jobs");
+/// let jobs = client.semaphore("jobs");
 /// assert!(jobs.try_set_permits(2).await?);
 ///
 /// let first = jobs.acquire().await?;
@@ -485,6 +484,35 @@ impl DistributedPrimitive for Semaphore {
 /// Dropping it gives the permits back in the background, without blocking;
 /// [`release`](Self::release) does so and waits for Redis; [`forget`](Self::forget) keeps them
 /// taken. `'static` and `Send`, so it can move across tasks.
+///
+/// # Examples
+///
+/// ```
+/// use redisync::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
+/// let client = Client::connect(url).await?;
+/// let pool = client.semaphore("db-connections");
+/// pool.try_set_permits(3).await?;
+///
+/// let permit: SemaphorePermit = pool.acquire_many(2).await?;
+/// assert_eq!(permit.count(), 2);
+/// assert_eq!(pool.available_permits().await?, 1);
+/// assert!(!permit.is_lost()); // permits have no lease: nothing takes them away
+/// permit.release().await?;
+/// assert_eq!(pool.available_permits().await?, 3);
+///
+/// let kept = pool.acquire().await?;
+/// kept.forget(); // stays taken after the permit is gone
+/// assert_eq!(pool.available_permits().await?, 2);
+/// pool.release(1).await?; // given back by hand
+/// assert_eq!(pool.available_permits().await?, 3);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the permit gives it back at once"]
 #[derive(Debug)]
 pub struct SemaphorePermit {
