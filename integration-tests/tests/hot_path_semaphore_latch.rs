@@ -207,6 +207,11 @@ async fn each_operation_runs_only_the_commands_its_guarantees_need() {
 
     let xsem = c.expirable_semaphore("hot-xsem");
     assert!(xsem.try_set_permits(4).await.unwrap());
+    // A permit is a watchdog hold: the client's lost-notice SUBSCRIBE, made in the background
+    // with its first one, must not land in the counted run.
+    let permit = xsem.acquire().await.unwrap();
+    common::lost_notices_subscribed(&server, &c).await;
+    permit.release().await.unwrap();
     let expirable = commands_per_op(&server, OPS, || async {
         for _ in 0..OPS {
             xsem.acquire().await.unwrap().release().await.unwrap();

@@ -547,6 +547,7 @@ async fn uncontended_lock_and_unlock_send_exactly_two_commands() {
         server.numsub(&wake_channel(name, &client)) == 1
     })
     .await;
+    common::lost_notices_subscribed(&server, &client).await;
     held.unlock().await.unwrap();
     waiter.await.unwrap().unwrap().unlock().await.unwrap();
     eventually("the waiter has unsubscribed", SETTLE, || {

@@ -81,11 +81,7 @@ async fn uncontended_cycles_cost_what_the_docs_state() {
     let write = rw.write().await.unwrap();
     // The watchdog subscribes the client's lost-notice channel when it finds a hold, in the
     // background: under load that SUBSCRIBE landed in a measured window (9.02 commands).
-    let notices = format!("redisync:lost:{}", c.id());
-    eventually("the lost-notice channel is subscribed", SETTLE, || {
-        server.numsub(&notices) == 1
-    })
-    .await;
+    common::lost_notices_subscribed(&server, &c).await;
     write.unlock().await.unwrap();
 
     let read = commands_per_op(&server, 50, || async {

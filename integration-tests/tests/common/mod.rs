@@ -46,6 +46,19 @@ pub fn wake_subscribers(server: &RedisServer, name: &str) -> u64 {
         .sum()
 }
 
+/// Waits until `client` has subscribed its lost-notice channel, which its watchdog does in the
+/// background once it has a hold: a test counting commands must not count that SUBSCRIBE.
+/// Call it while the client holds something.
+pub async fn lost_notices_subscribed(server: &RedisServer, client: &Client) {
+    let notices = format!("redisync:lost:{}", client.id());
+    eventually(
+        "the lost-notice channel is subscribed",
+        Duration::from_secs(10),
+        || server.numsub(&notices) == 1,
+    )
+    .await;
+}
+
 /// The channels subscribed on `server` that some call made: every channel but the clients'
 /// lost-notice channels.
 pub fn call_channels(server: &RedisServer) -> Vec<String> {
