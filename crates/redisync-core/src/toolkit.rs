@@ -9,6 +9,7 @@
 //! off `Client`'s own methods so that its documentation shows only what a user calls.
 
 mod hold;
+pub mod registry;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,7 @@ pub use crate::wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
 pub use crate::watchdog::lease::{HoldLease, PendingFix};
 pub use crate::{async_trait, impl_held, lua_script};
 pub use hold::Hold;
+pub use registry::{registration_for, ClientRegistration, Settle, Waitlist, Withdraw, Withdrawal};
 
 mod sealed {
     /// Keeps [`Toolkit`](super::Toolkit) implemented by [`Client`](crate::Client) alone, so

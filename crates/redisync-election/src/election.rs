@@ -1,14 +1,14 @@
 //! [`LeaderElection`]: candidates campaign, one at a time leads.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::Stream;
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
-    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
-    LateOutcome, Lease, Result, ScriptCall, Toolkit, Wait, WaitSpec, MAX_SLEEP, RECHECK,
+    async_trait, granted, registration_for, Acquire, Attempt, Client, ClientRegistration,
+    DistributedPrimitive, Error, Hold, HoldLease, LateOutcome, Lease, Result, ScriptCall, Toolkit,
+    Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
 };
 use tracing::Instrument;
 
@@ -359,25 +359,11 @@ impl ElectionCore {
         wait: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<Option<(String, u64, Instant)>> {
-        // A registered waiter asks again at least every `RECHECK`; its registration outlasts
-        // a few of those.
-        let registration = match wait == Some(Duration::ZERO) {
-            true => Duration::ZERO,
-            false => RECHECK
-                .saturating_mul(5)
-                .saturating_add(self.client.command_timeout().saturating_mul(2)),
-        };
+        let registration = registration_for(&self.client, wait);
         let keys = self.keys()?;
-        // Outlives the wait, which borrows it: the wait (with its local queue place) is gone
-        // before the withdrawal asks whether other local tasks still wait, also when this
-        // future is dropped mid-wait.
-        let withdrawal = Withdrawal(Withdraw {
-            core: self.clone(),
-            registration,
-            state: Arc::default(),
-            client: self.names.registration.clone(),
-        });
-        let withdraw = &withdrawal.0;
+        let withdrawal =
+            Withdraw::start(self.clone(), registration, self.names.registration.clone());
+        let withdraw = withdrawal.withdraw();
         let spec = WaitSpec {
             kind: "election",
             queue: &keys.leader,
@@ -386,38 +372,13 @@ impl ElectionCore {
             may_reenter: false,
             shared: false,
         };
+        // A crashed leader is replaced when its lease runs out: the remaining lease bounds
+        // each sleep (the attempt reports it).
         let waiting = self.client.acquire(spec, || {
-            lock(&withdraw.state).in_flight = true;
-            // Counted as registered from the moment an attempt that may register is sent: one
-            // cut off on the wire may still register the client.
-            let earlier = match withdraw.registration.is_zero() {
-                false => withdraw.client.registered.swap(true, Ordering::AcqRel),
-                true => withdraw.client.registered.load(Ordering::Acquire),
-            };
+            let earlier = withdraw.attempt_sent();
             let attempt = self.attempt(&value, lease, withdraw, earlier);
-            let (state, client_registered) = (withdraw.state.clone(), withdraw.client.clone());
-            async move {
-                let outcome = attempt.await;
-                // An attempt whose outcome is unknown is still on the wire for all this wait
-                // knows: it ends in `Withdraw::abandoned_attempt_ended`.
-                let unknown = matches!(&outcome, Err(err) if err.is_outcome_unknown());
-                lock(&state).in_flight = unknown;
-                match outcome {
-                    Ok(Attempt::Acquired(won)) => {
-                        // The win took the registration out (or there was none).
-                        client_registered.registered.store(false, Ordering::Release);
-                        Ok(Attempt::Acquired(won))
-                    }
-                    // Registered: a resignation wakes this client when its turn comes. It asks
-                    // again now and then all the same: a wake-up lost with a stopped client
-                    // costs at most that long, and a leader that crashed is replaced when its
-                    // lease runs out (the remaining lease bounds the sleep).
-                    Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
-                        retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
-                    }),
-                    Err(err) => Err(err),
-                }
-            }
+            let settle = withdraw.settle();
+            async move { settle.outcome(attempt.await) }
         });
         waiting.await
     }
@@ -430,7 +391,7 @@ impl ElectionCore {
         self: &Arc<Self>,
         value: &str,
         lease: Duration,
-        withdraw: &Withdraw,
+        withdraw: &Withdraw<ElectionCore>,
         registered: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
@@ -446,7 +407,7 @@ impl ElectionCore {
                 value,
                 lease_ms: redis_millis(lease),
                 channel: &keys.channel,
-                registration_ms: redis_millis(withdraw.registration),
+                registration_ms: redis_millis(withdraw.registration()),
                 registered,
                 changes: &keys.changes,
             }
@@ -486,6 +447,12 @@ impl ElectionCore {
                 CampaignReply::GivenBack => Attempt::Busy { retry_in: None },
             })
         }
+    }
+}
+
+impl Waitlist for ElectionCore {
+    fn client(&self) -> &Client {
+        &self.client
     }
 
     /// The call that takes this client out of the election's registry of waiters.
@@ -550,97 +517,6 @@ impl Acquire for LeaderElection {
                 lease.duration(),
             )
             .await
-    }
-}
-
-/// Locks `mutex`, also after a panic elsewhere poisoned it: the state it guards is a few
-/// flags, valid at every step.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Whether this client may be registered in Redis as waiting for one election: set when an
-/// attempt that registers is sent, cleared by a win (which takes the registration out) and by
-/// a withdrawal. Shared by every campaigning task of the client.
-#[derive(Debug, Default)]
-struct ClientRegistration {
-    registered: AtomicBool,
-}
-
-/// Where one wait stands.
-#[derive(Debug, Default)]
-struct Registration {
-    /// An attempt is on the wire (or its outcome is unknown).
-    in_flight: bool,
-    /// The wait is over (its local queue place given up).
-    ended: bool,
-}
-
-/// Takes a client out of an election's waiters once its last campaigning task leaves without
-/// leading, passing on a wake-up that may have been meant for it. If an attempt is on the
-/// wire when the wait ends, the withdrawal waits for it to end (sent at once, it could
-/// overtake the attempt, which would then register the client again).
-#[derive(Clone)]
-struct Withdraw {
-    core: Arc<ElectionCore>,
-    /// How long a registration lasts by itself; zero for a wait that never registers.
-    registration: Duration,
-    state: Arc<Mutex<Registration>>,
-    client: Arc<ClientRegistration>,
-}
-
-impl Withdraw {
-    /// The wait ended (its local queue place is already given up).
-    fn wait_ended(&self) {
-        let mut state = lock(&self.state);
-        state.ended = true;
-        if !state.in_flight {
-            drop(state);
-            self.send();
-        }
-    }
-
-    /// An attempt whose caller went away got its reply (or will never get one).
-    fn abandoned_attempt_ended(&self, won: bool) {
-        let mut state = lock(&self.state);
-        state.in_flight = false;
-        if won {
-            self.client.registered.store(false, Ordering::Release);
-        }
-        if state.ended {
-            drop(state);
-            self.send();
-        }
-    }
-
-    /// Withdraws the client in the background if it may be registered and no other task of
-    /// it campaigns any more (those keep the registration: the last to leave withdraws).
-    fn send(&self) {
-        let client = &self.core.client;
-        let Ok(call) = self.core.withdraw_call() else {
-            return;
-        };
-        if client.has_local_waiters(call.first_key())
-            || !self.client.registered.swap(false, Ordering::AcqRel)
-        {
-            return;
-        }
-        // Retried for one command timeout at most: a withdrawal that landed after another
-        // task of the client registered again would take that registration out (the
-        // re-check bounds the harm: see `RECHECK`). If it fails, the entry lapses by itself.
-        let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
-        client.spawn_release(call, retry);
-    }
-}
-
-/// Tells a [`Withdraw`] that its wait ended, however it ended.
-struct Withdrawal(Withdraw);
-
-impl Drop for Withdrawal {
-    fn drop(&mut self) {
-        self.0.wait_ended();
     }
 }
 

@@ -4,13 +4,14 @@
 //! scripts.
 
 use redisync_core::toolkit::Toolkit;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
-    Attempt, Client, Error, Hold, HoldLease, LateOutcome, Result, ScriptCall, WaitSpec, RECHECK,
+    registration_for, Attempt, Client, ClientRegistration, Error, Hold, HoldLease, LateOutcome,
+    Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
 };
 use tracing::Instrument;
 
@@ -500,31 +501,17 @@ impl LockCore {
         wait: Option<Duration>,
         deadline: Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Option<(String, u64, Instant)>>> + '_ {
-        // A registered waiter asks again at least every `RECHECK` (see below); its
-        // registration outlasts a few of those.
-        let registration = (wait != Some(Duration::ZERO)).then(|| {
-            RECHECK
-                .saturating_mul(5)
-                .saturating_add(self.client.command_timeout().saturating_mul(2))
-        });
+        let registration = registration_for(&self.client, wait);
         async move {
             let keys = self.keys()?;
             let Waiting::Clients { channel, .. } = &keys.waiting else {
                 return Err(Error::invalid("a fair lock waits in its queue"));
             };
-            // Outlives the wait, which borrows it: the wait (with the local queue place it
-            // holds) is gone before the withdrawal asks whether other local tasks still wait,
-            // also when this future is dropped mid-wait.
-            let withdrawal = Withdrawal(Withdraw {
-                core: self.clone(),
-                registration: registration.unwrap_or_default(),
-                state: Arc::default(),
-                // Whether the client may be registered is the client's, not this wait's:
-                // another task of it may have registered it, and this one may be the one to
-                // withdraw it.
-                client: self.names.registration.clone(),
-            });
-            let withdraw = &withdrawal.0;
+            // Whether the client may be registered is the client's, not this wait's: another
+            // task of it may have registered it, and this one may be the one to withdraw it.
+            let withdrawal =
+                Withdraw::start(self.clone(), registration, self.names.registration.clone());
+            let withdraw = withdrawal.withdraw();
             let spec = WaitSpec {
                 kind: "lock",
                 queue: &keys.hash,
@@ -536,38 +523,10 @@ impl LockCore {
             // The attempt closure reaches everything through `withdraw` (it is kept in every
             // waiting task: the fewer captures, the smaller).
             let waiting = self.client.acquire(spec, || {
-                lock(&withdraw.state).in_flight = true;
-                // Counted as registered from the moment an attempt that may register is sent:
-                // one cut off on the wire may still register the client.
-                let earlier = match withdraw.registration.is_zero() {
-                    false => withdraw.client.registered.swap(true, Ordering::AcqRel),
-                    true => withdraw.client.registered.load(Ordering::Acquire),
-                };
-                let core = &withdraw.core;
-                let attempt = core.attempt(lease, core.client.unique_id(), withdraw, earlier);
-                let (state, client_registered) = (withdraw.state.clone(), withdraw.client.clone());
-                async move {
-                    let outcome = attempt.await;
-                    // An attempt whose outcome is unknown is still on the wire for all this
-                    // wait knows: it ends in `Withdraw::abandoned_attempt_ended`.
-                    let unknown = matches!(&outcome, Err(err) if err.is_outcome_unknown());
-                    lock(&state).in_flight = unknown;
-                    match outcome {
-                        Ok(Attempt::Acquired(held)) => {
-                            // The grant took the registration out (or there was none).
-                            client_registered.registered.store(false, Ordering::Release);
-                            Ok(Attempt::Acquired(held))
-                        }
-                        // Registered: the release wakes this client when its turn comes. It
-                        // asks again now and then all the same, which registers it again: a
-                        // wake-up lost with a stopped client, or a registration lost with a
-                        // failed-over primary, costs at most that long.
-                        Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
-                            retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
-                        }),
-                        Err(err) => Err(err),
-                    }
-                }
+                let earlier = withdraw.attempt_sent();
+                let attempt = self.attempt(lease, self.client.unique_id(), withdraw, earlier);
+                let settle = withdraw.settle();
+                async move { settle.outcome(attempt.await) }
             });
             waiting.await
         }
@@ -582,7 +541,7 @@ impl LockCore {
         self: &Arc<Self>,
         lease: Duration,
         attempt: String,
-        withdraw: &Withdraw,
+        withdraw: &Withdraw<LockCore>,
         registered: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
@@ -590,9 +549,9 @@ impl LockCore {
             let Waiting::Clients { waiters, channel } = &keys.waiting else {
                 return Err(Error::invalid("a fair lock waits in its queue"));
             };
-            let registration = match withdraw.registration.is_zero() {
+            let registration = match withdraw.registration().is_zero() {
                 true => 0,
-                false => redis_millis(withdraw.registration),
+                false => redis_millis(withdraw.registration()),
             };
             let call = scripts::Acquire {
                 hash: &keys.hash,
@@ -611,6 +570,12 @@ impl LockCore {
         });
         self.send_attempt(request, attempt, lease)
     }
+}
+
+impl Waitlist for LockCore {
+    fn client(&self) -> &Client {
+        &self.client
+    }
 
     /// The call that takes this client out of the lock's registry of waiters.
     fn withdraw_call(&self) -> Result<ScriptCall> {
@@ -625,7 +590,9 @@ impl LockCore {
         }
         .call())
     }
+}
 
+impl LockCore {
     /// One acquire request of the fair lock for waiter `waiter`; `place` is how long the
     /// caller's place in the queue lasts (None: never queue). If its caller goes away,
     /// whatever it got is given back.
@@ -667,7 +634,7 @@ impl LockCore {
     /// got is given back, and a client it may have registered as waiting withdraws.
     fn send_attempt(
         self: &Arc<Self>,
-        request: Result<(ScriptCall, Option<Withdraw>)>,
+        request: Result<(ScriptCall, Option<Withdraw<LockCore>>)>,
         attempt: String,
         lease: Duration,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
@@ -711,100 +678,6 @@ impl LockCore {
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
         }
-    }
-}
-
-/// Locks `mutex`, also after a panic elsewhere poisoned it: the state it guards is a few
-/// flags, valid at every step.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Whether this client may be registered in Redis as waiting for one lock: set when an
-/// attempt that registers is sent, cleared by a grant (which takes the registration out) and
-/// by a withdrawal. Shared by every task of the client waiting for the lock (it lives with
-/// the lock's keys, made once per client and lock).
-#[derive(Debug, Default)]
-struct ClientRegistration {
-    registered: AtomicBool,
-}
-
-/// Where one wait of the plain lock stands.
-#[derive(Debug, Default)]
-struct Registration {
-    /// An attempt is on the wire (or its outcome is unknown).
-    in_flight: bool,
-    /// The wait is over (its local queue place given up).
-    ended: bool,
-}
-
-/// Takes a client out of a lock's registry of waiters once its last waiting task leaves
-/// without the lock, passing on a wake-up that may have been meant for it. If an attempt is
-/// on the wire when the wait ends, the withdrawal waits for it to end (sent at once, it could
-/// overtake the attempt, which would then register the client again).
-#[derive(Clone)]
-struct Withdraw {
-    core: Arc<LockCore>,
-    /// How long a registration lasts by itself; zero for a wait that never registers.
-    registration: Duration,
-    state: Arc<Mutex<Registration>>,
-    client: Arc<ClientRegistration>,
-}
-
-impl Withdraw {
-    /// The wait ended (its local queue place is already given up).
-    fn wait_ended(&self) {
-        let mut state = lock(&self.state);
-        state.ended = true;
-        if !state.in_flight {
-            drop(state);
-            self.send();
-        }
-    }
-
-    /// An attempt whose caller went away got its reply (or will never get one).
-    fn abandoned_attempt_ended(&self, acquired: bool) {
-        let mut state = lock(&self.state);
-        state.in_flight = false;
-        if acquired {
-            self.client.registered.store(false, Ordering::Release);
-        }
-        if state.ended {
-            drop(state);
-            self.send();
-        }
-    }
-
-    /// Withdraws the client in the background if it may be registered and no other task of
-    /// it waits for the lock any more (those keep the registration: the next of them asks
-    /// Redis at once, and the last to leave withdraws).
-    fn send(&self) {
-        let client = &self.core.client;
-        let Ok(call) = self.core.withdraw_call() else {
-            return;
-        };
-        if client.has_local_waiters(call.first_key())
-            || !self.client.registered.swap(false, Ordering::AcqRel)
-        {
-            return;
-        }
-        // Retried for one command timeout at most, never for long: a withdrawal that landed
-        // after another task of the client registered again would take that registration
-        // out (the re-check bounds the harm: see `RECHECK`). If it fails, the entry lapses by
-        // itself, or is skipped by the next wake-up once nobody listens on it.
-        let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
-        client.spawn_release(call, retry);
-    }
-}
-
-/// Tells a plain lock's [`Withdraw`] that its wait ended, however it ended.
-struct Withdrawal(Withdraw);
-
-impl Drop for Withdrawal {
-    fn drop(&mut self) {
-        self.0.wait_ended();
     }
 }
 
