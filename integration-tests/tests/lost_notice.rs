@@ -32,12 +32,7 @@ async fn a_force_unlocked_lock_is_lost_at_once() {
     let lost = guard.lost();
     // The notice subscription is made with the first hold; a takeover before Redis confirms it
     // would be heard only at the next renewal.
-    common::eventually(
-        "the notice channel is subscribed",
-        Duration::from_secs(5),
-        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
-    )
-    .await;
+    common::lost_notices_subscribed(&server, &owner).await;
     assert!(operator.lock("taken").force_unlock().await.expect("force"));
     lost_within("lock", lost).await;
     assert!(guard.is_lost());
@@ -64,12 +59,7 @@ async fn taken_read_write_holds_are_lost_at_once() {
     let rw = owner.read_write_lock("taken-rw");
 
     let write = rw.write().await.expect("write");
-    common::eventually(
-        "the notice channel is subscribed",
-        Duration::from_secs(5),
-        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
-    )
-    .await;
+    common::lost_notices_subscribed(&server, &owner).await;
     assert!(operator
         .read_write_lock("taken-rw")
         .force_unlock()
@@ -100,12 +90,7 @@ async fn a_thousand_holds_share_one_notice_subscription() {
     for i in 0..1000 {
         guards.push(owner.lock(format!("many-{i}")).lock().await.expect("lock"));
     }
-    common::eventually(
-        "the notice channel is subscribed",
-        Duration::from_secs(5),
-        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
-    )
-    .await;
+    common::lost_notices_subscribed(&server, &owner).await;
     let channels = common::strings(&server.cmd(&["PUBSUB", "CHANNELS", "*"]));
     assert_eq!(channels.len(), 1, "{channels:?}");
 
@@ -195,12 +180,7 @@ async fn deleted_expirable_permits_are_lost_at_once() {
     semaphore.try_set_permits(2).await.expect("permits");
     let first = semaphore.acquire().await.expect("permit");
     let second = semaphore.acquire().await.expect("permit");
-    common::eventually(
-        "the notice channel is subscribed",
-        Duration::from_secs(5),
-        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
-    )
-    .await;
+    common::lost_notices_subscribed(&server, &owner).await;
     assert!(operator
         .expirable_semaphore("taken-permits")
         .delete()
@@ -220,12 +200,7 @@ async fn a_deleted_leadership_is_lost_at_once() {
         .campaign("node-a")
         .await
         .expect("campaign");
-    common::eventually(
-        "the notice channel is subscribed",
-        Duration::from_secs(5),
-        || server.numsub(&format!("redisync:lost:{}", owner.id())) == 1,
-    )
-    .await;
+    common::lost_notices_subscribed(&server, &owner).await;
     assert!(operator
         .leader_election("taken-lead")
         .delete()

@@ -53,6 +53,15 @@ impl World {
         self.server.url()
     }
 
+    /// Waits until one client (the `redisync` run under test) listens on its lost-notice
+    /// channel, which it subscribes once it holds something.
+    fn wait_for_lost_notice_listener(&self) {
+        eventually(RUN_LIMIT, "the run listens for lost notices", || {
+            let channels = self.server.cmd(&["PUBSUB", "CHANNELS", "redisync:lost:*"]);
+            matches!(channels, redis::Value::Array(ref c) if c.len() == 1)
+        });
+    }
+
     /// A path in the test's directory, as a string for command lines.
     fn path(&self, name: &str) -> String {
         self.dir.join(name).to_string_lossy().into_owned()
@@ -1148,14 +1157,7 @@ fn a_force_unlocked_run_is_stopped_at_once() {
     );
     let child = pid_in(&pidfile);
     // The run's client listens for lost notices once it holds the lock.
-    eventually(
-        Duration::from_secs(5),
-        "the run listens for lost notices",
-        || {
-            let channels = world.server.cmd(&["PUBSUB", "CHANNELS", "redisync:lost:*"]);
-            matches!(channels, redis::Value::Array(ref c) if c.len() == 1)
-        },
-    );
+    world.wait_for_lost_notice_listener();
     let taken = Instant::now();
     world.run_line("force-unlock watched --yes").assert_code(0);
     let done = holder.wait(Duration::from_secs(8));
@@ -1992,10 +1994,7 @@ fn delete_removes_state_and_stops_the_holder() {
         &[&pidfile],
     );
     pid_in(&pidfile);
-    eventually(RUN_LIMIT, "the holder listens for lost notices", || {
-        let channels = world.server.cmd(&["PUBSUB", "CHANNELS", "redisync:lost:*"]);
-        matches!(channels, redis::Value::Array(ref c) if c.len() == 1)
-    });
+    world.wait_for_lost_notice_listener();
     world
         .run_line("delete semaphore held")
         .assert_error(2, "refusing to delete without --yes");
