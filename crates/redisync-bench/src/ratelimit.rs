@@ -59,37 +59,15 @@ pub async fn decisions(
         }
     }
     let scripts_before = client.stats().scripts_sent;
-    let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..tasks)
-        .map(|_| {
+    let (allowed, refused) = decide_for(tasks, duration, out, |_| {
+        let limiter = limiter.clone();
+        move || {
             let limiter = limiter.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let (mut allowed, mut refused) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    match limiter.try_acquire(1).await {
-                        Ok(d) if d.allowed => allowed += 1,
-                        Ok(_) => refused += 1,
-                        Err(_) => {}
-                    }
-                }
-                (allowed, refused)
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(duration).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut allowed, mut refused) = (0u64, 0u64);
-    for handle in handles {
-        let (a, r) = handle.await.expect("task");
-        allowed += a;
-        refused += r;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
+            async move { limiter.try_acquire(1).await.ok().map(|d| d.allowed) }
+        }
+    })
+    .await;
     let decided = allowed + refused;
-    out.add("decisions/s", decided as f64 / elapsed);
-    out.add("allowed %", 100.0 * allowed as f64 / decided.max(1) as f64);
     let scripts = client.stats().scripts_sent - scripts_before;
     out.add(
         "round trips/decision",
@@ -114,26 +92,52 @@ pub async fn floor(
         pool.push(client.get_connection_manager().await.expect("connect"));
     }
     let limit = 1i64 << 40;
-    let stop = Arc::new(AtomicBool::new(false));
     let origin = Instant::now();
+    decide_for(tasks, duration, out, |i| {
+        let conn = pool[i % pool.len()].clone();
+        move || {
+            let mut conn = conn.clone();
+            async move {
+                let window = origin.elapsed().as_secs();
+                let key = format!("bench:fixed-window:{window}");
+                let reply: redis::RedisResult<(i64, i64)> = redis::pipe()
+                    .incr(&key, 1)
+                    .pexpire(&key, 1000)
+                    .query_async(&mut conn)
+                    .await;
+                reply.ok().map(|(count, _)| count <= limit)
+            }
+        }
+    })
+    .await;
+    out.add("round trips/decision", 1.0);
+}
+
+/// Runs `tasks` tasks, each calling its decider (`make(i)` for task `i`) in a loop for
+/// `duration`, and reports decisions/s and allowed % into `out`. A decider answers whether a
+/// decision allowed, or `None` for one that failed (not counted). Returns (allowed, refused).
+async fn decide_for<D, Fut>(
+    tasks: usize,
+    duration: Duration,
+    out: &mut Figures,
+    mut make: impl FnMut(usize) -> D,
+) -> (u64, u64)
+where
+    D: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<bool>> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
-            let mut conn = pool[i % pool.len()].clone();
+            let mut decide = make(i);
             let stop = stop.clone();
             tokio::spawn(async move {
                 let (mut allowed, mut refused) = (0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
-                    let window = origin.elapsed().as_secs();
-                    let key = format!("bench:fixed-window:{window}");
-                    let reply: redis::RedisResult<(i64, i64)> = redis::pipe()
-                        .incr(&key, 1)
-                        .pexpire(&key, 1000)
-                        .query_async(&mut conn)
-                        .await;
-                    match reply {
-                        Ok((count, _)) if count <= limit => allowed += 1,
-                        Ok(_) => refused += 1,
-                        Err(_) => {}
+                    match decide().await {
+                        Some(true) => allowed += 1,
+                        Some(false) => refused += 1,
+                        None => {}
                     }
                 }
                 (allowed, refused)
@@ -153,5 +157,5 @@ pub async fn floor(
     let decided = allowed + refused;
     out.add("decisions/s", decided as f64 / elapsed);
     out.add("allowed %", 100.0 * allowed as f64 / decided.max(1) as f64);
-    out.add("round trips/decision", 1.0);
+    (allowed, refused)
 }
