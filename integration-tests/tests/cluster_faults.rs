@@ -847,6 +847,12 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
     assert_eq!(killed, redis::Value::Int(1), "one hub connection killed");
     let killed_at = Instant::now();
     let again = wait_until(ms(5000), || subscribed(&cluster)).await;
+    if !again {
+        for waiter in waiters.iter_mut().filter(|w| w.is_finished()) {
+            let (outcome, _) = waiter.await.expect("waiter task");
+            eprintln!("a waiter ended: {:?}", outcome.map(|g| g.fencing_token()));
+        }
+    }
     assert!(
         again,
         "the waiters were not subscribed again within 5 s: subscribers {:?}, {:?}",

@@ -852,3 +852,74 @@ async fn pubsub_connection_killed_waiters_still_wake() {
     })
     .await;
 }
+
+/// A waiting client whose last waiting task gives up while Redis does not answer withdraws
+/// itself in the background, and keeps sending the withdrawal until it lands. If the client
+/// waits again meanwhile, the registration in Redis belongs to the new wait: a withdrawal
+/// sent after the new wait's attempt would take it out, and the release would then wake
+/// nobody, leaving the waiter to its once-a-second re-check (what a waiter retrying through a
+/// cluster failover ran into in CI). Such a withdrawal is not sent any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
+    let server = RedisServer::start();
+    let name = "rewait";
+    let command_timeout = ms(1000);
+    let holder = Client::builder(server.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    let waiter = Client::builder(server.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock(name).lock().await.unwrap();
+    let waiters = format!("redisync:{{{name}}}:waiters");
+    let channel = wake_channel(name, &waiter);
+    let registered = || server.cmd(&["ZSCORE", &waiters, &channel]) != Value::Nil;
+
+    let first = tokio::spawn({
+        let lock = waiter.lock(name);
+        async move { lock.lock().await }
+    });
+    eventually("the first wait registered its client", SETTLE, || {
+        registered() && server.numsub(&channel) == 1
+    })
+    .await;
+
+    let paused = common::Paused::pause(&server);
+    // The wait ends: its withdrawal goes out and gets no answer.
+    first.abort();
+    tokio::time::sleep(ms(500)).await;
+    // Queued behind the withdrawal, the new wait's attempt will register the client again.
+    let second = tokio::spawn({
+        let lock = waiter.lock(name);
+        async move { (lock.lock().await, Instant::now()) }
+    });
+    // The withdrawal's first send timed out; its next ones would follow the attempt.
+    eventually("the withdrawal is retried", SETTLE, || {
+        waiter.local_state().pending_releases == 1
+    })
+    .await;
+    // Within the attempt's own command timeout (sent 500 ms before the withdrawal failed).
+    paused.resume();
+
+    eventually("the withdrawal is settled", SETTLE, || {
+        waiter.local_state().pending_releases == 0
+    })
+    .await;
+    assert!(!second.is_finished(), "the lock is held: {second:?}");
+    assert!(
+        registered(),
+        "a late withdrawal took out the registration of the wait that came after it"
+    );
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let (outcome, acquired) = tokio::time::timeout(SETTLE, second)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    println!("woken {:?} after the release", acquired - released);
+    outcome.unwrap().unlock().await.unwrap();
+}

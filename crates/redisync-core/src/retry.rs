@@ -4,7 +4,7 @@
 //! A release whose reply never came, or that Redis refused for a while (`BUSY` behind another
 //! client's slow script, `READONLY` from a demoted primary, `LOADING`, a dropped connection),
 //! is not given up: a task of its own sends it again with a growing pause (up to
-//! [`MAX_PAUSE`]) until one of three things happens:
+//! [`MAX_PAUSE`]) until one of these things happens:
 //!
 //! * Redis confirms it (any reply of the script counts: the scripts are idempotent, so a
 //!   retry of a release that already ran answers like a repeat);
@@ -12,6 +12,9 @@
 //!   could still be counting it ([`Retry::UntilLeaseEnds`]);
 //! * Redis may have forgotten the request's record, so that a repeat could be applied twice
 //!   ([`Retry::WhileRemembered`]): then it is given up and counted, never sent again;
+//! * a later request of the client made it pointless, for a give-back sent with a check of
+//!   that ([`Toolkit::spawn_release_unless`](crate::toolkit::Toolkit::spawn_release_unless):
+//!   a waiting client's withdrawal once the client waits again), which each send asks first;
 //! * the client shuts down: then one last attempt, bounded by the command timeout, is made,
 //!   and [`Client::shutdown`](crate::Client::shutdown) waits for it (and for every give-back
 //!   handed to the background before it).
@@ -183,6 +186,7 @@ where
                 retry,
                 err,
                 abandoned_pending,
+                None,
             )
             .await;
         }
@@ -194,32 +198,47 @@ where
         if worth_retrying(err) {
             pending.mark_retrying();
         }
-        transport
-            .runtime
-            .clone()
-            .spawn(retry_after(transport, call, retry, err.clone(), pending));
+        transport.runtime.clone().spawn(retry_after(
+            transport,
+            call,
+            retry,
+            err.clone(),
+            pending,
+            None,
+        ));
     }
     reply
 }
 
-/// Sends `call` on a background task until Redis confirms it; see the module docs.
+/// Asked before each send of a give-back that a later request of the client can make
+/// pointless (see [`spawn`]): true once it has.
+pub(crate) type Moot = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// Sends `call` on a background task until Redis confirms it; see the module docs. If `moot`
+/// is given, it is asked before every send, and once it answers true nothing more is sent.
 pub(crate) fn spawn(
     transport: Arc<Transport>,
     pending: Arc<Pending>,
     call: ScriptCall,
     retry: Retry,
+    moot: Option<Moot>,
 ) {
     // In flight from now, so that a shutdown right after this call waits for it.
     let pending = PendingGuard::new(pending);
     transport.runtime.clone().spawn(async move {
         if transport.shutdown.is_set() {
-            retry_loop(transport, call, retry, Error::Shutdown, pending).await;
+            retry_loop(transport, call, retry, Error::Shutdown, pending, moot).await;
             return;
         }
-        if let Err(err) =
-            eval_idempotent_background::<redis::Value>(transport.clone(), call.clone()).await
-        {
-            retry_after(transport, call, retry, err, pending).await;
+        let first = match moot {
+            None => {
+                eval_idempotent_background::<redis::Value>(transport.clone(), call.clone()).await
+            }
+            // The transport's own quick repeats would not ask `moot`: each send is made here.
+            Some(_) => eval_background::<redis::Value>(transport.clone(), call.clone()).await,
+        };
+        if let Err(err) = first {
+            retry_after(transport, call, retry, err, pending, moot).await;
         }
     });
 }
@@ -231,13 +250,14 @@ async fn retry_after(
     retry: Retry,
     first: Error,
     mut pending: PendingGuard,
+    moot: Option<Moot>,
 ) {
     if !worth_retrying(&first) {
         refused(&transport, &call, &first);
         return;
     }
     pending.mark_retrying();
-    retry_loop(transport, call, retry, first, pending).await;
+    retry_loop(transport, call, retry, first, pending, moot).await;
 }
 
 /// The attempts after a first one failed with `last`.
@@ -247,9 +267,17 @@ async fn retry_loop(
     retry: Retry,
     mut last: Error,
     _pending: PendingGuard,
+    moot: Option<Moot>,
 ) {
     let script = call.script().name();
     let key = call.first_key().to_owned();
+    let is_moot = || {
+        let moot = moot.as_ref().is_some_and(|moot| moot());
+        if moot {
+            tracing::debug!(script, %key, "a later request made the give-back pointless");
+        }
+        moot
+    };
     let mut pause = FIRST_PAUSE;
     loop {
         if retry.ended() {
@@ -273,6 +301,9 @@ async fn retry_loop(
             give_up(&transport, &call, retry, &last);
             return;
         }
+        if is_moot() {
+            return;
+        }
         // An attempt cut short by shutdown is followed at once by the last one below.
         let attempt = eval_background::<redis::Value>(transport.clone(), call.clone());
         let outcome = tokio::select! {
@@ -291,6 +322,9 @@ async fn retry_loop(
     // Shutting down: one last attempt, bounded by the command timeout.
     if retry.ended() {
         give_up(&transport, &call, retry, &last);
+        return;
+    }
+    if is_moot() {
         return;
     }
     if let Err(err) = eval_background::<redis::Value>(transport.clone(), call.clone()).await {

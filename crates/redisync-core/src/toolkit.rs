@@ -244,6 +244,26 @@ pub trait Toolkit: sealed::Sealed {
             self.client().shared().pending.clone(),
             call,
             retry,
+            None,
+        );
+    }
+
+    /// [`spawn_release`](Self::spawn_release) for a give-back that a later request of this
+    /// client can make pointless, and harmful if it landed after that request (a waiting
+    /// client's withdrawal, once the client waits again): `moot` is asked before every send,
+    /// and once it answers true nothing more is sent.
+    fn spawn_release_unless(
+        &self,
+        call: ScriptCall,
+        retry: Retry,
+        moot: impl Fn() -> bool + Send + Sync + 'static,
+    ) {
+        crate::retry::spawn(
+            self.client().shared().transport.clone(),
+            self.client().shared().pending.clone(),
+            call,
+            retry,
+            Some(Box::new(moot)),
         );
     }
 

@@ -20,7 +20,7 @@
 //! it holds) is gone before the withdrawal asks whether other local tasks still wait, also
 //! when the caller drops the future mid-wait.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,10 +43,16 @@ pub trait Waitlist: Send + Sync + 'static {
 /// Whether this client may be registered in Redis as waiting for one primitive: set when an
 /// attempt that registers is sent, cleared by a grant (which takes the registration out) and
 /// by a withdrawal. Shared by every task of the client waiting for the primitive: keep one
-/// per client and primitive (with the handle's keys).
+/// per client and primitive (with the handle's keys, in the client's shared cells, held by
+/// the [`Waitlist`]: a withdrawal being sent keeps it, so that a handle made meanwhile finds
+/// the same one).
 #[derive(Debug, Default)]
 pub struct ClientRegistration {
     registered: AtomicBool,
+    /// How many attempts that may register have been sent. A withdrawal decided before the
+    /// latest of them is pointless (the newer wait owns the registration, and withdraws it
+    /// when it ends), and would take that wait's registration out if it landed after it.
+    registering_attempts: AtomicU64,
 }
 
 /// Where one wait stands.
@@ -124,6 +130,9 @@ impl<L: Waitlist> Withdraw<L> {
         if self.registration.is_zero() {
             self.client.registered.load(Ordering::Acquire)
         } else {
+            self.client
+                .registering_attempts
+                .fetch_add(1, Ordering::AcqRel);
             self.client.registered.swap(true, Ordering::AcqRel)
         }
     }
@@ -170,17 +179,28 @@ impl<L: Waitlist> Withdraw<L> {
         let Ok(call) = self.list.withdraw_call() else {
             return;
         };
+        // Read first: an attempt sent from here on makes this withdrawal moot.
+        let attempts_before = self.client.registering_attempts.load(Ordering::Acquire);
         if client.has_local_waiters(call.first_key())
             || !self.client.registered.swap(false, Ordering::AcqRel)
         {
             return;
         }
-        // Retried for one command timeout at most, never for long: a withdrawal that landed
-        // after another task of the client registered again would take that registration
-        // out (the re-check bounds the harm: see `RECHECK`). If it fails, the entry lapses by
-        // itself, or is skipped by the next wake-up once nobody listens on it.
+        // Retried for one command timeout at most, and only until the client waits again: a
+        // withdrawal landing after another wait's attempt registered the client would take
+        // that registration out, and the release would wake nobody. (Sent right when the
+        // other wait starts, it may still land after its attempt; the re-check bounds the
+        // harm: see `RECHECK`.) If it fails, the entry lapses by itself, or is skipped by the
+        // next wake-up once nobody listens on it.
         let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
-        client.spawn_release(call, retry);
+        let registration = self.client.clone();
+        // The primitive's core too: it holds the registration in the client's shared cells,
+        // where a handle made while this is being sent must find the same one.
+        let list = self.list.clone();
+        client.spawn_release_unless(call, retry, move || {
+            let _shared = &list;
+            registration.registering_attempts.load(Ordering::Acquire) != attempts_before
+        });
     }
 }
 
