@@ -406,11 +406,10 @@ fn spawn_lock_waiter(
     })
 }
 
-/// Awaits a waiter for at most `within` after `since`.
-/// Releases `guard`, a hold taken before a failover (`survived` is what a failed release
-/// would mean), and checks that `waiter`, waiting for the same lock, gets it within a second;
-/// then releases that too.
-async fn hand_over_on_the_new_primary(
+/// Releases `guard`, a hold taken before a fault (`survived` is what a failed release would
+/// mean), and checks that `waiter`, waiting for the same lock, gets it within a second; then
+/// releases that too.
+async fn hand_over_within_a_second(
     guard: LockGuard,
     waiter: tokio::task::JoinHandle<(Result<LockGuard>, Instant)>,
     survived: &str,
@@ -427,6 +426,7 @@ async fn hand_over_on_the_new_primary(
     guard.unlock().await.expect("unlock");
 }
 
+/// Awaits a waiter for at most `within` after `since`.
 async fn woken_within<T>(
     what: &str,
     waiter: tokio::task::JoinHandle<(Result<T>, Instant)>,
@@ -747,7 +747,7 @@ async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
         failed_over_at.elapsed()
     );
     assert!(!waiter.is_finished(), "the waiter got a lock that is held");
-    hand_over_on_the_new_primary(guard, waiter, "the hold survived the failover").await;
+    hand_over_within_a_second(guard, waiter, "the hold survived the failover").await;
     quiesce(&[&a, &b]).await;
 }
 
@@ -807,7 +807,7 @@ async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() 
     for kind in errors.lock().unwrap().keys() {
         assert!(is_outage_kind(kind), "the waiter failed with {kind}");
     }
-    hand_over_on_the_new_primary(guard, waiter, "the replicated hold survived the kill").await;
+    hand_over_within_a_second(guard, waiter, "the replicated hold survived the kill").await;
     quiesce(&[&a, &b]).await;
 }
 
@@ -873,6 +873,63 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
             .await
             .expect("unlock");
     }
+    quiesce(&[&a, &b]).await;
+}
+
+/// A subscription that is slow to come back while Redis answers does not fail the wait: here
+/// the node's ACL takes the channels away (Redis then drops the hub's connection and refuses
+/// its `SSUBSCRIBE`s) for twice the command timeout, while the waiter's re-checks still run.
+/// The waiter waits on, and the release after the channels are back wakes it. (The same
+/// happens when confirmations are merely slow, on a loaded box: most likely what ended a
+/// waiter of the test above once in about twenty loaded runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_outlasts_a_subscription_refused_for_a_while() {
+    let cluster = start_cluster(&[]).await;
+    let name = "refused";
+    let node = cluster.master_for_key(&lock_key(name));
+    let command_timeout = ms(1000);
+    let a = cluster_client(&cluster, command_timeout, ms(30_000)).await;
+    let b = cluster_client(&cluster, command_timeout, ms(30_000)).await;
+    let channel = wake_channel(name, &b);
+    let guard = a.lock(name).lock().await.expect("lock");
+    let waiter = spawn_lock_waiter(&b, name);
+    eventually("the waiter subscribed", SETTLE, || {
+        shard_subscribers(&cluster, node, &channel) >= 1
+    })
+    .await;
+
+    let set_channels = |rule: &str| {
+        let reply = cluster.cmd_on(node, &["ACL", "SETUSER", "default", rule]);
+        assert_eq!(reply, redis::Value::Okay, "ACL SETUSER default {rule}");
+    };
+    set_channels("resetchannels");
+    assert_eq!(
+        shard_subscribers(&cluster, node, &channel),
+        0,
+        "Redis dropped the hub"
+    );
+    let refused = Instant::now();
+    // Sleeps on purpose: what is tested is that nothing happens for this long.
+    tokio::time::sleep(command_timeout * 2).await;
+    assert!(
+        !waiter.is_finished(),
+        "the wait ended while its subscription was refused: {:?}",
+        waiter
+            .await
+            .expect("waiter task")
+            .0
+            .map(|guard| guard.fencing_token())
+    );
+    set_channels("allchannels");
+    eventually("the waiter subscribed again", SETTLE, || {
+        shard_subscribers(&cluster, node, &channel) >= 1
+    })
+    .await;
+    eprintln!(
+        "subscribed again {:?} after the refusal began",
+        refused.elapsed()
+    );
+    hand_over_within_a_second(guard, waiter, "the hold survived").await;
     quiesce(&[&a, &b]).await;
 }
 

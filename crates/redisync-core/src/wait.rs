@@ -430,6 +430,13 @@ where
                     Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
                         return Ok(None);
                     }
+                    // Subscribed before, and Redis answered the re-check just made: the hub
+                    // is slow to subscribe again (a cluster under load, a refused
+                    // `SSUBSCRIBE`), not cut off. The wait goes on, re-checking at least
+                    // every command timeout until the subscription is back; an outage the
+                    // hub finds still fails it.
+                    Err(Error::Timeout)
+                        if retry_before_subscribed && !watcher.borrow().unreachable => {}
                     Err(err) => return Err(err),
                 },
             }
