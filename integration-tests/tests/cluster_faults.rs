@@ -803,6 +803,21 @@ async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() 
         shard_subscribers(&cluster, promoted, &channel) >= 1
     })
     .await;
+    // Registered there too, and no withdrawal of an earlier try takes that out: one sent
+    // alongside the attempt could land after it (a withdrawal that met `MOVED` goes again to
+    // the new primary over another connection).
+    let waiters = format!("redisync:{{{name}}}:waiters");
+    let registered =
+        || cluster.cmd_on(promoted, &["ZSCORE", &waiters, &channel]) != redis::Value::Nil;
+    eventually("the waiter registered on the new primary", SETTLE, || {
+        registered() && b.local_state().pending_releases == 0
+    })
+    .await;
+    tokio::time::sleep(ms(100)).await; // what a late withdrawal would need to land
+    assert!(
+        registered(),
+        "a withdrawal of an earlier try took the registration out"
+    );
     assert!(!waiter.is_finished(), "the waiter got a lock that is held");
     for kind in errors.lock().unwrap().keys() {
         assert!(is_outage_kind(kind), "the waiter failed with {kind}");
@@ -903,11 +918,10 @@ async fn a_waiter_outlasts_a_subscription_refused_for_a_while() {
         assert_eq!(reply, redis::Value::Okay, "ACL SETUSER default {rule}");
     };
     set_channels("resetchannels");
-    assert_eq!(
-        shard_subscribers(&cluster, node, &channel),
-        0,
-        "Redis dropped the hub"
-    );
+    eventually("Redis dropped the hub's subscription", SETTLE, || {
+        shard_subscribers(&cluster, node, &channel) == 0
+    })
+    .await;
     let refused = Instant::now();
     // Sleeps on purpose: what is tested is that nothing happens for this long.
     tokio::time::sleep(command_timeout * 2).await;

@@ -856,14 +856,15 @@ async fn pubsub_connection_killed_waiters_still_wake() {
 /// A waiting client whose last waiting task gives up while Redis does not answer withdraws
 /// itself in the background, and keeps sending the withdrawal until it lands. If the client
 /// waits again meanwhile, the registration in Redis belongs to the new wait: a withdrawal
-/// sent after the new wait's attempt would take it out, and the release would then wake
+/// landing after the new wait's attempt would take it out, and the release would then wake
 /// nobody, leaving the waiter to its once-a-second re-check (what a waiter retrying through a
-/// cluster failover ran into in CI). Such a withdrawal is not sent any more.
+/// cluster failover ran into in CI). So the attempt waits until the withdrawal's send on the
+/// wire is over, and the withdrawal is not sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
     let server = RedisServer::start();
     let name = "rewait";
-    let command_timeout = ms(1000);
+    let command_timeout = ms(2000);
     let holder = Client::builder(server.url())
         .command_timeout(command_timeout)
         .build()
@@ -891,18 +892,27 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
     let paused = common::Paused::pause(&server);
     // The wait ends: its withdrawal goes out and gets no answer.
     first.abort();
-    tokio::time::sleep(ms(500)).await;
-    // Queued behind the withdrawal, the new wait's attempt will register the client again.
+    let aborted = Instant::now();
+    tokio::time::sleep(command_timeout / 2).await;
+    // The new wait's attempt will register the client again. Sent alongside the withdrawal
+    // it could land first (over another connection, or after a redirection), so it waits
+    // until the withdrawal's send is over.
+    let scripts_sent = waiter.stats().scripts_sent;
     let second = tokio::spawn({
         let lock = waiter.lock(name);
         async move { (lock.lock().await, Instant::now()) }
     });
-    // The withdrawal's first send timed out; its next ones would follow the attempt.
-    eventually("the withdrawal is retried", SETTLE, || {
-        waiter.local_state().pending_releases == 1
-    })
-    .await;
-    // Within the attempt's own command timeout (sent 500 ms before the withdrawal failed).
+    tokio::time::sleep(command_timeout / 4).await;
+    assert_eq!(
+        waiter.stats().scripts_sent,
+        scripts_sent,
+        "an attempt went out while the withdrawal was on the wire"
+    );
+    // Resumed once the withdrawal's first send has timed out (the attempt went out then;
+    // the withdrawal's next send, 50 ms later, would follow it), and well within the
+    // attempt's own command timeout. Timed, not awaited: nothing lasting shows that the send
+    // timed out.
+    tokio::time::sleep_until((aborted + command_timeout + command_timeout / 5).into()).await;
     paused.resume();
 
     eventually("the withdrawal is settled", SETTLE, || {

@@ -12,9 +12,9 @@
 //!   could still be counting it ([`Retry::UntilLeaseEnds`]);
 //! * Redis may have forgotten the request's record, so that a repeat could be applied twice
 //!   ([`Retry::WhileRemembered`]): then it is given up and counted, never sent again;
-//! * a later request of the client made it pointless, for a give-back sent with a check of
-//!   that ([`Toolkit::spawn_release_unless`](crate::toolkit::Toolkit::spawn_release_unless):
-//!   a waiting client's withdrawal once the client waits again), which each send asks first;
+//! * a later request of the client made it pointless, for a give-back sent through a
+//!   [`SendGate`] (a waiting client's withdrawal once the client waits again), which each
+//!   send asks first;
 //! * the client shuts down: then one last attempt, bounded by the command timeout, is made,
 //!   and [`Client::shutdown`](crate::Client::shutdown) waits for it (and for every give-back
 //!   handed to the background before it).
@@ -210,35 +210,86 @@ where
     reply
 }
 
-/// Asked before each send of a give-back that a later request of the client can make
-/// pointless (see [`spawn`]): true once it has.
-pub(crate) type Moot = Box<dyn Fn() -> bool + Send + Sync>;
+/// Orders the sends of a give-back that a later request of the client can make pointless,
+/// and harmful if it landed after that request (a waiting client's withdrawal, once the
+/// client waits again), against those requests: see
+/// [`Toolkit::spawn_release_gated`](crate::toolkit::Toolkit::spawn_release_gated).
+pub trait SendGate: Send + Sync + 'static {
+    /// Asked before each send: `false` once the give-back is pointless, and then nothing more
+    /// is sent. After `true` the send is on the wire until [`send_ended`](Self::send_ended).
+    fn send_begins(&self) -> bool;
+    /// The send [`send_begins`](Self::send_begins) let through is over, however it ended
+    /// (answered, failed, timed out, or cut off by a shutdown or a dropped task).
+    fn send_ended(&self);
+}
 
-/// Sends `call` on a background task until Redis confirms it; see the module docs. If `moot`
-/// is given, it is asked before every send, and once it answers true nothing more is sent.
+/// One send let through by a [`SendGate`]; tells the gate when it is over.
+struct GatedSend<'a>(&'a dyn SendGate);
+
+impl<'a> GatedSend<'a> {
+    /// `Some` if the send may go, `None` if the give-back is pointless now (and ends).
+    fn begin(gate: &'a dyn SendGate, call: &ScriptCall) -> Option<Self> {
+        if gate.send_begins() {
+            return Some(GatedSend(gate));
+        }
+        tracing::debug!(
+            script = call.script().name(),
+            key = %call.first_key(),
+            "a later request made the give-back pointless"
+        );
+        None
+    }
+}
+
+impl Drop for GatedSend<'_> {
+    fn drop(&mut self) {
+        self.0.send_ended();
+    }
+}
+
+/// Lets a send through `gate`, if there is one: `Err` if it may not go.
+fn pass<'a>(
+    gate: Option<&'a Arc<dyn SendGate>>,
+    call: &ScriptCall,
+) -> Result<Option<GatedSend<'a>>, ()> {
+    match gate {
+        None => Ok(None),
+        Some(gate) => GatedSend::begin(gate.as_ref(), call).map(Some).ok_or(()),
+    }
+}
+
+/// Sends `call` on a background task until Redis confirms it; see the module docs. With a
+/// `gate`, every send asks it first (see [`SendGate`]).
 pub(crate) fn spawn(
     transport: Arc<Transport>,
     pending: Arc<Pending>,
     call: ScriptCall,
     retry: Retry,
-    moot: Option<Moot>,
+    gate: Option<Arc<dyn SendGate>>,
 ) {
     // In flight from now, so that a shutdown right after this call waits for it.
     let pending = PendingGuard::new(pending);
     transport.runtime.clone().spawn(async move {
         if transport.shutdown.is_set() {
-            retry_loop(transport, call, retry, Error::Shutdown, pending, moot).await;
+            retry_loop(transport, call, retry, Error::Shutdown, pending, gate).await;
             return;
         }
-        let first = match moot {
-            None => {
-                eval_idempotent_background::<redis::Value>(transport.clone(), call.clone()).await
+        let first = {
+            let Ok(sending) = pass(gate.as_ref(), &call) else {
+                return;
+            };
+            match sending {
+                None => {
+                    eval_idempotent_background::<redis::Value>(transport.clone(), call.clone())
+                        .await
+                }
+                // The transport's own quick repeats would not ask the gate: each send is
+                // made here.
+                Some(_) => eval_background::<redis::Value>(transport.clone(), call.clone()).await,
             }
-            // The transport's own quick repeats would not ask `moot`: each send is made here.
-            Some(_) => eval_background::<redis::Value>(transport.clone(), call.clone()).await,
         };
         if let Err(err) = first {
-            retry_after(transport, call, retry, err, pending, moot).await;
+            retry_after(transport, call, retry, err, pending, gate).await;
         }
     });
 }
@@ -250,14 +301,14 @@ async fn retry_after(
     retry: Retry,
     first: Error,
     mut pending: PendingGuard,
-    moot: Option<Moot>,
+    gate: Option<Arc<dyn SendGate>>,
 ) {
     if !worth_retrying(&first) {
         refused(&transport, &call, &first);
         return;
     }
     pending.mark_retrying();
-    retry_loop(transport, call, retry, first, pending, moot).await;
+    retry_loop(transport, call, retry, first, pending, gate).await;
 }
 
 /// The attempts after a first one failed with `last`.
@@ -267,17 +318,10 @@ async fn retry_loop(
     retry: Retry,
     mut last: Error,
     _pending: PendingGuard,
-    moot: Option<Moot>,
+    gate: Option<Arc<dyn SendGate>>,
 ) {
     let script = call.script().name();
     let key = call.first_key().to_owned();
-    let is_moot = || {
-        let moot = moot.as_ref().is_some_and(|moot| moot());
-        if moot {
-            tracing::debug!(script, %key, "a later request made the give-back pointless");
-        }
-        moot
-    };
     let mut pause = FIRST_PAUSE;
     loop {
         if retry.ended() {
@@ -301,15 +345,16 @@ async fn retry_loop(
             give_up(&transport, &call, retry, &last);
             return;
         }
-        if is_moot() {
+        let Ok(sending) = pass(gate.as_ref(), &call) else {
             return;
-        }
+        };
         // An attempt cut short by shutdown is followed at once by the last one below.
         let attempt = eval_background::<redis::Value>(transport.clone(), call.clone());
         let outcome = tokio::select! {
             outcome = attempt => outcome,
             _ = transport.shutdown.wait() => break,
         };
+        drop(sending);
         match outcome {
             Ok(_) => return,
             Err(err) if worth_retrying(&err) => last = err,
@@ -324,10 +369,12 @@ async fn retry_loop(
         give_up(&transport, &call, retry, &last);
         return;
     }
-    if is_moot() {
+    let Ok(sending) = pass(gate.as_ref(), &call) else {
         return;
-    }
-    if let Err(err) = eval_background::<redis::Value>(transport.clone(), call.clone()).await {
+    };
+    let last_attempt = eval_background::<redis::Value>(transport.clone(), call.clone()).await;
+    drop(sending);
+    if let Err(err) = last_attempt {
         Counters::bump(&transport.counters.unconfirmed_releases, 1);
         transport
             .config

@@ -250,20 +250,16 @@ pub trait Toolkit: sealed::Sealed {
 
     /// [`spawn_release`](Self::spawn_release) for a give-back that a later request of this
     /// client can make pointless, and harmful if it landed after that request (a waiting
-    /// client's withdrawal, once the client waits again): `moot` is asked before every send,
-    /// and once it answers true nothing more is sent.
-    fn spawn_release_unless(
-        &self,
-        call: ScriptCall,
-        retry: Retry,
-        moot: impl Fn() -> bool + Send + Sync + 'static,
-    ) {
+    /// client's withdrawal, once the client waits again): every send asks `gate` first, and
+    /// tells it when the send is over, so that the later request can wait until no send is
+    /// on the wire (see [`retry::SendGate`]).
+    fn spawn_release_gated(&self, call: ScriptCall, retry: Retry, gate: Arc<dyn retry::SendGate>) {
         crate::retry::spawn(
             self.client().shared().transport.clone(),
             self.client().shared().pending.clone(),
             call,
             retry,
-            Some(Box::new(moot)),
+            Some(gate),
         );
     }
 

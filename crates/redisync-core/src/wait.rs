@@ -433,8 +433,8 @@ where
                     // Subscribed before, and Redis answered the re-check just made: the hub
                     // is slow to subscribe again (a cluster under load, a refused
                     // `SSUBSCRIBE`), not cut off. The wait goes on, re-checking at least
-                    // every command timeout until the subscription is back; an outage the
-                    // hub finds still fails it.
+                    // once per command timeout until the subscription is back (the sleep
+                    // below is capped); an outage the hub finds still fails it.
                     Err(Error::Timeout)
                         if retry_before_subscribed && !watcher.borrow().unreachable => {}
                     Err(err) => return Err(err),
@@ -449,6 +449,10 @@ where
         };
         let now = Instant::now();
         let mut wake = now + retry_in;
+        if !watcher.borrow().subscribed {
+            // Going on without a subscription (see above): a release is not heard meanwhile.
+            wake = wake.min(now + command_timeout);
+        }
         if let Some(deadline) = spec.deadline {
             if now >= deadline {
                 return Ok(None);

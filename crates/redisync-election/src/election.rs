@@ -146,6 +146,7 @@ impl LeaderElection {
         let names = match client.key_space(&name) {
             Ok(space) => {
                 let leader = space.key("election:leader");
+                let registration = ClientRegistration::of(client, &leader);
                 client.local_cell_with(&leader.clone(), || ElectionNames {
                     name,
                     keys: Ok(ElectionKeys {
@@ -156,7 +157,7 @@ impl LeaderElection {
                         channel: space.key(&format!("election:wake:{}", client.id())),
                         changes: space.key("election:changes"),
                     }),
-                    registration: Arc::default(),
+                    registration,
                 })
             }
             Err(err) => Arc::new(ElectionNames {
@@ -375,10 +376,9 @@ impl ElectionCore {
         // A crashed leader is replaced when its lease runs out: the remaining lease bounds
         // each sleep (the attempt reports it).
         let waiting = self.client.acquire(spec, || {
-            let earlier = withdraw.attempt_sent();
-            let attempt = self.attempt(&value, lease, withdraw, earlier);
-            let settle = withdraw.settle();
-            async move { settle.outcome(attempt.await) }
+            let (core, value) = (self.clone(), value.clone());
+            withdraw
+                .attempt(move |withdraw, earlier| core.attempt(&value, lease, withdraw, earlier))
         });
         waiting.await
     }

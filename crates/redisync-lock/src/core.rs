@@ -109,6 +109,11 @@ impl LockCore {
                     Kind::Reentrant => "lock",
                     Kind::Fair { .. } => "fair:lock",
                 });
+                let registration = match kind {
+                    Kind::Reentrant => ClientRegistration::of(client, &hash),
+                    // Its waiters each have their place in Redis, never the client.
+                    Kind::Fair { .. } => Arc::default(),
+                };
                 // Keyed by the lock's hash, which differs by kind and name.
                 client.local_cell_with(&hash.clone(), || {
                     let keys = match kind {
@@ -135,7 +140,7 @@ impl LockCore {
                     LockNames {
                         name,
                         keys: Ok(keys),
-                        registration: Arc::default(),
+                        registration,
                     }
                 })
             }
@@ -523,10 +528,10 @@ impl LockCore {
             // The attempt closure reaches everything through `withdraw` (it is kept in every
             // waiting task: the fewer captures, the smaller).
             let waiting = self.client.acquire(spec, || {
-                let earlier = withdraw.attempt_sent();
-                let attempt = self.attempt(lease, self.client.unique_id(), withdraw, earlier);
-                let settle = withdraw.settle();
-                async move { settle.outcome(attempt.await) }
+                let core = self.clone();
+                withdraw.attempt(move |withdraw, earlier| {
+                    core.attempt(lease, core.client.unique_id(), withdraw, earlier)
+                })
             });
             waiting.await
         }

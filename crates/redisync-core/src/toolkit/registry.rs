@@ -9,10 +9,9 @@
 //! let withdrawal = Withdraw::start(core.clone(), registration_for(client, wait), registration);
 //! let withdraw = withdrawal.withdraw();
 //! client.acquire(spec, || {
-//!     let earlier = withdraw.attempt_sent();
-//!     let attempt = core.attempt(.., withdraw, earlier); // undo: withdraw.abandoned_attempt_ended
-//!     let settle = withdraw.settle();
-//!     async move { settle.outcome(attempt.await) }
+//!     let core = core.clone();
+//!     // undo of each attempt: withdraw.abandoned_attempt_ended
+//!     withdraw.attempt(move |withdraw, earlier| core.attempt(.., withdraw, earlier))
 //! })
 //! ```
 //!
@@ -20,7 +19,8 @@
 //! it holds) is gone before the withdrawal asks whether other local tasks still wait, also
 //! when the caller drops the future mid-wait.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use super::Toolkit;
 use crate::client::Client;
 use crate::error::Result;
 use crate::locking::lock;
+use crate::retry::SendGate;
 use crate::script::ScriptCall;
 use crate::wait::{Attempt, RECHECK};
 
@@ -42,17 +43,105 @@ pub trait Waitlist: Send + Sync + 'static {
 
 /// Whether this client may be registered in Redis as waiting for one primitive: set when an
 /// attempt that registers is sent, cleared by a grant (which takes the registration out) and
-/// by a withdrawal. Shared by every task of the client waiting for the primitive: keep one
-/// per client and primitive (with the handle's keys, in the client's shared cells, held by
-/// the [`Waitlist`]: a withdrawal being sent keeps it, so that a handle made meanwhile finds
-/// the same one).
+/// by a withdrawal. Shared by every task of the client waiting for the primitive, and by the
+/// withdrawals still being sent: get it with [`ClientRegistration::of`].
 #[derive(Debug, Default)]
 pub struct ClientRegistration {
     registered: AtomicBool,
-    /// How many attempts that may register have been sent. A withdrawal decided before the
-    /// latest of them is pointless (the newer wait owns the registration, and withdraws it
-    /// when it ends), and would take that wait's registration out if it landed after it.
-    registering_attempts: AtomicU64,
+    /// The order of this client's withdrawals and registering attempts on the wire.
+    wire: Mutex<Wire>,
+    /// Told when no withdrawal send is on the wire any more.
+    wire_clear: tokio::sync::Notify,
+}
+
+/// What is on the wire between this client and the primitive's registry.
+#[derive(Debug, Default)]
+struct Wire {
+    /// Registering attempts sent so far. A withdrawal decided before the latest of them is
+    /// pointless (the newer wait owns the registration, and withdraws it when it ends), and
+    /// would take that wait's registration out if it landed after it.
+    attempts: u64,
+    /// Withdrawal sends on the wire now: a registering attempt is not sent alongside one, as
+    /// the two could land in either order (a withdrawal that met `MOVED` is sent again to
+    /// the new node, over a connection the attempt does not share).
+    sending: usize,
+    /// Withdrawals not over yet (on the wire, retrying, or about to be sent): while one is,
+    /// the client may still be registered, as it may never land.
+    withdrawals: usize,
+}
+
+impl ClientRegistration {
+    /// The registration of `client` for the primitive one of whose keys is `key` (cells are
+    /// per type, so the key of the handle's own cell will do). It has a cell of its own
+    /// among the client's shared cells, apart from the handle's: a withdrawal still being
+    /// sent holds it, and a handle made meanwhile, after every other handle is gone, must
+    /// find the same one.
+    pub fn of(client: &Client, key: &str) -> Arc<Self> {
+        client.local_cell(key)
+    }
+
+    /// Waits until no withdrawal send is on the wire (at most until `give_up_at`), then
+    /// counts a registering attempt as sent. Returns whether a withdrawal is not over yet.
+    async fn registering_attempt(&self, give_up_at: Instant) -> bool {
+        loop {
+            let clear = self.wire_clear.notified();
+            tokio::pin!(clear);
+            clear.as_mut().enable();
+            {
+                let mut wire = lock(&self.wire);
+                if wire.sending == 0 || Instant::now() >= give_up_at {
+                    wire.attempts = wire.attempts.wrapping_add(1);
+                    return wire.withdrawals > 0;
+                }
+            }
+            let _ = tokio::time::timeout_at(give_up_at.into(), clear).await;
+        }
+    }
+}
+
+/// One withdrawal's sends (see [`SendGate`]): each goes only while no registering attempt
+/// was sent after the wait's last one, and is counted on the wire until it ends.
+struct WithdrawalGate {
+    registration: Arc<ClientRegistration>,
+    /// The count of registering attempts the withdrawal was decided at.
+    attempts: u64,
+}
+
+impl WithdrawalGate {
+    fn new(registration: Arc<ClientRegistration>, attempts: u64) -> Self {
+        lock(&registration.wire).withdrawals += 1;
+        WithdrawalGate {
+            registration,
+            attempts,
+        }
+    }
+}
+
+impl SendGate for WithdrawalGate {
+    fn send_begins(&self) -> bool {
+        let mut wire = lock(&self.registration.wire);
+        if wire.attempts != self.attempts {
+            return false;
+        }
+        wire.sending += 1;
+        true
+    }
+
+    fn send_ended(&self) {
+        let mut wire = lock(&self.registration.wire);
+        wire.sending = wire.sending.saturating_sub(1);
+        if wire.sending == 0 {
+            drop(wire);
+            self.registration.wire_clear.notify_waiters();
+        }
+    }
+}
+
+impl Drop for WithdrawalGate {
+    fn drop(&mut self) {
+        let mut wire = lock(&self.registration.wire);
+        wire.withdrawals = wire.withdrawals.saturating_sub(1);
+    }
 }
 
 /// Where one wait stands.
@@ -121,25 +210,43 @@ impl<L: Waitlist> Withdraw<L> {
         self.registration
     }
 
-    /// Notes that an attempt is being sent. Returns whether an earlier attempt (of this wait
-    /// or another task's) may have registered the client: the attempt then keeps its place.
-    /// An attempt that may register counts as registering from now on, since one cut off on
-    /// the wire may still register the client.
-    pub fn attempt_sent(&self) -> bool {
-        lock(&self.state).in_flight = true;
-        if self.registration.is_zero() {
-            self.client.registered.load(Ordering::Acquire)
-        } else {
-            self.client
-                .registering_attempts
-                .fetch_add(1, Ordering::AcqRel);
-            self.client.registered.swap(true, Ordering::AcqRel)
+    /// Sends one attempt of this wait, `attempt(withdraw, earlier)`, and settles its outcome
+    /// (see [`Settle::outcome`]); `earlier` says whether an earlier attempt (of this wait or
+    /// another task's) may have registered the client, which a withdrawal not over yet may
+    /// not have undone: the attempt then keeps the client's place, and takes it out if
+    /// granted. An attempt that may register waits until no withdrawal of the client is on
+    /// the wire (at most a command timeout: a send takes no longer), and counts as
+    /// registering from then on, since one cut off on the wire may still register the
+    /// client. Nothing is sent, and nothing changes, if the future is dropped before that.
+    pub fn attempt<T, F, Fut>(
+        &self,
+        attempt: F,
+    ) -> impl Future<Output = Result<Attempt<T>>> + Send + use<L, T, F, Fut>
+    where
+        T: Send,
+        F: FnOnce(&Withdraw<L>, bool) -> Fut + Send,
+        Fut: Future<Output = Result<Attempt<T>>> + Send,
+    {
+        let withdraw = self.clone();
+        async move {
+            let earlier = if withdraw.registration.is_zero() {
+                lock(&withdraw.state).in_flight = true;
+                withdraw.client.registered.load(Ordering::Acquire)
+                    || lock(&withdraw.client.wire).withdrawals > 0
+            } else {
+                let give_up_at = Instant::now() + withdraw.list.client().command_timeout();
+                let withdrawing = withdraw.client.registering_attempt(give_up_at).await;
+                lock(&withdraw.state).in_flight = true;
+                withdraw.client.registered.swap(true, Ordering::AcqRel) || withdrawing
+            };
+            let settle = withdraw.settle();
+            settle.outcome(attempt(&withdraw, earlier).await)
         }
     }
 
     /// What an attempt's outcome must settle (see [`Settle::outcome`]): made before the
     /// attempt's future, which it outlives no more than the wait.
-    pub fn settle(&self) -> Settle {
+    fn settle(&self) -> Settle {
         Settle {
             state: self.state.clone(),
             client: self.client.clone(),
@@ -179,28 +286,19 @@ impl<L: Waitlist> Withdraw<L> {
         let Ok(call) = self.list.withdraw_call() else {
             return;
         };
-        // Read first: an attempt sent from here on makes this withdrawal moot.
-        let attempts_before = self.client.registering_attempts.load(Ordering::Acquire);
+        // Read first: a registering attempt sent from here on makes this withdrawal moot.
+        let attempts = lock(&self.client.wire).attempts;
         if client.has_local_waiters(call.first_key())
             || !self.client.registered.swap(false, Ordering::AcqRel)
         {
             return;
         }
-        // Retried for one command timeout at most, and only until the client waits again: a
-        // withdrawal landing after another wait's attempt registered the client would take
-        // that registration out, and the release would wake nobody. (Sent right when the
-        // other wait starts, it may still land after its attempt; the re-check bounds the
-        // harm: see `RECHECK`.) If it fails, the entry lapses by itself, or is skipped by the
-        // next wake-up once nobody listens on it.
+        // Retried for a few command timeouts at most, and only until the client waits
+        // again (see `WithdrawalGate`). If it fails, the entry lapses by itself, or is
+        // skipped by the next wake-up once nobody listens on it.
         let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
-        let registration = self.client.clone();
-        // The primitive's core too: it holds the registration in the client's shared cells,
-        // where a handle made while this is being sent must find the same one.
-        let list = self.list.clone();
-        client.spawn_release_unless(call, retry, move || {
-            let _shared = &list;
-            registration.registering_attempts.load(Ordering::Acquire) != attempts_before
-        });
+        let gate = WithdrawalGate::new(self.client.clone(), attempts);
+        client.spawn_release_gated(call, retry, Arc::new(gate));
     }
 }
 
