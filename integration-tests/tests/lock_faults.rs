@@ -859,7 +859,8 @@ async fn pubsub_connection_killed_waiters_still_wake() {
 /// landing after the new wait's attempt would take it out, and the release would then wake
 /// nobody, leaving the waiter to its once-a-second re-check (what a waiter retrying through a
 /// cluster failover ran into in CI). So the attempt waits until the withdrawal's send on the
-/// wire is over, and the withdrawal is not sent again.
+/// wire is over, and the withdrawal is not sent again. This pins the first; the second does
+/// not show here, as the wait registers again once it has subscribed, after any late send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
     let server = RedisServer::start();
@@ -870,8 +871,11 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
         .build()
         .await
         .unwrap();
+    // One connection: what is sent lands in the order sent, so a withdrawal sent after the
+    // attempt surely lands after it.
     let waiter = Client::builder(server.url())
         .command_timeout(command_timeout)
+        .pool_size(1)
         .build()
         .await
         .unwrap();
@@ -889,11 +893,16 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
     })
     .await;
 
+    let scripts_before = waiter.stats().scripts_sent;
     let paused = common::Paused::pause(&server);
     // The wait ends: its withdrawal goes out and gets no answer.
     first.abort();
-    let aborted = Instant::now();
-    tokio::time::sleep(command_timeout / 2).await;
+    eventually("the withdrawal is sent", SETTLE, || {
+        waiter.stats().scripts_sent > scripts_before
+    })
+    .await;
+    let withdrawal_sent = Instant::now();
+    tokio::time::sleep(command_timeout / 4).await;
     // The new wait's attempt will register the client again. Sent alongside the withdrawal
     // it could land first (over another connection, or after a redirection), so it waits
     // until the withdrawal's send is over.
@@ -908,11 +917,12 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
         scripts_sent,
         "an attempt went out while the withdrawal was on the wire"
     );
-    // Resumed once the withdrawal's first send has timed out (the attempt went out then;
-    // the withdrawal's next send, 50 ms later, would follow it), and well within the
-    // attempt's own command timeout. Timed, not awaited: nothing lasting shows that the send
-    // timed out.
-    tokio::time::sleep_until((aborted + command_timeout + command_timeout / 5).into()).await;
+    // Resumed once the withdrawal's send has timed out (the attempt went out then; the
+    // withdrawal's next send, 50 ms later, would follow it), and well within the attempt's
+    // own command timeout. Timed, not awaited: nothing lasting shows that the send timed
+    // out.
+    tokio::time::sleep_until((withdrawal_sent + command_timeout + command_timeout / 5).into())
+        .await;
     paused.resume();
 
     eventually("the withdrawal is settled", SETTLE, || {
