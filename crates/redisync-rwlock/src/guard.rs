@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use redisync_core::toolkit::{Error, Hold, Result};
+use redisync_core::toolkit::{Confirmed, Error, Hold, Result};
 
 use crate::rwlock::RwCore;
 use crate::scripts::decode_release;
@@ -154,13 +154,16 @@ impl ReadGuard {
                 let shared = share.hold().clone();
                 let lost = shared.is_lost();
                 match share.leave() {
-                    Some(hold) => {
-                        let confirmed = hold.release_confirmed(span).await?;
-                        if shared.is_gone() {
-                            return Err(Error::NotOwner);
-                        }
-                        decode_release(confirmed)
-                    }
+                    Some(hold) => match hold.release_confirmed(span).await? {
+                        // This release found the hold live and took it out. A check of the
+                        // client's shared holds running meanwhile may have seen it gone, by
+                        // this very release: that says nothing against it.
+                        Confirmed { reply: 0 | 1, .. } => Ok(()),
+                        // A repeat that finds nothing cannot tell whether it ran before; a
+                        // check that found the hold gone can.
+                        _ if shared.is_gone() => Err(Error::NotOwner),
+                        confirmed => decode_release(confirmed),
+                    },
                     None if self.core.client.is_shut_down() => Err(Error::Shutdown),
                     None if lost => Err(Error::NotOwner),
                     None => Ok(()),
