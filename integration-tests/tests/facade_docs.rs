@@ -5,7 +5,7 @@
 //! # The rule
 //!
 //! The files checked are every `.rs` file under `src/` of the primitive crates (`redisync-lock`,
-//! `-rwlock`, `-semaphore`, `-latch`, `-multilock`) and the files of `redisync-core` that
+//! `-rwlock`, `-semaphore`, `-latch`, `-multilock`, `-election`, `-ratelimit`) and the files of `redisync-core` that
 //! define its user-facing items ([`CORE_USER_FILES`]: `Client`, `ClientBuilder`, `Error`,
 //! `Wait`, `Lease`, `Acquire`, `Held`, `DistributedPrimitive`, `WaitStrategy`, `Stats`,
 //! `LocalState`). Core's other modules (the toolkit, scripts, keys, waiting, the watchdog...)
@@ -39,6 +39,8 @@ const PRIMITIVE_CRATES: &[&str] = &[
     "redisync-semaphore",
     "redisync-latch",
     "redisync-multilock",
+    "redisync-election",
+    "redisync-ratelimit",
 ];
 
 /// Core's user-facing files, each with a declaration it must contain: if an item moves, the
@@ -106,6 +108,22 @@ const MUST_HAVE_EXAMPLES: &[(&str, &str, &str)] = &[
         "pub struct ExpirablePermit {",
     ),
     ("redisync-latch", "latch.rs", "pub struct CountDownLatch {"),
+    (
+        "redisync-election",
+        "election.rs",
+        "pub struct LeaderElection {",
+    ),
+    (
+        "redisync-election",
+        "leadership.rs",
+        "pub struct Leadership {",
+    ),
+    (
+        "redisync-ratelimit",
+        "limiter.rs",
+        "pub struct RateLimiter {",
+    ),
+    ("redisync-ratelimit", "rate.rs", "pub struct Rate {"),
     ("redisync-multilock", "multi.rs", "pub struct MultiLock {"),
     (
         "redisync-multilock",

@@ -72,14 +72,13 @@ pub struct Leader {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_election::{Leader, LeaderElection};
+/// use redisync::prelude::*;
 ///
 /// let client = Client::connect(url).await?;
-/// let election = LeaderElection::new(&client, "scheduler");
+/// let election = client.leader_election("scheduler");
 ///
 /// let leadership = election.campaign("node-a:8080").await?;
 /// let term = leadership.term();

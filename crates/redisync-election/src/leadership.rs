@@ -19,6 +19,25 @@ use crate::scripts;
 /// could not be reached to renew it, or the election was deleted. [`lost`](Self::lost)
 /// completes then; work done as the leader should stop, and whatever it writes should carry
 /// the [`term`](Self::term), so that the storage refuses a deposed leader's writes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redisync::Result<()> {
+/// # let server = redisync_test_harness::RedisServer::start();
+/// # let client = Client::connect(server.url()).await?;
+/// use redisync::prelude::*;
+///
+/// let election = client.leader_election("billing-cron");
+/// let leadership = election.campaign("node-a").await?;
+/// let term = leadership.term(); // carry it with every write made as the leader
+/// leadership.proclaim("node-a (draining)").await?;
+/// assert_eq!(election.leader().await?.map(|l| l.term), Some(term));
+/// assert!(!leadership.is_lost());
+/// leadership.resign().await?; // the next campaigner takes over at once
+/// assert_eq!(election.leader().await?, None);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the leadership resigns at once"]
 #[derive(Debug)]
 pub struct Leadership {

@@ -162,14 +162,13 @@ impl Core {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redisync_core::Result<()> {
+/// # async fn main() -> redisync::Result<()> {
 /// # let server = redisync_test_harness::RedisServer::start();
 /// # let url = server.url(); // e.g. "redis://127.0.0.1:6379/"
-/// use redisync_core::Client;
-/// use redisync_ratelimit::{Rate, RateLimiter};
+/// use redisync::prelude::*;
 ///
 /// let client = Client::connect(url).await?;
-/// let limiter = RateLimiter::new(&client, "api:tenant-7");
+/// let limiter = client.rate_limiter("api:tenant-7");
 /// limiter.try_set_rate(Rate::per_second(10).burst(2)).await?;
 ///
 /// // A full limiter allows burst + 1 units at once...
@@ -214,12 +213,12 @@ impl RateLimiter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_ratelimit::{Rate, RateLimiter};
+    /// # let client = Client::connect(server.url()).await?;
+    /// use redisync::prelude::*;
     ///
-    /// let limiter = RateLimiter::new(&client, "emails");
+    /// let limiter = client.rate_limiter("emails");
     /// assert!(limiter.try_set_rate(Rate::per_minute(60)).await?);
     /// assert!(!limiter.try_set_rate(Rate::per_second(5)).await?); // unchanged
     /// assert_eq!(limiter.rate().await?, Some(Rate::per_minute(60)));
@@ -249,12 +248,12 @@ impl RateLimiter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_ratelimit::{Rate, RateLimiter};
+    /// # let client = Client::connect(server.url()).await?;
+    /// use redisync::prelude::*;
     ///
-    /// let limiter = RateLimiter::new(&client, "exports");
+    /// let limiter = client.rate_limiter("exports");
     /// limiter.set_rate(Rate::per_minute(10)).await?;
     /// limiter.set_rate(Rate::per_minute(20).burst(5)).await?; // replaces it
     /// assert_eq!(limiter.rate().await?, Some(Rate::per_minute(20).burst(5)));
@@ -285,12 +284,12 @@ impl RateLimiter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_ratelimit::{Rate, RateLimiter};
+    /// # let client = Client::connect(server.url()).await?;
+    /// use redisync::prelude::*;
     ///
-    /// let limiter = RateLimiter::new(&client, "reports");
+    /// let limiter = client.rate_limiter("reports");
     /// assert_eq!(limiter.rate().await?, None);
     /// limiter.try_set_rate("5/h".parse()?).await?;
     /// assert_eq!(limiter.rate().await?, Some(Rate::per_hour(5)));
@@ -315,12 +314,12 @@ impl RateLimiter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_ratelimit::{Rate, RateLimiter};
+    /// # let client = Client::connect(server.url()).await?;
+    /// use redisync::prelude::*;
     ///
-    /// let limiter = RateLimiter::new(&client, "uploads");
+    /// let limiter = client.rate_limiter("uploads");
     /// limiter.try_set_rate(Rate::per_second(2).burst(1)).await?;
     /// let first = limiter.try_acquire(2).await?; // burst + 1 units at once
     /// assert!(first.allowed);
@@ -348,12 +347,12 @@ impl RateLimiter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
-    /// use redisync_ratelimit::{Rate, RateLimiter};
+    /// # let client = Client::connect(server.url()).await?;
+    /// use redisync::prelude::*;
     ///
-    /// let limiter = RateLimiter::new(&client, "crawler");
+    /// let limiter = client.rate_limiter("crawler");
     /// limiter.try_set_rate(Rate::per_second(20)).await?;
     /// for _ in 0..3 {
     ///     limiter.acquire(1).await?; // one every 50 ms
@@ -377,13 +376,13 @@ impl RateLimiter {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> redisync_core::Result<()> {
+    /// # async fn main() -> redisync::Result<()> {
     /// # let server = redisync_test_harness::RedisServer::start();
-    /// # let client = redisync_core::Client::connect(server.url()).await?;
+    /// # let client = Client::connect(server.url()).await?;
     /// use std::time::Duration;
-    /// use redisync_ratelimit::{Rate, RateLimiter};
+    /// use redisync::prelude::*;
     ///
-    /// let limiter = RateLimiter::new(&client, "sms");
+    /// let limiter = client.rate_limiter("sms");
     /// limiter.try_set_rate(Rate::per_hour(1)).await?;
     /// assert!(limiter.acquire_for(1, Duration::from_millis(10)).await?);
     /// assert!(!limiter.acquire_for(1, Duration::from_millis(10)).await?); // an hour to go

@@ -45,7 +45,7 @@ pub const MAX_PRODUCT: u64 = 1 << 53;
 ///
 /// ```
 /// use std::time::Duration;
-/// use redisync_ratelimit::Rate;
+/// use redisync::prelude::*;
 ///
 /// let rate = Rate::per_second(100).burst(20);
 /// assert_eq!(rate.window_limit(), 120);
