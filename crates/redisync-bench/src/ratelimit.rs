@@ -86,11 +86,7 @@ pub async fn floor(
     duration: Duration,
     out: &mut Figures,
 ) {
-    let client = redis::Client::open(server.url()).expect("url");
-    let mut pool = Vec::new();
-    for _ in 0..connections {
-        pool.push(client.get_connection_manager().await.expect("connect"));
-    }
+    let pool = crate::scenarios::raw_connections(server, connections).await;
     let limit = 1i64 << 40;
     let origin = Instant::now();
     decide_for(tasks, duration, out, |i| {

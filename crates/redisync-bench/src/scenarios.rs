@@ -419,6 +419,17 @@ pub async fn many_locks(
     );
 }
 
+/// `n` multiplexed redis-rs connections to `server`, for the floors and ceilings that talk to
+/// Redis without redisync (as many as a redisync client's pool, to compare like with like).
+pub async fn raw_connections(server: &RedisServer, n: usize) -> Vec<redis::aio::ConnectionManager> {
+    let client = redis::Client::open(server.url()).expect("url");
+    let mut pool = Vec::with_capacity(n);
+    for _ in 0..n {
+        pool.push(client.get_connection_manager().await.expect("connect"));
+    }
+    pool
+}
+
 /// The EVALSHA ceiling: `tasks` tasks sending a trivial script over `connections`
 /// multiplexed connections (as many as a redisync client's pool) for `duration`.
 pub async fn evalsha_ceiling(
@@ -428,11 +439,7 @@ pub async fn evalsha_ceiling(
     duration: Duration,
     out: &mut Figures,
 ) {
-    let client = redis::Client::open(server.url()).expect("url");
-    let mut pool = Vec::new();
-    for _ in 0..connections {
-        pool.push(client.get_connection_manager().await.expect("connect"));
-    }
+    let pool = raw_connections(server, connections).await;
     let script = redis::Script::new("return 1");
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..tasks)
