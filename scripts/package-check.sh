@@ -12,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# The verify builds and the quick start are workspaces of their own, so the workspace's lean
+# debug-info profile (see Cargo.toml) does not reach them: the same disk saving by environment.
+# Nobody debugs these builds, so they get no debug info at all.
+export CARGO_PROFILE_DEV_DEBUG=false
 target_dir=${CARGO_TARGET_DIR:-target}
 case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
 # Verify builds get a target directory of their own: cargo takes packages from its temporary
