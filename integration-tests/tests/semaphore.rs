@@ -22,7 +22,7 @@ use common::{
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
-use redisync_test_harness::{wait_until, RedisServer};
+use redisync_test_harness::{wait_until, ChaosProxy, RedisServer};
 use tokio::task::JoinHandle;
 
 /// How long a condition that should hold "soon" may take before the test fails.
@@ -792,6 +792,78 @@ async fn timed_acquires_give_up_after_the_wait_or_get_permits_in_time() {
     })
     .await;
     assert_idle(&[&c, &other]);
+}
+
+/// A client whose last waiting task leaves withdraws itself from the waiters, so that a
+/// wake-up is not spent on it. A withdrawal lost on a connection that went silent is sent
+/// again once the client is back (within a few command timeouts), as the lock's is: the
+/// semaphores share the lock's registration, which had its withdrawal retried where theirs
+/// was sent once. Nothing else takes the entry out here (no permit is freed) before the
+/// registry expires on its own, seconds later.
+async fn a_withdrawal_lost_on_the_wire_is_sent_again(kind: Kind) {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let name = "withdraw-again";
+    let command_timeout = ms(1000);
+    let holder = client(&server).await;
+    let waiting = Client::builder(proxy.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    let sem = kind.handle(&holder, name);
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permit = sem.acquire().await.unwrap();
+
+    let channel = format!("{}{}", kind.channel(name), waiting.id());
+    let waiters = kind.waiters(name);
+    let registered = || zscore(&server, &waiters, &channel).is_some();
+    let task = tokio::spawn({
+        let sem = kind.handle(&waiting, name);
+        async move { sem.acquire().await }
+    });
+    eventually("the waiting client registered", SETTLE, registered).await;
+
+    let scripts_before = waiting.stats().scripts_sent;
+    proxy.blackhole(true);
+    task.abort();
+    eventually("the withdrawal is sent", SETTLE, || {
+        waiting.stats().scripts_sent > scripts_before
+    })
+    .await;
+    // Well within the withdrawal's first send: it is lost with the connection.
+    tokio::time::sleep(command_timeout / 4).await;
+    proxy.blackhole(false);
+    let back = Instant::now();
+    let ttl = int(&server, &["PTTL", &waiters]);
+    let within = command_timeout * 3;
+    assert!(
+        ttl > i64::try_from(within.as_millis()).unwrap() + 1000,
+        "the registry would expire first ({ttl} ms left)"
+    );
+    eventually("the withdrawal is sent again and lands", within, || {
+        !registered()
+    })
+    .await;
+    println!(
+        "{kind:?}: withdrawn {:?} after the connection came back",
+        back.elapsed()
+    );
+    permit.release().await.unwrap();
+    eventually("the withdrawal is settled", SETTLE, || {
+        waiting.local_state().pending_releases == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_withdrawal_lost_on_the_wire_is_sent_again() {
+    a_withdrawal_lost_on_the_wire_is_sent_again(Kind::Classic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expirable_semaphore_withdrawal_lost_on_the_wire_is_sent_again() {
+    a_withdrawal_lost_on_the_wire_is_sent_again(Kind::Expirable).await;
 }
 
 // ---------------------------------------------------------------------------------------------

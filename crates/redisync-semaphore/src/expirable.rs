@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
 use crate::waiters::{self, LocalWaiters, Turn, Waited};
+use redisync_core::toolkit::{ClientRegistration, Waitlist};
 
 /// The Redis names of one expirable semaphore.
 #[derive(Debug)]
@@ -41,8 +42,10 @@ struct XCore {
     name: String,
     /// Made once per client and name, shared by every handle of it.
     keys: Result<Arc<XKeys>>,
-    /// What this client's tasks waiting on the semaphore share, across its handles.
+    /// How many of this client's tasks wait on the semaphore, across its handles.
     local: Arc<LocalWaiters>,
+    /// Whether this client may be registered among the semaphore's waiters.
+    registration: Arc<ClientRegistration>,
 }
 
 impl XCore {
@@ -83,7 +86,9 @@ impl XCore {
             LateOutcome::Refused => return,
         };
         match reply {
-            Some(Ok(PermitReply::Busy { .. })) if withdraws => waiters::spawn_withdraw(self),
+            Some(Ok(PermitReply::Busy { .. })) if registers => {
+                waiters::withdraw_late_registration(self)
+            }
             Some(Ok(PermitReply::Busy { .. } | PermitReply::GivenBack) | Err(_)) => {}
             // Took the permit, or may have: return it (or forbid the grant).
             Some(Ok(PermitReply::Acquired)) | None => {
@@ -113,16 +118,22 @@ impl XCore {
 }
 
 impl Waited for XCore {
-    fn client(&self) -> &Client {
-        &self.client
-    }
-
     fn local(&self) -> &LocalWaiters {
         &self.local
     }
 
+    fn registration(&self) -> &Arc<ClientRegistration> {
+        &self.registration
+    }
+
     fn channel(&self) -> Result<&str> {
         Ok(&self.keys()?.channel)
+    }
+}
+
+impl Waitlist for XCore {
+    fn client(&self) -> &Client {
+        &self.client
     }
 
     fn withdraw_call(&self) -> Result<ScriptCall> {
@@ -222,9 +233,12 @@ impl ExpirableSemaphore {
                 record_prefix: space.key("expirable-semaphore:permit:"),
             })
         });
-        let local = match &keys {
-            Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
-            Err(_) => Arc::default(),
+        let (local, registration) = match &keys {
+            Ok(keys) => (
+                client.local_cell::<LocalWaiters>(&keys.waiters),
+                ClientRegistration::of(client, &keys.waiters),
+            ),
+            Err(_) => Default::default(),
         };
         ExpirableSemaphore {
             core: Arc::new(XCore {
@@ -232,6 +246,7 @@ impl ExpirableSemaphore {
                 name,
                 keys,
                 local,
+                registration,
             }),
         }
     }
@@ -418,12 +433,12 @@ impl ExpirableSemaphore {
                     undo_core.undo_attempt(outcome, &undo_id, registers, retry);
                 })
         });
-        let local = self.core.local.clone();
+        let registration = self.core.registration.clone();
         async move {
             let reply = request?.await?;
             Ok(match PermitReply::decode(&reply)? {
                 PermitReply::Acquired => {
-                    turn.acquired(&local);
+                    turn.acquired(&registration);
                     Attempt::Acquired((id, sent_at))
                 }
                 PermitReply::Busy { retry_in } => Attempt::Busy {

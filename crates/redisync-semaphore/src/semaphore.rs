@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::scripts::{self, initial_count, permit_change, permit_count};
 use crate::waiters::{self, LocalWaiters, Turn, Waited};
+use redisync_core::toolkit::{ClientRegistration, Waitlist};
 
 /// How often a blocked acquirer re-checks even if no release message arrives: a lost message
 /// costs at most this much.
@@ -37,8 +38,10 @@ struct SemCore {
     name: String,
     /// Made once per client and name, shared by every handle of it.
     keys: Result<Arc<SemKeys>>,
-    /// What this client's tasks waiting on the semaphore share, across its handles.
+    /// How many of this client's tasks wait on the semaphore, across its handles.
     local: Arc<LocalWaiters>,
+    /// Whether this client may be registered among the semaphore's waiters.
+    registration: Arc<ClientRegistration>,
 }
 
 impl SemCore {
@@ -52,7 +55,7 @@ impl SemCore {
     fn undo_attempt(&self, outcome: LateOutcome<i64>, record: String, n: i64, registers: bool) {
         let withdraws = registers && self.local.none_waiting();
         match outcome {
-            LateOutcome::Replied(0) if withdraws => waiters::spawn_withdraw(self),
+            LateOutcome::Replied(0) if registers => waiters::withdraw_late_registration(self),
             // Refused: it took nothing and registered nothing.
             LateOutcome::Replied(0 | -1) | LateOutcome::Refused => {}
             // Took permits, or may have: give them back (or forbid the grant).
@@ -95,16 +98,22 @@ impl SemCore {
 }
 
 impl Waited for SemCore {
-    fn client(&self) -> &Client {
-        &self.client
-    }
-
     fn local(&self) -> &LocalWaiters {
         &self.local
     }
 
+    fn registration(&self) -> &Arc<ClientRegistration> {
+        &self.registration
+    }
+
     fn channel(&self) -> Result<&str> {
         Ok(&self.keys()?.channel)
+    }
+}
+
+impl Waitlist for SemCore {
+    fn client(&self) -> &Client {
+        &self.client
     }
 
     fn withdraw_call(&self) -> Result<ScriptCall> {
@@ -219,9 +228,12 @@ impl Semaphore {
                 attempt_prefix: space.key("semaphore:attempt:"),
             })
         });
-        let local = match &keys {
-            Ok(keys) => client.local_cell::<LocalWaiters>(&keys.waiters),
-            Err(_) => Arc::default(),
+        let (local, registration) = match &keys {
+            Ok(keys) => (
+                client.local_cell::<LocalWaiters>(&keys.waiters),
+                ClientRegistration::of(client, &keys.waiters),
+            ),
+            Err(_) => Default::default(),
         };
         Semaphore {
             core: Arc::new(SemCore {
@@ -229,6 +241,7 @@ impl Semaphore {
                 name,
                 keys,
                 local,
+                registration,
             }),
         }
     }
@@ -443,11 +456,11 @@ impl Semaphore {
                     undo_core.undo_attempt(outcome, record, n, registers);
                 })
         });
-        let local = self.core.local.clone();
+        let registration = self.core.registration.clone();
         async move {
             Ok(match request?.await? {
                 1 => {
-                    turn.acquired(&local);
+                    turn.acquired(&registration);
                     Attempt::Acquired(attempt)
                 }
                 0 | -1 => Attempt::Busy {

@@ -20,43 +20,43 @@
 //!   moment withdraws the client itself when it completes (it may register after the
 //!   withdrawal).
 //!
+//! Whether the client may be registered, and the order of its registering attempts and
+//! withdrawals on the wire, is the [`ClientRegistration`] the lock and the leader election
+//! use too: a withdrawal is retried for a few command timeouts, but never once the client
+//! has sent a registering attempt again, and such an attempt waits until no withdrawal send
+//! is on the wire, so a late withdrawal never takes out the registration of a newer wait.
+//!
 //! A crashed client's connections are gone, so a wake-up sent to it reaches nobody (`PUBLISH`
 //! answers 0) and goes to the next client at once. A client that is alive but cannot act
 //! (stopped, or starved of CPU) swallows the wake-up it is sent: the permit then waits for
-//! the next client's periodic re-check, at most [`RECHECK`] (for the expirable semaphore, the
+//! the next client's periodic re-check, at most [`RECHECK`](crate::semaphore::RECHECK) (for the expirable semaphore, the
 //! nearest lease end if sooner). Entries of vanished clients are dropped when a wake-up
 //! reaches them, or with the whole registry [`registry_ttl`] after the last waiter
 //! registered.
 
 use redisync_core::toolkit::duration::redis_millis;
-use redisync_core::toolkit::Toolkit;
-use redisync_core::toolkit::{Attempt, Client, Result, ScriptCall, Wait, WaitSpec};
+use redisync_core::toolkit::{registration_for, Toolkit};
+use redisync_core::toolkit::{
+    Attempt, Client, ClientRegistration, Result, Wait, WaitSpec, Waitlist,
+};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::semaphore::RECHECK;
-
 /// How long a semaphore's waiters registry lasts at least after a client last registered: a
-/// waiting head registers again with every re-check (at least every [`RECHECK`]), so only a
+/// waiting head registers again with every re-check (at least every [`RECHECK`](crate::semaphore::RECHECK)), so only a
 /// registry whose clients all vanished expires.
 pub(crate) fn registry_ttl(client: &Client) -> u64 {
-    redis_millis(
-        RECHECK
-            .saturating_mul(5)
-            .saturating_add(client.command_timeout().saturating_mul(2)),
-    )
+    redis_millis(registration_for(client, None))
 }
 
-/// What this client's tasks waiting on one semaphore share (one per client and semaphore, see
-/// [`Toolkit::local_cell`](redisync_core::toolkit::Toolkit::local_cell)).
+/// How many of this client's tasks wait on one semaphore, whatever they ask for (one per
+/// client and semaphore, see [`Toolkit::local_cell`](redisync_core::toolkit::Toolkit::local_cell)).
+/// The local queues cannot tell: there is one per permit count.
 #[derive(Debug, Default)]
 pub(crate) struct LocalWaiters {
-    /// Tasks of this client waiting, or about to, on the semaphore, whatever they ask for.
     waiting: AtomicUsize,
-    /// Whether the client may be registered in Redis as waiting.
-    registered: AtomicBool,
 }
 
 impl LocalWaiters {
@@ -92,23 +92,23 @@ impl Turn {
 
     /// Notes the outcome of the attempt it was used for: one that got in and left the
     /// registry unregistered the client.
-    pub(crate) fn acquired(&self, local: &LocalWaiters) {
+    pub(crate) fn acquired(&self, registration: &ClientRegistration) {
         if self.registers() && !self.requeue {
-            local.registered.store(false, Ordering::Release);
+            registration.unregistered();
         }
     }
 }
 
-/// What a semaphore's shared core offers the waits on it.
-pub(crate) trait Waited: Send + Sync + 'static {
-    /// The client the semaphore handle belongs to.
-    fn client(&self) -> &Client;
-    /// What this client's tasks waiting on the semaphore share.
+/// What a semaphore's shared core offers the waits on it, besides its withdrawal
+/// ([`Waitlist`]).
+pub(crate) trait Waited: Waitlist {
+    /// How many of this client's tasks wait on the semaphore.
     fn local(&self) -> &LocalWaiters;
+    /// Whether this client may be registered as waiting, and the order of its registering
+    /// attempts and withdrawals on the wire.
+    fn registration(&self) -> &Arc<ClientRegistration>;
     /// This client's wake-up channel for the semaphore.
     fn channel(&self) -> Result<&str>;
-    /// The call that takes this client out of the semaphore's waiters, passing a wake-up on.
-    fn withdraw_call(&self) -> Result<ScriptCall>;
 }
 
 /// One task's wait on a semaphore. Counts the task among its client's waiting tasks while it
@@ -138,30 +138,26 @@ impl<C: Waited> Waiter<C> {
         if std::mem::take(&mut self.first_try) {
             return Turn::first_try();
         }
-        let local = self.core.local();
-        // Pessimistic: from here the client may be registered until an attempt that gets in
-        // says otherwise, or the withdrawal.
-        local.registered.store(true, Ordering::Release);
         Turn {
             channel: self.core.channel().unwrap_or_default().to_owned(),
-            requeue: local.waiting.load(Ordering::Acquire) > 1,
+            requeue: self.core.local().waiting.load(Ordering::Acquire) > 1,
         }
     }
 }
 
 impl<C: Waited> Drop for Waiter<C> {
     fn drop(&mut self) {
-        let local = self.core.local();
-        let last = local.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last && local.registered.swap(false, Ordering::AcqRel) {
-            spawn_withdraw(&*self.core);
+        if self.core.local().waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            withdraw(&*self.core);
         }
     }
 }
 
 /// Acquires from `core`'s semaphore as `spec` says, sending `attempt` with each [`Turn`]: a
 /// call that may wait counts among the client's waiting tasks until it ends (see [`Waiter`]);
-/// one that may not ([`Wait::No`]) makes one first try and never registers.
+/// one that may not ([`Wait::No`]) makes one first try and never registers. An attempt that
+/// may register the client is not sent while a withdrawal of the client is on the wire (see
+/// [`ClientRegistration::registering`]).
 pub(crate) async fn acquire<C, T, Fut>(
     core: &Arc<C>,
     spec: WaitSpec<'_>,
@@ -170,34 +166,40 @@ pub(crate) async fn acquire<C, T, Fut>(
 ) -> Result<Option<T>>
 where
     C: Waited,
-    Fut: Future<Output = Result<Attempt<T>>>,
+    T: Send,
+    Fut: Future<Output = Result<Attempt<T>>> + Send,
 {
     let mut waiter = (wait.limit() != Some(Duration::ZERO)).then(|| Waiter::new(core, spec.queue));
     core.client()
         .acquire(spec, || {
-            attempt(
-                waiter
-                    .as_mut()
-                    .map_or_else(Turn::first_try, Waiter::next_turn),
-            )
+            let turn = waiter
+                .as_mut()
+                .map_or_else(Turn::first_try, Waiter::next_turn);
+            let registers = turn.registers();
+            let send = attempt(turn);
+            let core = core.clone();
+            async move {
+                if registers {
+                    core.registration().registering(core.client()).await;
+                }
+                send.await
+            }
         })
         .await
 }
 
-/// Sends `core`'s withdrawal in the background, once: if it fails, the client's entry is
-/// dropped by the next wake-up that reaches it (nobody listens on its channel any more) or
-/// with the registry.
-pub(crate) fn spawn_withdraw(core: &impl Waited) {
-    let (Ok(withdraw), Ok(runtime)) = (core.withdraw_call(), tokio::runtime::Handle::try_current())
-    else {
-        return;
-    };
-    let request = core.client().eval::<i64>(withdraw);
-    runtime.spawn(async move {
-        if let Err(err) = request.await {
-            tracing::debug!(error = %err, "withdrawing a waiting client failed");
-        }
-    });
+/// Withdraws the client from `core`'s waiters in the background if it may be registered and
+/// none of its tasks waits any more (see [`ClientRegistration::withdraw`]).
+pub(crate) fn withdraw(core: &impl Waited) {
+    core.registration()
+        .withdraw(core, |_| !core.local().none_waiting());
+}
+
+/// An attempt whose caller went away registered the client after all: withdraws it unless
+/// another of its tasks waits (which then owns the registration).
+pub(crate) fn withdraw_late_registration(core: &impl Waited) {
+    core.registration().registered_late();
+    withdraw(core);
 }
 
 /// The client's wake-up channel for a semaphore whose channels start with `prefix`.
@@ -214,15 +216,21 @@ mod tests {
         let turn = Turn::first_try();
         assert!(!turn.registers());
         assert!(!turn.requeue);
-        let local = LocalWaiters::default();
-        local.registered.store(true, Ordering::Release);
-        turn.acquired(&local);
-        assert!(local.registered.load(Ordering::Acquire), "untouched");
+        let registration = ClientRegistration::default();
+        registration.registered_late();
+        turn.acquired(&registration);
+        assert!(registration.may_be_registered(), "untouched");
+        Turn {
+            channel: "c".into(),
+            requeue: true,
+        }
+        .acquired(&registration);
+        assert!(registration.may_be_registered(), "requeued");
         Turn {
             channel: "c".into(),
             requeue: false,
         }
-        .acquired(&local);
-        assert!(!local.registered.load(Ordering::Acquire), "left");
+        .acquired(&registration);
+        assert!(!registration.may_be_registered(), "left");
     }
 }

@@ -18,6 +18,12 @@
 //! The withdrawal outlives the wait, which borrows it: the wait (with the local queue place
 //! it holds) is gone before the withdrawal asks whether other local tasks still wait, also
 //! when the caller drops the future mid-wait.
+//!
+//! A primitive whose local waiters are not one queue (the semaphores keep one per permit
+//! count, and count their waiting tasks themselves) uses [`ClientRegistration`] directly:
+//! [`registering`](ClientRegistration::registering) before each attempt that may register,
+//! [`unregistered`](ClientRegistration::unregistered) on a grant that took the client out,
+//! and [`withdraw`](ClientRegistration::withdraw) when its last waiting task leaves.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +84,62 @@ impl ClientRegistration {
     /// find the same one.
     pub fn of(client: &Client, key: &str) -> Arc<Self> {
         client.local_cell(key)
+    }
+
+    /// Call right before sending an attempt that may register `client`: waits until no
+    /// withdrawal send of the client is on the wire (at most a command timeout: a send takes
+    /// no longer), then counts the attempt as registering from then on, since one cut off on
+    /// the wire may still register the client. Returns whether the client may be registered
+    /// already: an earlier attempt (of this wait or another task's) may have registered it,
+    /// and no withdrawal is known to have undone that. Nothing changes if the future is
+    /// dropped before it is ready.
+    pub async fn registering(&self, client: &Client) -> bool {
+        let give_up_at = Instant::now() + client.command_timeout();
+        let withdrawing = self.registering_attempt(give_up_at).await;
+        self.registered.swap(true, Ordering::AcqRel) || withdrawing
+    }
+
+    /// Whether the client may be registered: set by [`registering`](Self::registering) and
+    /// [`registered_late`](Self::registered_late), cleared by a grant and by a withdrawal.
+    pub fn may_be_registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire) || lock(&self.wire).withdrawals > 0
+    }
+
+    /// An attempt that got what it waited for took the client's registration out.
+    pub fn unregistered(&self) {
+        self.registered.store(false, Ordering::Release);
+    }
+
+    /// An attempt whose caller went away registered the client after all (its late reply
+    /// says so), so a withdrawal is owed unless another task waits.
+    pub fn registered_late(&self) {
+        self.registered.store(true, Ordering::Release);
+    }
+
+    /// Withdraws the client from `list`'s registry of waiting clients in the background, if it
+    /// may be registered and `others_wait` (asked with the withdrawal's call) says no other
+    /// task of the client waits: those keep the registration, and the last of them to leave
+    /// withdraws. The withdrawal is retried for a few command timeouts at most, and only until
+    /// the client sends a registering attempt again (see [`registering`](Self::registering)),
+    /// which makes it pointless and, landing after that attempt, harmful. If it fails, the
+    /// entry lapses by itself, or is skipped by the next wake-up once nobody listens on it.
+    pub fn withdraw<L: Waitlist + ?Sized>(
+        self: &Arc<Self>,
+        list: &L,
+        others_wait: impl FnOnce(&ScriptCall) -> bool,
+    ) {
+        let client = list.client();
+        let Ok(call) = list.withdraw_call() else {
+            return;
+        };
+        // Read first: a registering attempt sent from here on makes this withdrawal moot.
+        let attempts = lock(&self.wire).attempts;
+        if others_wait(&call) || !self.registered.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
+        let gate = WithdrawalGate::new(self.clone(), attempts);
+        client.spawn_release_gated(call, retry, Arc::new(gate));
     }
 
     /// Waits until no withdrawal send is on the wire (at most until `give_up_at`), then
@@ -230,15 +292,11 @@ impl<L: Waitlist> Withdraw<L> {
         let withdraw = self.clone();
         async move {
             let earlier = if withdraw.registration.is_zero() {
-                lock(&withdraw.state).in_flight = true;
-                withdraw.client.registered.load(Ordering::Acquire)
-                    || lock(&withdraw.client.wire).withdrawals > 0
+                withdraw.client.may_be_registered()
             } else {
-                let give_up_at = Instant::now() + withdraw.list.client().command_timeout();
-                let withdrawing = withdraw.client.registering_attempt(give_up_at).await;
-                lock(&withdraw.state).in_flight = true;
-                withdraw.client.registered.swap(true, Ordering::AcqRel) || withdrawing
+                withdraw.client.registering(withdraw.list.client()).await
             };
+            lock(&withdraw.state).in_flight = true;
             let settle = withdraw.settle();
             settle.outcome(attempt(&withdraw, earlier).await)
         }
@@ -260,7 +318,7 @@ impl<L: Waitlist> Withdraw<L> {
         let mut state = lock(&self.state);
         state.in_flight = false;
         if acquired {
-            self.client.registered.store(false, Ordering::Release);
+            self.client.unregistered();
         }
         if state.ended {
             drop(state);
@@ -283,22 +341,9 @@ impl<L: Waitlist> Withdraw<L> {
     /// and the last to leave withdraws).
     fn send(&self) {
         let client = self.list.client();
-        let Ok(call) = self.list.withdraw_call() else {
-            return;
-        };
-        // Read first: a registering attempt sent from here on makes this withdrawal moot.
-        let attempts = lock(&self.client.wire).attempts;
-        if client.has_local_waiters(call.first_key())
-            || !self.client.registered.swap(false, Ordering::AcqRel)
-        {
-            return;
-        }
-        // Retried for a few command timeouts at most, and only until the client waits
-        // again (see `WithdrawalGate`). If it fails, the entry lapses by itself, or is
-        // skipped by the next wake-up once nobody listens on it.
-        let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
-        let gate = WithdrawalGate::new(self.client.clone(), attempts);
-        client.spawn_release_gated(call, retry, Arc::new(gate));
+        self.client.withdraw(&*self.list, |call| {
+            client.has_local_waiters(call.first_key())
+        });
     }
 }
 
@@ -321,7 +366,7 @@ impl Settle {
         lock(&self.state).in_flight = unknown;
         match outcome {
             Ok(Attempt::Acquired(held)) => {
-                self.client.registered.store(false, Ordering::Release);
+                self.client.unregistered();
                 Ok(Attempt::Acquired(held))
             }
             Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
