@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use common::{client, command_stats, eventually, int, join_all, ms, strings};
+use common::{client, eventually, int, join_all, ms, strings};
 use redisync::prelude::*;
 use redisync_test_harness::{ChaosProxy, RedisServer};
 
@@ -45,9 +45,8 @@ where
     run().await;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     run().await;
-    command_stats(server)
+    common::operation_stats(server)
         .into_iter()
-        .filter(|(name, _)| !matches!(name.as_str(), "config|resetstat" | "info" | "ping"))
         .map(|(name, calls)| (name, calls as f64 / ops as f64))
         .collect()
 }

@@ -19,9 +19,7 @@ const SETTLE: Duration = Duration::from_secs(10);
 /// Every command Redis ran since the last `CONFIG RESETSTAT`, with its count, scripts' inner
 /// commands included; the bookkeeping of the test itself left out.
 fn commands_run(server: &RedisServer) -> BTreeMap<String, u64> {
-    let mut run = common::command_stats(server);
-    run.retain(|name, _| !matches!(name.as_str(), "config|resetstat" | "info" | "pubsub|numsub"));
-    run
+    common::operation_stats(server)
 }
 
 fn reset_stats(server: &RedisServer) {

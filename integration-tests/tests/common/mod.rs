@@ -87,6 +87,23 @@ pub fn command_stats(server: &RedisServer) -> std::collections::BTreeMap<String,
         .collect()
 }
 
+/// [`command_stats`] without what a test's own sampling runs (`INFO`, `CONFIG RESETSTAT`,
+/// `PUBSUB NUMSUB`) and without the hub's liveness `PING`, which a client with a
+/// subscription sends every third of a command timeout (at most a second), whatever its
+/// operations: under load a measured window of ten releases once lasted long enough for
+/// three of them (8.3 commands per release instead of 8). What is left is what the
+/// operations cost.
+pub fn operation_stats(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    let mut run = command_stats(server);
+    run.retain(|name, _| {
+        !matches!(
+            name.as_str(),
+            "info" | "config|resetstat" | "pubsub|numsub" | "ping"
+        )
+    });
+    run
+}
+
 /// Whether `key` exists on `server`.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
