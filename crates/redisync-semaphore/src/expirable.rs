@@ -411,9 +411,12 @@ impl ExpirableSemaphore {
         turn: Turn,
     ) -> impl Future<Output = Result<Attempt<(String, Instant)>>> + Send + 'static {
         let core = self.core.clone();
-        let sent_at = Instant::now();
-        let id = core.client.unique_id();
-        let request = core.keys().map(|keys| {
+        // Built when first polled, so that `sent_at` (which the lease is counted from) is
+        // when it is sent: a registering attempt may first wait for a withdrawal on the wire.
+        async move {
+            let sent_at = Instant::now();
+            let id = core.client.unique_id();
+            let keys = core.keys()?;
             let call = scripts::XAcquire {
                 permits: &keys.permits,
                 deadlines: &keys.deadlines,
@@ -428,17 +431,15 @@ impl ExpirableSemaphore {
             .call();
             let (undo_core, undo_id, registers) = (core.clone(), id.clone(), turn.registers());
             let retry = core.client.retry_for_lease(sent_at, Some(lease));
-            core.client
+            let reply = core
+                .client
                 .eval_undoable(call, move |outcome: LateOutcome<Vec<i64>>| async move {
                     undo_core.undo_attempt(outcome, &undo_id, registers, retry);
                 })
-        });
-        let registration = self.core.registration.clone();
-        async move {
-            let reply = request?.await?;
+                .await?;
             Ok(match PermitReply::decode(&reply)? {
                 PermitReply::Acquired => {
-                    turn.acquired(&registration);
+                    turn.acquired(&core.registration);
                     Attempt::Acquired((id, sent_at))
                 }
                 PermitReply::Busy { retry_in } => Attempt::Busy {
