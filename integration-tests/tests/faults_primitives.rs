@@ -717,7 +717,8 @@ async fn expirable_semaphore_never_exceeds_and_never_loses_permits_through_fault
     assert_eq!(zcard(&server, &leases_key(name)), 0, "leases left");
     assert_idle(&clients, "expirable semaphore").await;
     for client in &clients {
-        assert_eq!(client.stats().lost_leases, 0, "a worker lost a permit");
+        let stats = client.stats();
+        assert_eq!(stats.lost_leases, 0, "a worker lost a permit: {stats:?}");
     }
     run.tally
         .add("max holders", run.max_seen.load(Ordering::SeqCst) as u64);

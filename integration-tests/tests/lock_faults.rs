@@ -893,6 +893,22 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
     })
     .await;
 
+    // The wait re-checks once a second. A re-check still on the wire when the wait ends holds
+    // the withdrawal back until it is over, so the script seen sent below would be that
+    // re-check, and the new wait's attempt could rightly go out first (a stress run of four
+    // copies at once failed so, 1.0 s after the "withdrawal" was seen sent). So the wait ends
+    // right after a re-check has run (the registry's expiry, renewed by every registering
+    // attempt, went up), the next one most of a second away.
+    let expiry = || common::int(&server, &["PTTL", &waiters]);
+    let mut last_expiry = expiry();
+    eventually("the first wait re-checked", SETTLE, || {
+        let now = expiry();
+        let renewed = now > last_expiry;
+        last_expiry = now;
+        renewed
+    })
+    .await;
+    tokio::time::sleep(ms(200)).await;
     let scripts_before = waiter.stats().scripts_sent;
     let paused = common::Paused::pause(&server);
     // The wait ends: its withdrawal goes out and gets no answer.
@@ -915,7 +931,8 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
     assert_eq!(
         waiter.stats().scripts_sent,
         scripts_sent,
-        "an attempt went out while the withdrawal was on the wire"
+        "an attempt went out while the withdrawal was on the wire ({:?} after it was seen sent)",
+        withdrawal_sent.elapsed()
     );
     // Resumed once the withdrawal's send has timed out (the attempt went out then; the
     // withdrawal's next send, 50 ms later, would follow it), and well within the attempt's
