@@ -89,10 +89,8 @@ pub fn command_stats(server: &RedisServer) -> std::collections::BTreeMap<String,
 
 /// [`command_stats`] without what a test's own sampling runs (`INFO`, `CONFIG RESETSTAT`,
 /// `PUBSUB NUMSUB`) and without the hub's liveness `PING`, which a client with a
-/// subscription sends every third of a command timeout (at most a second), whatever its
-/// operations: under load a measured window of ten releases once lasted long enough for
-/// three of them (8.3 commands per release instead of 8). What is left is what the
-/// operations cost.
+/// subscription sends every third of a command timeout (at most a second; two in an idle
+/// 2.5 s window), whatever its operations. What is left is what the operations cost.
 pub fn operation_stats(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
     let mut run = command_stats(server);
     run.retain(|name, _| {
