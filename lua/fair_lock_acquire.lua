@@ -24,24 +24,35 @@
 if redis.call('EXISTS', KEYS[3]) == 1 then
     return {-1}
 end
-local now = now_us()
-if tonumber(ARGV[4]) > 0 then
-    -- The caller is alive right now: its heartbeat counts before anyone is judged dead, so a
-    -- stall of Redis itself cannot cost a live waiter its place.
-    redis.call('ZADD', KEYS[5], 'XX', math.floor(now / 1000) + tonumber(ARGV[4]), ARGV[3])
+-- Without a queue (the case of every uncontended lock) nobody is to be tidied away, no head
+-- goes first and there is no place to leave: the grant then costs what the plain lock's does.
+-- Either key alone counts, so that leftovers and foreign data are still tidied or reported.
+local queued = redis.call('EXISTS', KEYS[4], KEYS[5]) > 0
+local now
+if queued then
+    now = now_us()
+    if tonumber(ARGV[4]) > 0 then
+        -- The caller is alive right now: its heartbeat counts before anyone is judged dead, so
+        -- a stall of Redis itself cannot cost a live waiter its place.
+        redis.call('ZADD', KEYS[5], 'XX', math.floor(now / 1000) + tonumber(ARGV[4]), ARGV[3])
+    end
+    tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
 end
-tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
 local holder = lock_holder(KEYS[1])
 if holder and holder[1] == ARGV[1] then
     local count = reenter(KEYS[1], ARGV[2], ARGV[3])
-    leave_queue(KEYS[4], KEYS[5], ARGV[3])
+    if queued then
+        leave_queue(KEYS[4], KEYS[5], ARGV[3])
+    end
     return {1, tonumber(holder[2]), count}
 end
 if not holder then
-    local head = head_waiter(KEYS[4])
+    local head = queued and head_waiter(KEYS[4])
     if not head or head == ARGV[3] then
         local token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
-        leave_queue(KEYS[4], KEYS[5], ARGV[3])
+        if queued then
+            leave_queue(KEYS[4], KEYS[5], ARGV[3])
+        end
         return {1, token, 1}
     end
     -- Free, but it is the head's turn: make sure the head knows (its wake-up may have been
@@ -49,6 +60,6 @@ if not holder then
     wake_head(KEYS[4], ARGV[5])
 end
 if tonumber(ARGV[4]) > 0 then
-    join_queue(KEYS[4], KEYS[5], ARGV[3], now, tonumber(ARGV[4]))
+    join_queue(KEYS[4], KEYS[5], ARGV[3], now or now_us(), tonumber(ARGV[4]))
 end
 return {0, redis.call('PTTL', KEYS[1])}

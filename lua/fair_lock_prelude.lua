@@ -19,8 +19,9 @@ end
 -- Removes every waiter whose heartbeat stopped, wherever it stands in the queue (in batches:
 -- after a stall of Redis, thousands of deadlines may pass at once, more than Lua can unpack),
 -- and a head that has no deadline at all (the two sets got out of step, say by eviction), so
--- that no dead waiter can block the queue. Every fair script calls this before it writes
--- anything: it also fails with WRONGTYPE on foreign data before any change is made.
+-- that no dead waiter can block the queue. Every fair script that finds either key calls this
+-- before it writes anything: it also fails with WRONGTYPE on foreign data before any change
+-- is made. (Where neither key exists there is nothing to tidy and no foreign data.)
 local function tidy_queue(queue, deadlines, now_ms)
     local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
     for first = 1, #dead, 1000 do

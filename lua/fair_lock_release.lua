@@ -23,11 +23,18 @@ local recorded = recorded_outcome(KEYS[2], ARGV[3])
 if recorded then
     return tonumber(recorded)
 end
-tidy_queue(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
+-- Without a queue there is nobody to tidy away, no place to leave and nobody to wake (see
+-- fair_lock_acquire).
+local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+if queued then
+    tidy_queue(KEYS[3], KEYS[4], math.floor(now_us() / 1000))
+end
 local result = release_hold(KEYS[1], ARGV[1])
-leave_queue(KEYS[3], KEYS[4], ARGV[1])
-if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
-    wake_head(KEYS[3], ARGV[2])
+if queued then
+    leave_queue(KEYS[3], KEYS[4], ARGV[1])
+    if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
+        wake_head(KEYS[3], ARGV[2])
+    end
 end
 record_outcome(KEYS[2], ARGV[3], result)
 return result

@@ -1396,3 +1396,49 @@ async fn a_fair_acquire_after_shutdown_writes_nothing() {
     let keys = strings(&server.cmd(&["KEYS", "*"]));
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+/// With nobody queued, a fair `lock` + `unlock` leaves the queue alone: no clock read, no
+/// tidying, no place to leave and nobody to wake, so the cycle runs what the plain lock's does
+/// (`lock_hot_path`), with one `EXISTS` of the queue's keys in place of the wake-up registry's
+/// `ZRANGE`, plus one more in the acquire. The crate documents these counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_leaves_the_queue_alone() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.fair_lock("lean-fair");
+    // Warm up: the scripts are loaded, and the lost-notice channel, which the watchdog
+    // subscribes in the background once it has a hold, is subscribed before counting.
+    let warm = lock.lock().await.expect("lock");
+    common::lost_notices_subscribed(&server, &c).await;
+    warm.unlock().await.expect("unlock");
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..10 {
+        lock.lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+    }
+    let run = common::operation_stats(&server);
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("evalsha", 20),
+        ("exists", 30),
+        ("hlen", 10),
+        ("incr", 10),
+        ("hset", 10),
+        ("pexpire", 10),
+        ("hmget", 10),
+        ("del", 10),
+    ]
+    .into_iter()
+    .map(|(name, calls)| (name.to_owned(), calls))
+    .collect();
+    assert_eq!(run, expected, "commands run by 10 uncontended fair cycles");
+    let keys = fair_keys("lean-fair");
+    assert!(!exists(&server, &keys.queue) && !exists(&server, &keys.deadlines));
+    assert_eq!(
+        strings(&server.cmd(&["KEYS", "redisync:{lean-fair}:*"])),
+        vec![keys.fence]
+    );
+}

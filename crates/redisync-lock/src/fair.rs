@@ -68,9 +68,12 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// | a wait given up (timeout, dropped future) | + 1 to leave the queue |
 /// | introspection, `force_unlock` | 1 |
 ///
-/// An uncontended acquire and release run 22 commands inside Redis together (the queue's
-/// tidying and bookkeeping; the plain lock runs 8), measured by the benchmark program
-/// (`BENCHMARKS.md`, scenario 1). A contended hand-off costs about four scripts: every
+/// An uncontended acquire and release run 9 commands inside Redis together, one more than
+/// the plain lock: while nobody queues, the scripts look for the queue's keys, find none and
+/// skip the queue's tidying and bookkeeping. Once someone queues, each script also reads the
+/// clock, tidies and updates the queue (about 20 commands per cycle). Measured by the
+/// benchmark program (`BENCHMARKS.md`, scenario 1) and asserted by
+/// `integration-tests/tests/fair_lock.rs`. A contended hand-off costs about four scripts: every
 /// waiter asks at least every heartbeat, and the release wakes the head waiter only.
 ///
 /// # Examples
