@@ -7,6 +7,7 @@
 //! ```sh
 //! cargo run --release -p redisync-bench                 # full run, about 5 minutes
 //! cargo run --release -p redisync-bench -- --quick      # one short round, to try it out
+//! cargo run --release -p redisync-bench -- --only 1 --rounds 21   # scenario 1, 21 rounds
 //! cargo run --release -p redisync-bench -- --json out.json --charts docs/benchmarks
 //! cargo run --release -p redisync-bench -- --compare before.json   # before/after table
 //! ```
@@ -33,8 +34,8 @@ use report::Scenario;
 #[global_allocator]
 static ALLOCATOR: redisync_test_harness::heap::Counting = redisync_test_harness::heap::Counting;
 
-const USAGE: &str = "usage: redisync-bench [--quick] [--json PATH] [--charts DIR | --no-charts] \
-                     [--compare OLD.json] [--only SCENARIO]...";
+const USAGE: &str = "usage: redisync-bench [--quick] [--rounds N] [--json PATH] \
+                     [--charts DIR | --no-charts] [--compare OLD.json] [--only SCENARIO]...";
 
 struct Settings {
     rounds: usize,
@@ -76,6 +77,13 @@ fn settings() -> Result<Settings, String> {
                 settings.cycles = 300;
                 settings.run = Duration::from_secs(1);
                 settings.handoffs = 10;
+            }
+            "--rounds" => {
+                settings.rounds = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or("--rounds needs a number of rounds, at least 1")?;
             }
             "--json" => settings.json = args.next().ok_or("--json needs a path")?,
             "--charts" => {
