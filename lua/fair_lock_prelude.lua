@@ -19,9 +19,11 @@ end
 -- Removes every waiter whose heartbeat stopped, wherever it stands in the queue (in batches:
 -- after a stall of Redis, thousands of deadlines may pass at once, more than Lua can unpack),
 -- and a head that has no deadline at all (the two sets got out of step, say by eviction), so
--- that no dead waiter can block the queue. Every fair script that finds either key calls this
--- before it writes anything: it also fails with WRONGTYPE on foreign data before any change
--- is made. (Where neither key exists there is nothing to tidy and no foreign data.)
+-- that no dead waiter can block the queue. fair_lock_force_unlock always calls this, acquire
+-- and release whenever either key exists (where neither does there is nothing to tidy and no
+-- foreign data), before they change the lock or the queue: it fails with WRONGTYPE on foreign
+-- data under either key first. (Only the caller's own heartbeat, in fair_lock_acquire, is
+-- written before it.)
 local function tidy_queue(queue, deadlines, now_ms)
     local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
     for first = 1, #dead, 1000 do

@@ -68,12 +68,12 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// | a wait given up (timeout, dropped future) | + 1 to leave the queue |
 /// | introspection, `force_unlock` | 1 |
 ///
-/// An uncontended acquire and release run 9 commands inside Redis together, one more than
-/// the plain lock: while nobody queues, the scripts look for the queue's keys, find none and
-/// skip the queue's tidying and bookkeeping. Once someone queues, each script also reads the
-/// clock, tidies and updates the queue (about 20 commands per cycle). Measured by the
-/// benchmark program (`BENCHMARKS.md`, scenario 1) and asserted by
-/// `integration-tests/tests/fair_lock.rs`. A contended hand-off costs about four scripts: every
+/// An uncontended acquire and release run 9 commands inside their two scripts together (11
+/// with the two `EVALSHA`s, as `BENCHMARKS.md` counts them), one more than the plain lock:
+/// while nobody queues, the scripts look for the queue's keys, find none and skip the queue's
+/// tidying and bookkeeping. Once someone queues, each script also reads the clock, tidies the
+/// queue and keeps its place in it. Measured by the benchmark program (`BENCHMARKS.md`,
+/// scenario 1) and asserted by `integration-tests/tests/fair_lock.rs`. A contended hand-off costs about four scripts: every
 /// waiter asks at least every heartbeat, and the release wakes the head waiter only.
 ///
 /// # Examples
