@@ -13,6 +13,10 @@
 //! * no subscription: nobody is subscribed to the primitive's wake-up channel, nor to any other
 //!   channel.
 //!
+//! The rate limiter holds nothing: a decision it allowed spends its units for good. Its sweep
+//! checks instead that a cut decision gives its units back, so that the units spent are exactly
+//! those of the decisions that returned allowed (see [`sweep_decisions`]).
+//!
 //! Every test starts its own server, so the tests run in parallel.
 
 mod common;
@@ -270,16 +274,8 @@ struct Seen {
 }
 
 impl Target {
-    /// Read-only requests through every pooled connection of each client, so that requests
-    /// they queued earlier (an abandoned acquire finishing in the background) have normally
-    /// run when the checks start. The checks wait anyway; this only makes them sharper.
     async fn flush(&self) {
-        for client in &self.clients {
-            let probe = client.lock("flush-probe");
-            for _ in 0..2 * redisync::core::DEFAULT_POOL_SIZE {
-                probe.is_locked().await.expect("flush");
-            }
-        }
+        flush(&self.clients).await;
     }
 
     fn quiet(&self, baseline: &BTreeMap<String, String>) -> bool {
@@ -467,6 +463,19 @@ impl Target {
                 "{}: a lease was lost",
                 self.label
             );
+        }
+    }
+}
+
+/// Read-only requests through every pooled connection of each of `clients`, so that requests
+/// they queued earlier (an abandoned acquire finishing in the background) have run when the
+/// checks start. For holds the checks wait anyway, and this only makes them sharper; the rate
+/// limiter's check needs it (see [`sweep_decisions`]).
+async fn flush(clients: &[Client]) {
+    for client in clients {
+        let probe = client.lock("flush-probe");
+        for _ in 0..2 * redisync::core::DEFAULT_POOL_SIZE {
+            probe.is_locked().await.expect("flush");
         }
     }
 }
@@ -764,4 +773,166 @@ async fn every_campaign_leaves_nothing_when_cut() {
     }
     .sweep()
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rate limiter: no hold, but units.
+
+/// One decision of the rate limiter, made afresh for every cut: `Ok(true)` when it was
+/// allowed (its units are then spent for good).
+type Decide = Box<dyn Fn() -> BoxFut<Result<bool>> + Send + Sync>;
+
+/// A limiter's theoretical arrival time (`tat`, server µs), the whole of what its decisions
+/// spend; `None` before the first allowed decision.
+fn arrival_time(inspector: &Inspector, state: &str) -> Option<i64> {
+    match inspector.query(&["HGET", state, "tat"]) {
+        Value::Nil => None,
+        tat => text(&tat).parse().ok(),
+    }
+}
+
+/// Cuts every decision of `decide` as [`Target::sweep_call`] cuts an acquire, and after every
+/// cut checks the limiter's promise: a decision whose caller went away gives its units back
+/// provided no decision was allowed after it, so the arrival time moves by exactly `unit_us`
+/// per decision that returned allowed, and nothing is left locally or subscribed. Each check
+/// first flushes the client's connections: a cut decision still on its way to Redis must have
+/// run before the next decision is made, or the next one, allowed after it, would rightly keep
+/// its units spent. `busy`: the limiter allows nothing, so a waiting call sleeps.
+async fn sweep_decisions(
+    label: &str,
+    client: &Client,
+    inspector: &Inspector,
+    state: &str,
+    unit_us: i64,
+    decide: &Decide,
+    busy: bool,
+) -> (u64, u64, u64, u64) {
+    let (mut cuts, mut allowed, mut refused, mut asleep) = (0u64, 0u64, 0u64, 0u64);
+    let mut expected = arrival_time(inspector, state).expect("a spent unit before the sweep");
+    let settle = |what: String, expected: i64| async move {
+        flush(std::slice::from_ref(client)).await;
+        let quiet = || {
+            client.local_state() == LocalState::default()
+                && arrival_time(inspector, state) == Some(expected)
+                && inspector.channels().is_empty()
+        };
+        if !wait_until(SETTLE, quiet).await {
+            panic!(
+                "{what}: arrival time {:?}, expected {expected} ({} units off), local state \
+                 {:?}, channels {:?}",
+                arrival_time(inspector, state),
+                arrival_time(inspector, state).map_or(0, |tat| (tat - expected) / unit_us),
+                client.local_state(),
+                inspector.channels()
+            );
+        }
+    };
+    let mut tally = |outcome: Option<Result<bool>>, what: &str, expected: &mut i64| match outcome {
+        None => cuts += 1,
+        Some(Ok(true)) => {
+            allowed += 1;
+            *expected += unit_us;
+        }
+        Some(Ok(false)) => refused += 1,
+        Some(Err(err)) => panic!("{what}: {err}"),
+    };
+    let mode = if busy { "busy" } else { "free" };
+    for pendings in 0..=MAX_PENDINGS {
+        let what = format!("RateLimiter {label} ({mode}), cut at await {pendings}");
+        let completed = match tokio::time::timeout(ASLEEP, cut_at_await(pendings, decide())).await {
+            Err(_) => {
+                assert!(
+                    busy,
+                    "{what}: still pending after {ASLEEP:?} with units free"
+                );
+                asleep += 1;
+                true
+            }
+            Ok(outcome) => {
+                let completed = outcome.is_some();
+                tally(outcome, &what, &mut expected);
+                completed
+            }
+        };
+        settle(what, expected).await;
+        if completed {
+            break;
+        }
+    }
+    for us in CUTS_US {
+        let cut = Duration::from_micros(us);
+        let what = format!("RateLimiter {label} ({mode}), cut after {cut:?}");
+        let outcome = cut_after(cut, decide()).await;
+        tally(outcome, &what, &mut expected);
+        settle(what, expected).await;
+    }
+    (cuts, allowed, refused, asleep)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rate_limiter_decision_gives_its_units_back_when_cut() {
+    let server = RedisServer::start();
+    let inspector = Inspector::new(&server);
+    let c = cut_client(&server).await;
+    // One unit per 1,000 s: nothing refills during the test, so the arrival time counts the
+    // units spent exactly. The free limiter's burst outlasts the sweep; the busy one has none,
+    // so after one unit it allows nothing for 1,000 s.
+    let unit = Duration::from_secs(1000);
+    let unit_us = unit.as_micros() as i64;
+    let free = c.rate_limiter("cut-rate-free");
+    free.set_rate(Rate::new(1, unit).burst(10_000))
+        .await
+        .unwrap();
+    let busy = c.rate_limiter("cut-rate-busy");
+    busy.set_rate(Rate::new(1, unit)).await.unwrap();
+    let mut report = Vec::new();
+    for (limiter, name, is_busy) in [
+        (&free, "cut-rate-free", false),
+        (&busy, "cut-rate-busy", true),
+    ] {
+        assert!(limiter.try_acquire(1).await.unwrap().allowed);
+        let state = format!("redisync:{{{name}}}:rate:state");
+        let decisions: Vec<(&str, Decide)> = vec![
+            ("try_acquire", {
+                let l = limiter.clone();
+                Box::new(move || {
+                    let l = l.clone();
+                    Box::pin(async move { l.try_acquire(1).await.map(|d| d.allowed) })
+                })
+            }),
+            ("acquire", {
+                let l = limiter.clone();
+                Box::new(move || {
+                    let l = l.clone();
+                    Box::pin(async move { l.acquire(1).await.map(|()| true) })
+                })
+            }),
+            ("acquire_for", {
+                let l = limiter.clone();
+                Box::new(move || {
+                    let l = l.clone();
+                    Box::pin(async move { l.acquire_for(1, LONG).await })
+                })
+            }),
+        ];
+        for (label, decide) in &decisions {
+            let seen =
+                sweep_decisions(label, &c, &inspector, &state, unit_us, decide, is_busy).await;
+            if is_busy {
+                assert_eq!(seen.1, 0, "{label} allowed on a limiter with nothing left");
+            } else {
+                assert!(seen.1 >= 1, "{label} was never allowed");
+            }
+            report.push(format!(
+                "{label} ({}): cuts {}, allowed {}, refused {}, asleep {}",
+                if is_busy { "busy" } else { "free" },
+                seen.0,
+                seen.1,
+                seen.2,
+                seen.3
+            ));
+        }
+    }
+    println!("RateLimiter:\n  {}", report.join("\n  "));
+    assert_eq!(c.stats().lost_leases, 0);
 }
