@@ -11,7 +11,10 @@
 //! * multi-lock: exclusive with increasing fencing tokens, and no sub-lock is left held after
 //!   cancellations and killed connections;
 //! * fair lock: exclusive, every live waiter gets the lock exactly once, and the queue ends
-//!   empty.
+//!   empty;
+//! * rate limiter: no window of Redis's clock admits more than the rate and its burst, though
+//!   decisions are cut off, time out and lose their connections (each then gives its units
+//!   back only while no later decision was allowed), and nothing is left pending at the end.
 //!
 //! Each test prints a `REPORT` line: operations run, faults injected, violations found (the
 //! test fails unless there are none). The schedules are random but seeded; the invariants do
@@ -24,7 +27,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{cut_after, cut_at_await, eventually, int, ms, wake_subscribers, zcard};
+use common::{
+    cut_after, cut_at_await, eventually, int, most_in_one_window, ms, wake_subscribers, zcard,
+    Admitted,
+};
 use futures_util::FutureExt;
 use redis::Value;
 use redisync::prelude::*;
@@ -1599,6 +1605,163 @@ async fn fair_lock_queue_ends_empty_and_every_live_waiter_gets_the_lock_once_thr
         "fair_lock_queue_ends_empty_and_every_live_waiter_gets_the_lock_once_through_faults \
          (invariant: one holder at a time, tokens increasing; each live waiter granted exactly \
          once; lock, queue and deadlines gone and no waiter channel at quiescence)",
+        &faults,
+        started.elapsed(),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rate limiter.
+
+/// Faults for the rate limiter: decisions lose their connection on the wire, their script
+/// (reloaded on `NOSCRIPT`), or time out while Redis is paused longer than the command
+/// timeout.
+const RATE_LIMITER_FAULTS: &[Fault] = &[
+    Fault::KillNormal,
+    Fault::ScriptFlush,
+    Fault::KillNormal,
+    Fault::Pause(400),
+];
+
+/// Redis's clock in microseconds, read through `con` until a read succeeds (the chaos kills
+/// this connection too; the manager reconnects). Read before a decision, a later success only
+/// widens its bracket; read after, it is still after the decision.
+async fn redis_clock(con: &mut redis::aio::ConnectionManager) -> u64 {
+    loop {
+        match redis::cmd("TIME").query_async::<(u64, u64)>(con).await {
+            Ok((secs, micros)) => return secs * 1_000_000 + micros,
+            Err(_) => tokio::time::sleep(ms(5)).await,
+        }
+    }
+}
+
+/// One task of the rate limiter run: decides as fast as it can, one decision in five cut off
+/// at a random point, and keeps the admissions it was told of with their `TIME` brackets.
+async fn rate_limiter_worker(
+    limiter: RateLimiter,
+    mut clock: redis::aio::ConnectionManager,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+) -> Vec<Admitted> {
+    let mut rng = Rng::new(seed);
+    let mut admitted = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let units = 1 + rng.below(3);
+        tally.add("operations", 1);
+        let before = redis_clock(&mut clock).await;
+        let outcome = if rng.below(5) == 0 {
+            match cut_after(rng.micros(2_000), limiter.try_acquire(units)).await {
+                Some(outcome) => outcome,
+                None => {
+                    tally.add("cancelled", 1);
+                    continue;
+                }
+            }
+        } else {
+            limiter.try_acquire(units).await
+        };
+        match outcome {
+            Ok(decision) if decision.allowed => {
+                let after = redis_clock(&mut clock).await;
+                tally.add("allowed", 1);
+                admitted.push(Admitted {
+                    before,
+                    after,
+                    units,
+                });
+            }
+            Ok(decision) => {
+                tally.add("refused", 1);
+                if decision.retry_after.is_zero() {
+                    tally.violation(format!("a refusal without a retry_after: {decision:?}"));
+                }
+                tokio::task::yield_now().await;
+            }
+            Err(err) if is_fault(&err) => {
+                tally.add("errors", 1);
+                tokio::time::sleep(ms(10)).await;
+            }
+            Err(err) => tally.violation(format!("try_acquire({units}): {err}")),
+        }
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limiter_never_exceeds_its_bound_through_faults_and_cancellations() {
+    let started = Instant::now();
+    let server = Arc::new(RedisServer::start());
+    let name = "chaos-rate";
+    let rate = Rate::new(20, ms(500)).burst(4);
+    let per_us = 500_000;
+    // A command timeout shorter than the pauses, so that some decisions time out.
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(command_client(&server, ms(300)).await);
+    }
+    assert!(clients[0]
+        .rate_limiter(name)
+        .try_set_rate(rate)
+        .await
+        .unwrap());
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let clock = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .unwrap();
+        workers.push(tokio::spawn(rate_limiter_worker(
+            clients[i % clients.len()].rate_limiter(name),
+            clock,
+            3000 + i as u64,
+            stop.clone(),
+            tally.clone(),
+        )));
+    }
+    let chaos = Chaos::start(server.clone(), RATE_LIMITER_FAULTS, ms(150));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let faults = chaos.stop().await;
+    stop.store(true, Ordering::SeqCst);
+    let admitted: Vec<Admitted> = join_all(workers, Duration::from_secs(30))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+
+    // Quiescence: every give-back sent and answered.
+    assert_idle(&clients, "rate limiter").await;
+    let total: u64 = admitted.iter().map(|a| a.units).sum();
+    // Ten windows of 20 units (and a burst of 4): enough admissions to judge the bound.
+    assert!(
+        total > 2 * rate.window_limit(),
+        "only {total} units admitted in ten windows"
+    );
+    let (most, anchor) = most_in_one_window(&admitted, per_us);
+    if most > rate.window_limit() {
+        tally.violation(format!(
+            "{most} units in the window starting at {anchor:?}, more than {}",
+            rate.window_limit()
+        ));
+    }
+    tally.add("units allowed", total);
+    tally.add("most units in one window", most);
+    assert!(tally.get("cancelled") >= 20, "too few cancellations");
+    assert!(
+        tally.get("errors") >= 5,
+        "too few decisions failed by faults"
+    );
+    assert!(
+        faults.get("CLIENT KILL TYPE normal").copied().unwrap_or(0) >= 5,
+        "too few kills: {faults:?}"
+    );
+    tally.report(
+        "rate_limiter_never_exceeds_its_bound_through_faults_and_cancellations (invariant: no \
+         500 ms window of Redis's clock certainly holds more than 24 admitted units; nothing \
+         pending at quiescence)",
         &faults,
         started.elapsed(),
     );

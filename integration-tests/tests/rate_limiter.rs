@@ -13,7 +13,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_invalid, assert_wrong_type, client, eventually, exists, int, join_all, ms};
+use common::{
+    assert_invalid, assert_wrong_type, client, eventually, exists, int, join_all,
+    most_in_one_window, ms, Admitted,
+};
 use redisync::prelude::*;
 use redisync_test_harness::{RedisCluster, RedisServer};
 
@@ -45,36 +48,6 @@ async fn clock(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 async fn redis_now(con: &mut redis::aio::MultiplexedConnection) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await.expect("TIME");
     secs * 1_000_000 + micros
-}
-
-/// One admitted request: `units`, decided somewhere in `[before, after]` (Redis µs).
-#[derive(Debug, Clone, Copy)]
-struct Admitted {
-    before: u64,
-    after: u64,
-    units: u64,
-}
-
-/// The units of a set of admitted requests that certainly fell within one window of
-/// `per_us`: for each request taken as the earliest, the requests that certainly came no
-/// earlier and certainly ended before the window did. Returns the largest such count, with
-/// its anchor. Counting only what is certain, this never blames the limiter for the width of
-/// the `TIME` brackets; a limiter that admitted even one unit too many per window would show
-/// as soon as the brackets are narrower than the spacing of units.
-fn most_in_one_window(admitted: &[Admitted], per_us: u64) -> (u64, Admitted) {
-    let mut worst = (0, admitted[0]);
-    for anchor in admitted {
-        let end = anchor.before + per_us;
-        let units: u64 = admitted
-            .iter()
-            .filter(|a| a.before >= anchor.before && a.after < end)
-            .map(|a| a.units)
-            .sum();
-        if units > worst.0 {
-            worst = (units, *anchor);
-        }
-    }
-    worst
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

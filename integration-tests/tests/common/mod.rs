@@ -290,3 +290,38 @@ impl Drop for Paused<'_> {
         }
     }
 }
+
+// Rate limiter windows, checked on Redis's clock (rate_limiter.rs, faults_primitives.rs).
+
+/// One admitted request: `units`, decided somewhere in `[before, after]` (Redis µs).
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted {
+    /// Redis's clock (`TIME`) before the request was sent.
+    pub before: u64,
+    /// Redis's clock after its answer came.
+    pub after: u64,
+    /// The units it took.
+    pub units: u64,
+}
+
+/// The units of a set of admitted requests that certainly fell within one window of
+/// `per_us`: for each request taken as the earliest, the requests that certainly came no
+/// earlier and certainly ended before the window did. Returns the largest such count, with
+/// its anchor. Counting only what is certain, this never blames the limiter for the width of
+/// the `TIME` brackets; a limiter that admitted even one unit too many per window would show
+/// as soon as the brackets are narrower than the spacing of units.
+pub fn most_in_one_window(admitted: &[Admitted], per_us: u64) -> (u64, Admitted) {
+    let mut worst = (0, admitted[0]);
+    for anchor in admitted {
+        let end = anchor.before + per_us;
+        let units: u64 = admitted
+            .iter()
+            .filter(|a| a.before >= anchor.before && a.after < end)
+            .map(|a| a.units)
+            .sum();
+        if units > worst.0 {
+            worst = (units, *anchor);
+        }
+    }
+    worst
+}
