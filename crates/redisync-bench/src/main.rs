@@ -69,6 +69,8 @@ fn settings() -> Result<Settings, String> {
         compare: None,
         only: Vec::new(),
     };
+    // Applied after the loop, so that it wins over `--quick` wherever it stands.
+    let mut rounds = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -79,11 +81,12 @@ fn settings() -> Result<Settings, String> {
                 settings.handoffs = 10;
             }
             "--rounds" => {
-                settings.rounds = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .filter(|&n| n > 0)
-                    .ok_or("--rounds needs a number of rounds, at least 1")?;
+                rounds = Some(
+                    args.next()
+                        .and_then(|n| n.parse().ok())
+                        .filter(|&n| n > 0)
+                        .ok_or("--rounds needs a number of rounds, at least 1")?,
+                );
             }
             "--json" => settings.json = args.next().ok_or("--json needs a path")?,
             "--charts" => {
@@ -99,6 +102,9 @@ fn settings() -> Result<Settings, String> {
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
+    }
+    if let Some(rounds) = rounds {
+        settings.rounds = rounds;
     }
     Ok(settings)
 }
