@@ -1421,7 +1421,7 @@ async fn an_uncontended_cycle_leaves_the_queue_alone() {
             .expect("unlock");
     }
     let run = common::operation_stats(&server);
-    let expected: std::collections::BTreeMap<String, u64> = [
+    let expected = common::command_counts(&[
         ("evalsha", 20),
         ("exists", 30),
         ("hlen", 10),
@@ -1430,10 +1430,7 @@ async fn an_uncontended_cycle_leaves_the_queue_alone() {
         ("pexpire", 10),
         ("hmget", 10),
         ("del", 10),
-    ]
-    .into_iter()
-    .map(|(name, calls)| (name.to_owned(), calls))
-    .collect();
+    ]);
     assert_eq!(run, expected, "commands run by 10 uncontended fair cycles");
     let keys = fair_keys("lean-fair");
     assert!(!exists(&server, &keys.queue) && !exists(&server, &keys.deadlines));

@@ -43,7 +43,7 @@ async fn an_uncontended_cycle_runs_two_scripts_of_eight_commands_and_publishes_n
         lock.lock().await.unwrap().unlock().await.unwrap();
     }
     let run = commands_run(&server);
-    let expected: BTreeMap<String, u64> = [
+    let expected = common::command_counts(&[
         ("evalsha", 20),
         ("exists", 10),
         ("hlen", 10),
@@ -53,10 +53,7 @@ async fn an_uncontended_cycle_runs_two_scripts_of_eight_commands_and_publishes_n
         ("hmget", 10),
         ("del", 10),
         ("zrange", 10),
-    ]
-    .into_iter()
-    .map(|(name, calls)| (name.to_owned(), calls))
-    .collect();
+    ]);
     assert_eq!(run, expected, "commands run by 10 uncontended cycles");
     // Nothing is left but the fencing counter.
     let keys = server.cmd(&["KEYS", "redisync:{lean}:*"]);

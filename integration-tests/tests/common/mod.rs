@@ -102,6 +102,14 @@ pub fn operation_stats(server: &RedisServer) -> std::collections::BTreeMap<Strin
     run
 }
 
+/// Command counts as [`operation_stats`] reports them, from `(command, calls)` pairs.
+pub fn command_counts(counts: &[(&str, u64)]) -> std::collections::BTreeMap<String, u64> {
+    counts
+        .iter()
+        .map(|&(name, calls)| (name.to_owned(), calls))
+        .collect()
+}
+
 /// Whether `key` exists on `server`.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     server.cmd(&["EXISTS", key]) == redis::Value::Int(1)
