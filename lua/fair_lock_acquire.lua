@@ -21,7 +21,8 @@
 -- A re-entry never shortens the hold (see reenter) and never queues: the caller holds the
 -- lock already.
 
-if redis.call('EXISTS', KEYS[3]) == 1 then
+local holder = holder_for_attempt(KEYS[1], KEYS[3])
+if holder == false then
     return {-1}
 end
 -- Without a queue (the case of every uncontended lock) nobody is to be tidied away, no head
@@ -38,7 +39,6 @@ if queued then
     end
     tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
 end
-local holder = lock_holder(KEYS[1])
 if holder and holder[1] == ARGV[1] then
     local count = reenter(KEYS[1], ARGV[2], ARGV[3])
     if queued then

@@ -20,10 +20,10 @@
 -- turn comes), or {-1} when the attempt was given back before it ran.
 -- A re-entry never shortens the hold (see reenter).
 
-if redis.call('EXISTS', KEYS[3]) == 1 then
+local holder = holder_for_attempt(KEYS[1], KEYS[3])
+if holder == false then
     return {-1}
 end
-local holder = lock_holder(KEYS[1])
 local reply
 if not holder then
     reply = {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]), 1}

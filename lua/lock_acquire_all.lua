@@ -14,17 +14,16 @@
 -- the request was given back before it ran.
 
 local n = #KEYS / 3
+local holders = {}
 for i = 1, n do
-    if redis.call('EXISTS', KEYS[3 * i]) == 1 then
+    holders[i] = holder_for_attempt(KEYS[3 * i - 2], KEYS[3 * i])
+    if holders[i] == false then
         return {-1}
     end
 end
-local holders = {}
 for i = 1, n do
-    local hash = KEYS[3 * i - 2]
-    holders[i] = lock_holder(hash)
     if holders[i] and holders[i][1] ~= ARGV[2 + i] then
-        return {0, i, redis.call('PTTL', hash)}
+        return {0, i, redis.call('PTTL', KEYS[3 * i - 2])}
     end
 end
 local reply = {1}

@@ -20,6 +20,18 @@ local function lock_holder(hash)
     return holder
 end
 
+-- Reads who holds `hash` for an acquire whose attempt record is `record`: false when the
+-- attempt was given back before it ran (the record exists: its caller gave up, so it must not
+-- grant), else as lock_holder. One EXISTS answers the common case, a free lock and an attempt
+-- never given back; when it finds one key, the hash's read tells which.
+local function holder_for_attempt(hash, record)
+    local found = redis.call('EXISTS', record, hash)
+    if found == 0 then
+        return nil
+    end
+    return found == 1 and lock_holder(hash) or false
+end
+
 -- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token.
 -- Returns the token.
 local function grant(hash, fence, owner, lease_ms, attempt)

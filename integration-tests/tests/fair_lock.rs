@@ -1424,7 +1424,6 @@ async fn an_uncontended_cycle_leaves_the_queue_alone() {
     let expected = common::command_counts(&[
         ("evalsha", 20),
         ("exists", 30),
-        ("hlen", 10),
         ("incr", 10),
         ("hset", 10),
         ("pexpire", 10),

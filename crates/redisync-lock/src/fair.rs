@@ -68,7 +68,7 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// | a wait given up (timeout, dropped future) | + 1 to leave the queue |
 /// | introspection, `force_unlock` | 1 |
 ///
-/// An uncontended acquire and release run 9 commands inside their two scripts together (11
+/// An uncontended acquire and release run 8 commands inside their two scripts together (10
 /// with the two `EVALSHA`s, as `BENCHMARKS.md` counts them), one more than the plain lock:
 /// while nobody queues, the scripts look for the queue's keys, find none and skip the queue's
 /// tidying and bookkeeping. Once someone queues, each script also reads the clock, tidies the

@@ -45,7 +45,7 @@ use crate::guard::LockGuard;
 ///
 /// | operation | round trips | commands run inside Redis |
 /// |---|---|---|
-/// | uncontended acquire | 1 | 5: `EXISTS` (attempt record), `HLEN`, `INCR` (fence), `HSET`, `PEXPIRE` |
+/// | uncontended acquire | 1 | 4: `EXISTS` (attempt record and lock, one call), `INCR` (fence), `HSET`, `PEXPIRE` |
 /// | re-entry | 1 | 6: `EXISTS`, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
 /// | release, nobody waiting | 1 | 3: `HMGET`, `DEL`, `ZRANGE` (no `PUBLISH`) |
 /// | release with clients waiting | 1 | 5: as above, then `ZREM` and one `PUBLISH` to one client |
