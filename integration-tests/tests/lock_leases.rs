@@ -225,6 +225,14 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
         &mut conn,
     );
     assert_eq!(fresh, vec![1, 1, 1]);
+    // With the lock now held by the same owner, the given-back attempt must not re-enter it
+    // either: both its record and the lock exist.
+    let late_again = acquire_call("client-1:7", record, &mut conn);
+    assert_eq!(late_again, vec![-1]);
+    assert_eq!(
+        server.cmd(&["HGET", &hash, "count"]),
+        redis::Value::BulkString(b"1".to_vec())
+    );
 }
 
 /// `fix_lease` turns a watchdog hold into a fixed lease from now on: Redis's expiry and the

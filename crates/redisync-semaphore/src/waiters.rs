@@ -29,10 +29,10 @@
 //! A crashed client's connections are gone, so a wake-up sent to it reaches nobody (`PUBLISH`
 //! answers 0) and goes to the next client at once. A client that is alive but cannot act
 //! (stopped, or starved of CPU) swallows the wake-up it is sent: the permit then waits for
-//! the next client's periodic re-check, at most [`RECHECK`](crate::semaphore::RECHECK) (for the expirable semaphore, the
-//! nearest lease end if sooner). Entries of vanished clients are dropped when a wake-up
-//! reaches them, or with the whole registry [`registry_ttl`] after the last waiter
-//! registered.
+//! the next client's periodic re-check, at most [`RECHECK`](crate::semaphore::RECHECK) (for
+//! the expirable semaphore, the nearest lease end if sooner). Entries of vanished clients are
+//! dropped when a wake-up reaches them, or with the whole registry [`registry_ttl`] after the
+//! last waiter registered.
 
 use redisync_core::toolkit::duration::redis_millis;
 use redisync_core::toolkit::{registration_for, Toolkit};
@@ -45,8 +45,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a semaphore's waiters registry lasts at least after a client last registered: a
-/// waiting head registers again with every re-check (at least every [`RECHECK`](crate::semaphore::RECHECK)), so only a
-/// registry whose clients all vanished expires.
+/// waiting head registers again with every re-check (at least every
+/// [`RECHECK`](crate::semaphore::RECHECK)), so only a registry whose clients all vanished
+/// expires.
 pub(crate) fn registry_ttl(client: &Client) -> u64 {
     redis_millis(registration_for(client, None))
 }
