@@ -12,7 +12,11 @@
 -- ARGV[4]  wake-up channel of the caller's client for this lock
 -- ARGV[5]  how long the client's registration as a waiter lasts, in ms; 0 = never register
 --          (the caller will not wait: try_lock)
--- ARGV[6]  '1' if an earlier attempt of the same wait registered the client, '0' if not
+-- ARGV[6]  what a grant does with the client's registration: '0' nothing (not registered,
+--          and no other task of the client waits), '1' take it out (an earlier attempt may
+--          have registered it, and no other task waits), '2' keep it, registering the client
+--          (keeping its place) unless ARGV[5] is 0: other tasks of the client wait behind the
+--          caller, and the next release's wake-up is theirs
 --
 -- Returns {1, token, count} when acquired (count > 1 on a re-entry, which keeps the token of
 -- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
@@ -35,9 +39,11 @@ else
     end
     return {0, redis.call('PTTL', KEYS[1])}
 end
--- Got it: the client no longer waits for this wake-up (its other local waiters, if any,
--- register again when their turn to ask comes).
+-- Got it. The client waits no more, unless other tasks of it wait: registering it for them
+-- here spares the next of them a request of its own before it waits.
 if ARGV[6] == '1' then
     unregister_waiter(KEYS[4], ARGV[4])
+elseif ARGV[6] == '2' and ARGV[5] ~= '0' then
+    register_waiter(KEYS[4], ARGV[4], ARGV[5])
 end
 return reply

@@ -33,11 +33,13 @@ pub use crate::retry::{self, Confirmed, Retry};
 pub use crate::script::{LuaScript, ScriptCall};
 pub use crate::signal::Flag;
 pub use crate::stats::Stats;
-pub use crate::wait::{Attempt, WaitSpec, MAX_SLEEP, RECHECK};
+pub use crate::wait::{Attempt, Turn, WaitSpec, MAX_SLEEP, RECHECK};
 pub use crate::watchdog::lease::{HoldLease, PendingFix};
 pub use crate::{async_trait, impl_held, lua_script};
 pub use hold::Hold;
-pub use registry::{registration_for, ClientRegistration, Settle, Waitlist, Withdraw, Withdrawal};
+pub use registry::{
+    registration_for, ClientRegistration, OnGrant, Settle, Waitlist, Withdraw, Withdrawal,
+};
 
 mod sealed {
     /// Keeps [`Toolkit`](super::Toolkit) implemented by [`Client`](crate::Client) alone, so
@@ -475,10 +477,28 @@ pub trait Toolkit: sealed::Sealed {
     fn acquire<'a, T, F, Fut>(
         &'a self,
         spec: WaitSpec<'a>,
-        attempt: F,
+        mut attempt: F,
     ) -> impl Future<Output = Result<Option<T>>> + 'a
     where
         F: FnMut() -> Fut + 'a,
+        Fut: Future<Output = Result<Attempt<T>>> + 'a,
+        T: 'a,
+    {
+        crate::wait::wait_traced(&**self.client().shared(), spec, move |_| attempt(), true)
+    }
+
+    /// [`acquire`](Self::acquire) for a primitive whose grant can keep the client registered
+    /// as waiting for the tasks queued behind the caller: each call of `attempt` is told
+    /// whether any are ([`Turn::others_waiting`]), and may answer
+    /// [`Attempt::AcquiredStillWaiting`], after which the next head waits for its wake-up
+    /// without a request of its own.
+    fn acquire_in_turn<'a, T, F, Fut>(
+        &'a self,
+        spec: WaitSpec<'a>,
+        attempt: F,
+    ) -> impl Future<Output = Result<Option<T>>> + 'a
+    where
+        F: FnMut(Turn) -> Fut + 'a,
         Fut: Future<Output = Result<Attempt<T>>> + 'a,
         T: 'a,
     {
@@ -492,14 +512,14 @@ pub trait Toolkit: sealed::Sealed {
     fn wait<'a, T, F, Fut>(
         &'a self,
         spec: WaitSpec<'a>,
-        check: F,
+        mut check: F,
     ) -> impl Future<Output = Result<Option<T>>> + 'a
     where
         F: FnMut() -> Fut + 'a,
         Fut: Future<Output = Result<Attempt<T>>> + 'a,
         T: 'a,
     {
-        crate::wait::wait_traced(&**self.client().shared(), spec, check, false)
+        crate::wait::wait_traced(&**self.client().shared(), spec, move |_| check(), false)
     }
 
     /// Takes a reference on `channel` of the client's one subscriber connection, for a

@@ -50,12 +50,46 @@ use crate::transport::Transport;
 pub enum Attempt<T> {
     /// The primitive was acquired.
     Acquired(T),
+    /// The primitive was acquired, and the grant kept the client registered in Redis as
+    /// waiting, for the tasks of this client queued behind the caller (see [`Turn`] and
+    /// `lua/wake_prelude.lua`). A wake-up published after this attempt was sent then reaches
+    /// the next head, so it waits for one without asking Redis first: one script fewer per
+    /// hand-off. It asks after `recheck_in` all the same (at most [`MAX_SLEEP`]), in case the
+    /// wake-up is lost or the hold just granted lapses unreleased.
+    AcquiredStillWaiting {
+        /// What was acquired.
+        held: T,
+        /// The longest the next head waits before asking Redis.
+        recheck_in: Duration,
+    },
     /// The primitive is busy; try again after at most `retry_in` (the holder's remaining lease,
     /// when known). `None` means no bound is known; core then re-checks periodically.
     Busy {
         /// The longest sensible wait before trying again.
         retry_in: Option<Duration>,
     },
+}
+
+impl<T> Attempt<T> {
+    /// What was acquired, if anything.
+    fn held(self) -> Option<T> {
+        match self {
+            Attempt::Acquired(held) | Attempt::AcquiredStillWaiting { held, .. } => Some(held),
+            Attempt::Busy { .. } => None,
+        }
+    }
+}
+
+/// What the waiting loop tells an attempt about its caller's place.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct Turn {
+    /// Other tasks of this client wait for the primitive in its local queue, behind the
+    /// caller. An attempt that may register the client as waiting can then ask Redis to keep
+    /// it registered if it is granted, and say so with [`Attempt::AcquiredStillWaiting`]:
+    /// the next head is woken by the next addressed wake-up without a request of its own.
+    /// Always false for [`shared`](WaitSpec::shared) waits, which have no queue.
+    pub others_waiting: bool,
 }
 
 /// How long to wait when an attempt reports no bound, and the longest single sleep: a waiter
@@ -105,6 +139,20 @@ pub(crate) struct QueueSlot {
     /// up with it rather than each waiting a command timeout of its own in turn when Redis is
     /// unreachable.
     failures: watch::Sender<(u64, Option<Error>)>,
+    /// Left by a head whose grant kept the client registered for the tasks behind it
+    /// ([`Attempt::AcquiredStillWaiting`]), for the next head.
+    handover: Mutex<Option<Handover>>,
+}
+
+/// What a head that acquired while keeping the client registered tells the next head.
+#[derive(Debug, Clone, Copy)]
+struct Handover {
+    /// The channel's generation when the granting attempt was sent. A wake-up published
+    /// after the grant (which ran after the send) moves it on, whenever it arrives: the
+    /// next head that still finds this generation has missed none, and may wait for one.
+    generation: u64,
+    /// When the next head asks Redis at the latest.
+    recheck_at: Instant,
 }
 
 impl QueueSlot {
@@ -114,6 +162,7 @@ impl QueueSlot {
             head: tokio::sync::Semaphore::new(1),
             subscription: Mutex::default(),
             failures: watch::Sender::default(),
+            handover: Mutex::default(),
         }
     }
 
@@ -176,6 +225,11 @@ impl WaitQueues {
         lock(&self.slots).contains_key(key)
     }
 
+    /// How many tasks are in the queue `key` (the head included).
+    fn queued(&self, key: &str) -> usize {
+        lock(&self.slots).get(key).map_or(0, |queue| queue.tickets)
+    }
+
     /// Wakes every task waiting behind a head, for a client that shut down. Called after the
     /// shutdown flag is set: a queue made after this sweep is made by a task that then sees
     /// the flag (both happen under the map's lock).
@@ -236,7 +290,7 @@ pub(crate) fn wait_traced<'a, W, T, F, Fut>(
 ) -> impl Future<Output = Result<Option<T>>> + 'a
 where
     W: Waits + ?Sized,
-    F: FnMut() -> Fut + 'a,
+    F: FnMut(Turn) -> Fut + 'a,
     Fut: Future<Output = Result<Attempt<T>>> + 'a,
     T: 'a,
 {
@@ -301,21 +355,23 @@ fn wait_for_turn<'s, W, T, F, Fut>(
 ) -> impl Future<Output = Result<Option<T>>> + 's
 where
     W: Waits + ?Sized,
-    F: FnMut() -> Fut,
+    F: FnMut(Turn) -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     async move {
         // `waits.queues()` and `ticket.slot()` are not kept in locals: every local that
         // lives across an await is kept in every waiting task.
         waits.check_running()?;
-        let others_waiting =
-            !spec.may_reenter && !spec.shared && waits.queues().has_waiters(spec.queue);
+        let queued = !spec.shared && waits.queues().has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
-        if !others_waiting || no_wait {
+        if !queued || spec.may_reenter || no_wait {
             // Boxed, as is the head's part below: a task waiting behind the head then
             // keeps only this function's small state, not an attempt's or the head's (a
             // waiting task's memory is this future's size).
-            if let Attempt::Acquired(held) = Box::pin(attempt()).await? {
+            let turn = Turn {
+                others_waiting: queued,
+            };
+            if let Some(held) = Box::pin(attempt(turn)).await?.held() {
                 return Ok(Some(held));
             }
             if no_wait {
@@ -398,7 +454,7 @@ async fn wait_as_head<W, T, F, Fut>(
 ) -> Result<Option<T>>
 where
     W: Waits + ?Sized,
-    F: FnMut() -> Fut,
+    F: FnMut(Turn) -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let subscription = lock(&slot.subscription)
@@ -408,6 +464,7 @@ where
     let command_timeout = waits.transport().config.command_timeout;
     // The caller's own try just failed; after that, every wake-up retries.
     let mut retry_before_subscribed = false;
+    let mut handover = lock(&slot.handover).take();
     loop {
         if !watcher.borrow().subscribed {
             // Not subscribed: the first time round, or the hub lost its connection. After
@@ -415,7 +472,7 @@ where
             // and a live one may have been released meanwhile), then resubscribe and try
             // again, since a release published before the subscription is lost.
             if retry_before_subscribed {
-                if let Attempt::Acquired(held) = attempt().await? {
+                if let Some(held) = attempt(turn_of_head(waits, spec)).await?.held() {
                     return Ok(Some(held));
                 }
             }
@@ -442,13 +499,37 @@ where
             }
         }
         retry_before_subscribed = true;
-        watcher.borrow_and_update();
-        let retry_in = match attempt().await? {
-            Attempt::Acquired(held) => return Ok(Some(held)),
-            Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
+        let (generation, subscribed) = {
+            let state = watcher.borrow_and_update();
+            (state.generation, state.subscribed)
+        };
+        let mut wake = match handover.take() {
+            // The head before this one acquired and kept the client registered, and no
+            // wake-up came since its grant: the next one will, so wait for it rather than
+            // ask Redis to register the client once more.
+            Some(handover) if subscribed && handover.generation == generation => {
+                handover.recheck_at
+            }
+            _ => {
+                let sent_at = Instant::now();
+                match attempt(turn_of_head(waits, spec)).await? {
+                    Attempt::Acquired(held) => return Ok(Some(held)),
+                    Attempt::AcquiredStillWaiting { held, recheck_in } => {
+                        if subscribed {
+                            *lock(&slot.handover) = Some(Handover {
+                                generation,
+                                recheck_at: sent_at + recheck_in.min(MAX_SLEEP),
+                            });
+                        }
+                        return Ok(Some(held));
+                    }
+                    Attempt::Busy { retry_in } => {
+                        Instant::now() + retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP)
+                    }
+                }
+            }
         };
         let now = Instant::now();
-        let mut wake = now + retry_in;
         if !watcher.borrow().subscribed {
             // Going on without a subscription (see above): a release is not heard meanwhile.
             wake = wake.min(now + command_timeout);
@@ -464,5 +545,12 @@ where
             _ = watcher.changed() => {}
             _ = tokio::time::sleep_until(wake.into()) => {}
         }
+    }
+}
+
+/// The head's turn: whether tasks of its client wait behind it.
+fn turn_of_head<W: Waits + ?Sized>(waits: &W, spec: &WaitSpec<'_>) -> Turn {
+    Turn {
+        others_waiting: !spec.shared && waits.queues().queued(spec.queue) > 1,
     }
 }

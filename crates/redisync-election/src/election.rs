@@ -8,7 +8,7 @@ use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline
 use redisync_core::toolkit::{
     async_trait, granted, registration_for, Acquire, Attempt, Client, ClientRegistration,
     DistributedPrimitive, Error, Hold, HoldLease, LateOutcome, Lease, Result, ScriptCall, Toolkit,
-    Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
+    OnGrant, Turn, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
 };
 use tracing::Instrument;
 
@@ -374,24 +374,27 @@ impl ElectionCore {
         };
         // A crashed leader is replaced when its lease runs out: the remaining lease bounds
         // each sleep (the attempt reports it).
+        // A won election keeps nobody registered (its script only takes a client out), so the
+        // waiting loop's turn is not asked for.
         let waiting = self.client.acquire(spec, || {
             let (core, value) = (self.clone(), value.clone());
-            withdraw
-                .attempt(move |withdraw, earlier| core.attempt(&value, lease, withdraw, earlier))
+            withdraw.attempt(Turn::default(), move |withdraw, on_grant| {
+                core.attempt(&value, lease, withdraw, on_grant)
+            })
         });
         waiting.await
     }
 
     /// One campaign request under a new attempt id, for the wait whose registration
-    /// `withdraw` takes back; `registered` says whether an earlier attempt of the same wait
-    /// may have registered the client. If its caller goes away, a leadership it won is given
-    /// back.
+    /// `withdraw` takes back; `on_grant` says whether a win takes the client out of the
+    /// waiters ([`OnGrant::TakeOut`]: an earlier attempt may have registered it). If its
+    /// caller goes away, a leadership it won is given back.
     fn attempt(
         self: &Arc<Self>,
         value: &str,
         lease: Duration,
         withdraw: &Withdraw<ElectionCore>,
-        registered: bool,
+        on_grant: OnGrant,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
         let attempt = self.client.unique_id();
@@ -407,7 +410,7 @@ impl ElectionCore {
                 lease_ms: redis_millis(lease),
                 channel: &keys.channel,
                 registration_ms: redis_millis(withdraw.registration()),
-                registered,
+                registered: on_grant == OnGrant::TakeOut,
                 changes: &keys.changes,
             }
             .call();
@@ -434,7 +437,7 @@ impl ElectionCore {
                     }
                     // However it ended: a wait that ended meanwhile waits for this before it
                     // withdraws its client.
-                    withdraw.abandoned_attempt_ended(won);
+                    withdraw.abandoned_attempt_ended(won, on_grant);
                 })
         });
         async move {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     registration_for, Attempt, Client, ClientRegistration, Error, Hold, HoldLease, LateOutcome,
-    Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
+    OnGrant, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
 };
 use tracing::Instrument;
 
@@ -527,10 +527,10 @@ impl LockCore {
             };
             // The attempt closure reaches everything through `withdraw` (it is kept in every
             // waiting task: the fewer captures, the smaller).
-            let waiting = self.client.acquire(spec, || {
+            let waiting = self.client.acquire_in_turn(spec, |turn| {
                 let core = self.clone();
-                withdraw.attempt(move |withdraw, earlier| {
-                    core.attempt(lease, core.client.unique_id(), withdraw, earlier)
+                withdraw.attempt(turn, move |withdraw, on_grant| {
+                    core.attempt(lease, core.client.unique_id(), withdraw, on_grant)
                 })
             });
             waiting.await
@@ -540,14 +540,14 @@ impl LockCore {
     /// One acquire request of the plain lock under attempt id `attempt`, for the wait whose
     /// registration `withdraw` takes back (its `registration` is how long the client's
     /// registration as a waiter lasts if the lock is taken; zero: never register);
-    /// `registered` says whether an earlier attempt of the same wait may have registered it.
-    /// If its caller goes away, whatever it got is given back.
+    /// `on_grant` says what a grant does with the client's registration. If its caller goes
+    /// away, whatever it got is given back.
     fn attempt(
         self: &Arc<Self>,
         lease: Duration,
         attempt: String,
         withdraw: &Withdraw<LockCore>,
-        registered: bool,
+        on_grant: OnGrant,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
         let request = self.keys().and_then(|keys| {
@@ -568,10 +568,10 @@ impl LockCore {
                 attempt: &attempt,
                 channel,
                 registration_ms: registration,
-                registered,
+                on_grant: on_grant.as_arg(),
             }
             .call();
-            Ok((call, Some(withdraw.clone())))
+            Ok((call, Some((withdraw.clone(), on_grant))))
         });
         self.send_attempt(request, attempt, lease)
     }
@@ -635,16 +635,19 @@ impl LockCore {
         self.send_attempt(request, waiter, lease)
     }
 
-    /// Sends an acquire `request` of attempt `attempt`; if its caller goes away, whatever it
-    /// got is given back, and a client it may have registered as waiting withdraws.
+    /// Sends an acquire `request` of attempt `attempt`, with the wait's withdrawal and what a
+    /// grant does with the client's registration if it registers the client; if its caller
+    /// goes away, whatever it got is given back, and a client it may have registered as
+    /// waiting withdraws.
     fn send_attempt(
         self: &Arc<Self>,
-        request: Result<(ScriptCall, Option<Withdraw<LockCore>>)>,
+        request: Result<(ScriptCall, Option<(Withdraw<LockCore>, OnGrant)>)>,
         attempt: String,
         lease: Duration,
     ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
     {
         let sent_at = Instant::now();
+        let kept = matches!(&request, Ok((_, Some((_, OnGrant::Keep)))));
         let request = request.map(|(call, withdraw)| {
             let core = self.clone();
             let abandoned = attempt.clone();
@@ -669,14 +672,21 @@ impl LockCore {
                     }
                     // However it ended, refused included: a wait that ended meanwhile waits
                     // for this before it withdraws its client.
-                    if let Some(withdraw) = withdraw {
-                        withdraw.abandoned_attempt_ended(acquired);
+                    if let Some((withdraw, on_grant)) = withdraw {
+                        withdraw.abandoned_attempt_ended(acquired, on_grant);
                     }
                 })
         });
         async move {
             let reply = request?.await?;
             Ok(match AcquireReply::decode(&reply)? {
+                // The client stays registered for its tasks waiting behind this one: the
+                // next of them waits for the wake-up, and asks by itself at the latest when
+                // this hold would lapse unrenewed.
+                AcquireReply::Acquired { token } if kept => Attempt::AcquiredStillWaiting {
+                    held: (attempt, token, sent_at),
+                    recheck_in: lease,
+                },
                 AcquireReply::Acquired { token } => Attempt::Acquired((attempt, token, sent_at)),
                 AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
                 // Only an attempt given back before it ran says this, and nobody awaits those.

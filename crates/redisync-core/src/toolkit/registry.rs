@@ -8,12 +8,17 @@
 //! ```text
 //! let withdrawal = Withdraw::start(core.clone(), registration_for(client, wait), registration);
 //! let withdraw = withdrawal.withdraw();
-//! client.acquire(spec, || {
+//! client.acquire_in_turn(spec, |turn| {
 //!     let core = core.clone();
 //!     // undo of each attempt: withdraw.abandoned_attempt_ended
-//!     withdraw.attempt(move |withdraw, earlier| core.attempt(.., withdraw, earlier))
+//!     withdraw.attempt(turn, move |withdraw, on_grant| core.attempt(.., withdraw, on_grant))
 //! })
 //! ```
+//!
+//! A grant takes the client out of the registry, unless other tasks of it wait behind the
+//! caller ([`OnGrant::Keep`]): it then keeps the client registered for them, and the next of
+//! them waits for its wake-up without asking Redis first, so that a hand-off between clients
+//! costs two scripts (the release and the woken client's acquire), not three.
 //!
 //! The withdrawal outlives the wait, which borrows it: the wait (with the local queue place
 //! it holds) is gone before the withdrawal asks whether other local tasks still wait, also
@@ -36,7 +41,7 @@ use crate::error::Result;
 use crate::locking::lock;
 use crate::retry::SendGate;
 use crate::script::ScriptCall;
-use crate::wait::{Attempt, RECHECK};
+use crate::wait::{Attempt, Turn, RECHECK};
 
 /// A primitive whose waiting clients register in Redis.
 pub trait Waitlist: Send + Sync + 'static {
@@ -45,6 +50,32 @@ pub trait Waitlist: Send + Sync + 'static {
     /// The call that takes this client out of the primitive's registry of waiting clients
     /// (passing on a wake-up it may have swallowed).
     fn withdraw_call(&self) -> Result<ScriptCall>;
+}
+
+/// What an attempt's grant does with the client's registration as waiting, decided when the
+/// attempt is sent (see [`Withdraw::attempt`]). Passed to the primitive's script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnGrant {
+    /// Nothing: the client is not registered, and no other task of it waits.
+    Leave,
+    /// Take the client out: it may be registered (by an earlier attempt), and no other task of
+    /// it waits.
+    TakeOut,
+    /// Keep the client registered, registering it (keeping its place if it has one) if the
+    /// attempt may register: other tasks of it wait behind the caller, and the next of them
+    /// waits for the wake-up this registration brings (see [`Attempt::AcquiredStillWaiting`]).
+    Keep,
+}
+
+impl OnGrant {
+    /// The script argument: `'0'`, `'1'` or `'2'`, in the order above.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            OnGrant::Leave => "0",
+            OnGrant::TakeOut => "1",
+            OnGrant::Keep => "2",
+        }
+    }
 }
 
 /// Whether this client may be registered in Redis as waiting for one primitive: set when an
@@ -272,21 +303,24 @@ impl<L: Waitlist> Withdraw<L> {
         self.registration
     }
 
-    /// Sends one attempt of this wait, `attempt(withdraw, earlier)`, and settles its outcome
-    /// (see [`Settle::outcome`]); `earlier` says whether an earlier attempt (of this wait or
-    /// another task's) may have registered the client, which a withdrawal not over yet may
-    /// not have undone: the attempt then keeps the client's place, and takes it out if
-    /// granted. An attempt that may register waits until no withdrawal of the client is on
-    /// the wire (at most a command timeout: a send takes no longer), and counts as
-    /// registering from then on, since one cut off on the wire may still register the
-    /// client. Nothing is sent, and nothing changes, if the future is dropped before that.
+    /// Sends one attempt of this wait, `attempt(withdraw, on_grant)`, and settles its outcome
+    /// (see [`Settle::outcome`]); `turn` is the waiting loop's, and `on_grant` says what a
+    /// grant does with the client's registration. An earlier attempt (of this wait or another
+    /// task's) may have registered the client, which a withdrawal not over yet may not have
+    /// undone: the attempt then keeps the client's place, and takes it out if granted, unless
+    /// other tasks of the client wait behind the caller ([`OnGrant::Keep`]). An attempt that
+    /// may register waits until no withdrawal of the client is on the wire (at most a command
+    /// timeout: a send takes no longer), and counts as registering from then on, since one cut
+    /// off on the wire may still register the client. Nothing is sent, and nothing changes, if
+    /// the future is dropped before that.
     pub fn attempt<T, F, Fut>(
         &self,
+        turn: Turn,
         attempt: F,
     ) -> impl Future<Output = Result<Attempt<T>>> + Send + use<L, T, F, Fut>
     where
         T: Send,
-        F: FnOnce(&Withdraw<L>, bool) -> Fut + Send,
+        F: FnOnce(&Withdraw<L>, OnGrant) -> Fut + Send,
         Fut: Future<Output = Result<Attempt<T>>> + Send,
     {
         let withdraw = self.clone();
@@ -296,28 +330,34 @@ impl<L: Waitlist> Withdraw<L> {
             } else {
                 withdraw.client.registering(withdraw.list.client()).await
             };
+            let on_grant = match (turn.others_waiting, earlier) {
+                (true, _) => OnGrant::Keep,
+                (false, true) => OnGrant::TakeOut,
+                (false, false) => OnGrant::Leave,
+            };
             lock(&withdraw.state).in_flight = true;
-            let settle = withdraw.settle();
-            settle.outcome(attempt(&withdraw, earlier).await)
+            let settle = withdraw.settle(on_grant);
+            settle.outcome(attempt(&withdraw, on_grant).await)
         }
     }
 
     /// What an attempt's outcome must settle (see [`Settle::outcome`]): made before the
     /// attempt's future, which it outlives no more than the wait.
-    fn settle(&self) -> Settle {
+    fn settle(&self, on_grant: OnGrant) -> Settle {
         Settle {
             state: self.state.clone(),
             client: self.client.clone(),
+            on_grant,
         }
     }
 
     /// An attempt whose caller went away got its reply (or will never get one): `acquired`
-    /// when it got the primitive (its grant took the registration out). For the attempt's
-    /// undo.
-    pub fn abandoned_attempt_ended(&self, acquired: bool) {
+    /// when it got the primitive, whose grant then did what `on_grant` said with the
+    /// registration (the one the attempt was sent with). For the attempt's undo.
+    pub fn abandoned_attempt_ended(&self, acquired: bool, on_grant: OnGrant) {
         let mut state = lock(&self.state);
         state.in_flight = false;
-        if acquired {
+        if acquired && on_grant != OnGrant::Keep {
             self.client.unregistered();
         }
         if state.ended {
@@ -352,10 +392,14 @@ impl<L: Waitlist> Withdraw<L> {
 pub struct Settle {
     state: Arc<Mutex<WaitState>>,
     client: Arc<ClientRegistration>,
+    /// What a grant does with the registration.
+    on_grant: OnGrant,
 }
 
 impl Settle {
-    /// Takes an attempt's `outcome`: a grant took the registration out; a busy primitive
+    /// Takes an attempt's `outcome`: a grant took the registration out, unless it kept it for
+    /// the client's other waiting tasks ([`OnGrant::Keep`]; the next of them then asks after
+    /// at most [`RECHECK`], as below); a busy primitive
     /// registered the client, which is then woken when its turn comes, and asks again at
     /// least every [`RECHECK`] all the same (which registers it again), so that a wake-up lost
     /// with a stopped client, or a registration lost with a failed-over primary, costs at most
@@ -366,8 +410,19 @@ impl Settle {
         lock(&self.state).in_flight = unknown;
         match outcome {
             Ok(Attempt::Acquired(held)) => {
-                self.client.unregistered();
+                if self.on_grant != OnGrant::Keep {
+                    self.client.unregistered();
+                }
                 Ok(Attempt::Acquired(held))
+            }
+            Ok(Attempt::AcquiredStillWaiting { held, recheck_in }) => {
+                if self.on_grant != OnGrant::Keep {
+                    self.client.unregistered();
+                }
+                Ok(Attempt::AcquiredStillWaiting {
+                    held,
+                    recheck_in: recheck_in.min(RECHECK),
+                })
             }
             Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
                 retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
