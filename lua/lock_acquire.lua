@@ -14,9 +14,9 @@
 --          (the caller will not wait: try_lock)
 -- ARGV[6]  what a grant does with the client's registration: '0' nothing (not registered,
 --          and no other task of the client waits), '1' take it out (an earlier attempt may
---          have registered it, and no other task waits), '2' keep it, registering the client
---          (keeping its place) unless ARGV[5] is 0: other tasks of the client wait behind the
---          caller, and the next release's wake-up is theirs
+--          have registered it, and no other task waits), '2' keep it, at the back (clients
+--          take turns), unless ARGV[5] is 0: other tasks of the client wait behind the
+--          caller, and the next wake-up is theirs
 --
 -- Returns {1, token, count} when acquired (count > 1 on a re-entry, which keeps the token of
 -- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
@@ -44,6 +44,6 @@ end
 if ARGV[6] == '1' then
     unregister_waiter(KEYS[4], ARGV[4])
 elseif ARGV[6] == '2' and ARGV[5] ~= '0' then
-    register_waiter(KEYS[4], ARGV[4], ARGV[5])
+    requeue_waiter(KEYS[4], ARGV[4], ARGV[5])
 end
 return reply

@@ -30,12 +30,12 @@ local function after_attempt(waiters, channel, requeue, ttl_ms, granted)
     if channel == '' then
         return
     end
-    if granted then
+    if not granted then
+        register_waiter(waiters, channel, ttl_ms)
+    elseif requeue == '1' then
+        requeue_waiter(waiters, channel, ttl_ms)
+    else
         unregister_waiter(waiters, channel)
-        if requeue ~= '1' then
-            return
-        end
     end
-    register_waiter(waiters, channel, ttl_ms)
 end
 

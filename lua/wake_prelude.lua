@@ -41,6 +41,14 @@ local function unregister_waiter(waiters, channel)
     redis.call('ZREM', waiters, channel)
 end
 
+-- Sends the client listening on `channel` to the back of the registry, registering it if it
+-- had no place: one of its tasks got what it waited for while more of them wait, and clients
+-- take turns.
+local function requeue_waiter(waiters, channel, ttl_ms)
+    unregister_waiter(waiters, channel)
+    register_waiter(waiters, channel, ttl_ms)
+end
+
 -- Wakes the client that has waited longest and is still listening, taking it out of the
 -- registry (it registers again if it finds the primitive taken). Entries nobody listens on
 -- any more are dropped on the way, at most `tries` of them per call. Returns 1 if a client

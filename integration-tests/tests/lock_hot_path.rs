@@ -438,17 +438,18 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
     guard.unlock().await.unwrap();
 }
 
-/// What the next head of a local queue did, driven through core's waiting loop directly.
+/// The next head of a local queue, driven through core's waiting loop directly.
 struct NextHead {
-    /// Its asks so far.
-    asks: Arc<AtomicUsize>,
+    /// [`Turn::handed_over`](redisync::core::toolkit::Turn) of each of its attempts so far.
+    turns: tokio::sync::mpsc::UnboundedReceiver<bool>,
     waiting: tokio::task::JoinHandle<Result<Option<()>>>,
 }
 
 /// On `client`, a head acquires while keeping the client registered for the task queued
-/// behind it (`Attempt::AcquiredStillWaiting`, next check in 10 s); with `wake_during_grant`,
-/// a wake-up published after the grant was sent arrives before the grant's answer. Returns
-/// the task behind, which is the next head once this returns.
+/// behind it (`Attempt::AcquiredStillWaiting`); with `wake_during_grant`, a wake-up published
+/// after the grant was sent arrives before the grant's answer. Returns the task behind, the
+/// next head once this returns: its attempts answer busy (next try in 10 s) when handed
+/// over, and acquire otherwise.
 async fn hand_over(
     server: &RedisServer,
     client: &Client,
@@ -503,24 +504,28 @@ async fn hand_over(
                                 watcher.changed().await.unwrap();
                             }
                         }
-                        Ok(Attempt::AcquiredStillWaiting {
-                            held: (),
-                            recheck_in: Duration::from_secs(10),
-                        })
+                        Ok(Attempt::AcquiredStillWaiting(()))
                     }
                 })
                 .await
         })
     };
     waits.await.unwrap();
-    let asks = Arc::new(AtomicUsize::new(0));
+    let (turns_tx, turns) = tokio::sync::mpsc::unbounded_channel();
     let waiting = {
-        let (client, asks) = (client.clone(), asks.clone());
+        let client = client.clone();
         tokio::spawn(async move {
             client
-                .acquire_in_turn(spec, |_| {
-                    asks.fetch_add(1, Ordering::SeqCst);
-                    async { Ok(Attempt::Acquired(())) }
+                .acquire_in_turn(spec, |turn| {
+                    let _ = turns_tx.send(turn.handed_over);
+                    async move {
+                        Ok(match turn.handed_over {
+                            true => Attempt::Busy {
+                                retry_in: Some(Duration::from_secs(10)),
+                            },
+                            false => Attempt::Acquired(()),
+                        })
+                    }
                 })
                 .await
         })
@@ -537,36 +542,80 @@ async fn hand_over(
         tokio::time::sleep(ms(20)).await;
     }
     assert!(matches!(head.await.unwrap(), Ok(Some(()))));
-    NextHead { asks, waiting }
+    NextHead { turns, waiting }
 }
 
-/// The next head of a local queue waits for its wake-up without asking Redis while no
-/// wake-up came since its predecessor's grant was sent, and asks at once if one came before
-/// it took its turn: the wake-up is not slept through (the next check would be 10 s away).
+/// The next head of a local queue is told it was handed over (and a lock held by another
+/// owner then answers busy without asking Redis) only while no wake-up came since its
+/// predecessor's grant was sent; one that came before it took its turn is not slept
+/// through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_next_head_waits_without_asking_only_while_no_wake_up_passed_it_by() {
+async fn the_next_head_is_handed_over_only_while_no_wake_up_passed_it_by() {
     let server = RedisServer::start();
     let a = client(&server).await;
     let prompt = Duration::from_secs(5);
 
-    let passed_by = hand_over(&server, &a, "redisync:{passed}:wake", true).await;
-    let acquired = tokio::time::timeout(prompt, passed_by.waiting)
-        .await
-        .expect("the wake-up that came during the grant was slept through");
-    assert!(matches!(acquired.unwrap(), Ok(Some(()))));
-    assert_eq!(passed_by.asks.load(Ordering::SeqCst), 1);
-
-    let quiet = hand_over(&server, &a, "redisync:{quiet}:wake", false).await;
-    tokio::time::sleep(ms(300)).await;
+    let mut passed_by = hand_over(&server, &a, "redisync:{passed}:wake", true).await;
     assert_eq!(
-        quiet.asks.load(Ordering::SeqCst),
-        0,
-        "the next head asked Redis though no wake-up came"
+        passed_by.turns.recv().await,
+        Some(false),
+        "handed over though a wake-up came after the grant"
+    );
+    let acquired = tokio::time::timeout(prompt, passed_by.waiting).await;
+    assert!(matches!(acquired, Ok(Ok(Ok(Some(()))))), "{acquired:?}");
+
+    let mut quiet = hand_over(&server, &a, "redisync:{quiet}:wake", false).await;
+    assert_eq!(
+        quiet.turns.recv().await,
+        Some(true),
+        "not handed over though no wake-up came"
     );
     server.cmd(&["PUBLISH", "redisync:{quiet}:wake", "w"]);
-    let acquired = tokio::time::timeout(prompt, quiet.waiting)
+    let woken = tokio::time::timeout(prompt, quiet.turns.recv()).await;
+    assert_eq!(
+        woken,
+        Ok(Some(false)),
+        "the wake-up did not reach the next head"
+    );
+    let acquired = tokio::time::timeout(prompt, quiet.waiting).await;
+    assert!(matches!(acquired, Ok(Ok(Ok(Some(()))))), "{acquired:?}");
+}
+
+/// Two tasks of one owner (clones of one handle) queued behind another client's hold: once
+/// one of them is granted, the other re-enters at once, as a clone does, rather than waiting
+/// for its sibling's release (or the one-second re-check): being handed over does not make a
+/// lock its owner holds look busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let held = a.lock("shared").lock().await.unwrap();
+    let handle = b.lock("shared");
+    let (both_in, mut holding) = tokio::sync::mpsc::unbounded_channel();
+    let mut siblings = Vec::new();
+    for _ in 0..2 {
+        let (handle, both_in) = (handle.clone(), both_in.clone());
+        siblings.push(tokio::spawn(async move {
+            let guard = handle.lock().await.unwrap();
+            let _ = both_in.send(guard.fencing_token());
+            // Held until the test has seen both in.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            guard.unlock().await.unwrap();
+        }));
+    }
+    eventually("both siblings wait", SETTLE, || {
+        b.stats().contended_waits == 2 && common::zcard(&server, "redisync:{shared}:waiters") == 1
+    })
+    .await;
+    held.unlock().await.unwrap();
+    let first = tokio::time::timeout(SETTLE, holding.recv()).await.unwrap();
+    // Well under the one-second re-check a handed-over wait would sit out.
+    let second = tokio::time::timeout(ms(700), holding.recv())
         .await
-        .expect("the next head did not ask when woken");
-    assert!(matches!(acquired.unwrap(), Ok(Some(()))));
-    assert_eq!(quiet.asks.load(Ordering::SeqCst), 1);
+        .expect("the sibling waited for a release instead of re-entering");
+    assert_eq!(first, second, "a re-entry keeps the hold's token");
+    assert_eq!(handle.hold_count().await.unwrap(), 2);
+    for sibling in siblings {
+        sibling.await.unwrap();
+    }
 }

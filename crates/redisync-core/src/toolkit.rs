@@ -490,8 +490,8 @@ pub trait Toolkit: sealed::Sealed {
     /// [`acquire`](Self::acquire) for a primitive whose grant can keep the client registered
     /// as waiting for the tasks queued behind the caller: each call of `attempt` is told
     /// whether any are ([`Turn::others_waiting`]), and may answer
-    /// [`Attempt::AcquiredStillWaiting`], after which the next head waits for its wake-up
-    /// without a request of its own.
+    /// [`Attempt::AcquiredStillWaiting`]; the next head's first attempt is then told whether
+    /// a wake-up came since ([`Turn::handed_over`]), and may wait for one without a request.
     fn acquire_in_turn<'a, T, F, Fut>(
         &'a self,
         spec: WaitSpec<'a>,

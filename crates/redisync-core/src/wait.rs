@@ -17,6 +17,14 @@
 //!    closes the race where a release is published between the failed try and the subscribe.
 //! 4. While busy, it sleeps until a message arrives or the time the attempt reported runs out
 //!    (the holder's remaining lease), whichever is first, so a lost message costs at most that.
+//! 5. A head whose attempt is granted while more tasks queue behind it may answer
+//!    [`Attempt::AcquiredStillWaiting`]: its grant kept the client registered for them in
+//!    Redis (each attempt is told whether any queue, [`Turn`]). It leaves the channel's
+//!    generation as of its send to the next head. If the generation has not moved when that
+//!    head makes its first attempt, no wake-up has come since the grant (every one published
+//!    after it moves the generation, whenever it arrives), and the attempt is told so
+//!    ([`Turn::handed_over`]): a lock held by another owner then answers busy without asking
+//!    Redis, and a hand-off costs the release and one acquire.
 //!
 //! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) nothing here changes: the hub then
 //! reports every subscription confirmed at once and ticks each wanted channel once per poll
@@ -53,15 +61,9 @@ pub enum Attempt<T> {
     /// The primitive was acquired, and the grant kept the client registered in Redis as
     /// waiting, for the tasks of this client queued behind the caller (see [`Turn`] and
     /// `lua/wake_prelude.lua`). A wake-up published after this attempt was sent then reaches
-    /// the next head, so it waits for one without asking Redis first: one script fewer per
-    /// hand-off. It asks after `recheck_in` all the same (at most [`MAX_SLEEP`]), in case the
-    /// wake-up is lost or the hold just granted lapses unreleased.
-    AcquiredStillWaiting {
-        /// What was acquired.
-        held: T,
-        /// The longest the next head waits before asking Redis.
-        recheck_in: Duration,
-    },
+    /// the next head, whose first attempt is told so ([`Turn::handed_over`]) if none came
+    /// before it took its turn.
+    AcquiredStillWaiting(T),
     /// The primitive is busy; try again after at most `retry_in` (the holder's remaining lease,
     /// when known). `None` means no bound is known; core then re-checks periodically.
     Busy {
@@ -74,7 +76,7 @@ impl<T> Attempt<T> {
     /// What was acquired, if anything.
     fn held(self) -> Option<T> {
         match self {
-            Attempt::Acquired(held) | Attempt::AcquiredStillWaiting { held, .. } => Some(held),
+            Attempt::Acquired(held) | Attempt::AcquiredStillWaiting(held) => Some(held),
             Attempt::Busy { .. } => None,
         }
     }
@@ -86,10 +88,17 @@ impl<T> Attempt<T> {
 pub struct Turn {
     /// Other tasks of this client wait for the primitive in its local queue, behind the
     /// caller. An attempt that may register the client as waiting can then ask Redis to keep
-    /// it registered if it is granted, and say so with [`Attempt::AcquiredStillWaiting`]:
-    /// the next head is woken by the next addressed wake-up without a request of its own.
+    /// it registered if it is granted, and say so with [`Attempt::AcquiredStillWaiting`].
     /// Always false for [`shared`](WaitSpec::shared) waits, which have no queue.
     pub others_waiting: bool,
+    /// The caller just became the head of its local queue after a task ahead of it was
+    /// granted with [`Attempt::AcquiredStillWaiting`], and no wake-up has come since that
+    /// grant was sent: the client is still registered, and every wake-up published from then
+    /// on will wake the caller. A primitive that only a release can open to the caller (a
+    /// lock held by another owner) may answer busy without asking Redis, sparing a request
+    /// per hand-off; one that may have room for it (a semaphore with permits left, a lock
+    /// its owner holds) asks as usual.
+    pub handed_over: bool,
 }
 
 /// How long to wait when an attempt reports no bound, and the longest single sleep: a waiter
@@ -140,19 +149,11 @@ pub(crate) struct QueueSlot {
     /// unreachable.
     failures: watch::Sender<(u64, Option<Error>)>,
     /// Left by a head whose grant kept the client registered for the tasks behind it
-    /// ([`Attempt::AcquiredStillWaiting`]), for the next head.
-    handover: Mutex<Option<Handover>>,
-}
-
-/// What a head that acquired while keeping the client registered tells the next head.
-#[derive(Debug, Clone, Copy)]
-struct Handover {
-    /// The channel's generation when the granting attempt was sent. A wake-up published
-    /// after the grant (which ran after the send) moves it on, whenever it arrives: the
-    /// next head that still finds this generation has missed none, and may wait for one.
-    generation: u64,
-    /// When the next head asks Redis at the latest.
-    recheck_at: Instant,
+    /// ([`Attempt::AcquiredStillWaiting`]), for the next head: the channel's generation when
+    /// the granting attempt was sent. A wake-up published after the grant (which ran after
+    /// the send) moves it on, whenever it arrives, so a next head that still finds it has
+    /// missed none ([`Turn::handed_over`]).
+    handover: Mutex<Option<u64>>,
 }
 
 impl QueueSlot {
@@ -370,6 +371,7 @@ where
             // waiting task's memory is this future's size).
             let turn = Turn {
                 others_waiting: queued,
+                handed_over: false,
             };
             if let Some(held) = Box::pin(attempt(turn)).await?.held() {
                 return Ok(Some(held));
@@ -503,32 +505,21 @@ where
             let state = watcher.borrow_and_update();
             (state.generation, state.subscribed)
         };
-        let mut wake = match handover.take() {
-            // The head before this one acquired and kept the client registered, and no
-            // wake-up came since its grant: the next one will, so wait for it rather than
-            // ask Redis to register the client once more.
-            Some(handover) if subscribed && handover.generation == generation => {
-                handover.recheck_at
-            }
-            _ => {
-                let sent_at = Instant::now();
-                match attempt(turn_of_head(waits, spec)).await? {
-                    Attempt::Acquired(held) => return Ok(Some(held)),
-                    Attempt::AcquiredStillWaiting { held, recheck_in } => {
-                        if subscribed {
-                            *lock(&slot.handover) = Some(Handover {
-                                generation,
-                                recheck_at: sent_at + recheck_in.min(MAX_SLEEP),
-                            });
-                        }
-                        return Ok(Some(held));
-                    }
-                    Attempt::Busy { retry_in } => {
-                        Instant::now() + retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP)
-                    }
-                }
-            }
+        let turn = Turn {
+            handed_over: subscribed && handover.take() == Some(generation),
+            ..turn_of_head(waits, spec)
         };
+        let retry_in = match attempt(turn).await? {
+            Attempt::Acquired(held) => return Ok(Some(held)),
+            Attempt::AcquiredStillWaiting(held) => {
+                if subscribed {
+                    *lock(&slot.handover) = Some(generation);
+                }
+                return Ok(Some(held));
+            }
+            Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
+        };
+        let mut wake = Instant::now() + retry_in;
         let now = Instant::now();
         if !watcher.borrow().subscribed {
             // Going on without a subscription (see above): a release is not heard meanwhile.
@@ -552,5 +543,6 @@ where
 fn turn_of_head<W: Waits + ?Sized>(waits: &W, spec: &WaitSpec<'_>) -> Turn {
     Turn {
         others_waiting: !spec.shared && waits.queues().queued(spec.queue) > 1,
+        handed_over: false,
     }
 }

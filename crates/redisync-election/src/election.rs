@@ -7,8 +7,8 @@ use futures_util::Stream;
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     async_trait, granted, registration_for, Acquire, Attempt, Client, ClientRegistration,
-    DistributedPrimitive, Error, Hold, HoldLease, LateOutcome, Lease, Result, ScriptCall, Toolkit,
-    OnGrant, Turn, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
+    DistributedPrimitive, Error, Hold, HoldLease, LateOutcome, Lease, OnGrant, Result, ScriptCall,
+    Toolkit, Turn, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
 };
 use tracing::Instrument;
 

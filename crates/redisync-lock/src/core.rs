@@ -303,10 +303,12 @@ impl LockCore {
                     .await?
                 }
             };
-            let Some((attempt, token, sent_at)) = granted else {
+            let Some(granted) = granted else {
                 return Ok(None);
             };
-            self.guard(&attempt, token, sent_at, lease).map(Some)
+            // The guard counts the hold among the owner's live guards before the grant stops.
+            self.guard(&granted.attempt, granted.token, granted.sent_at, lease)
+                .map(Some)
         }
     }
 
@@ -435,7 +437,7 @@ impl LockCore {
         wait: Option<Duration>,
         deadline: Option<Instant>,
         heartbeat: Duration,
-    ) -> Result<Option<(String, u64, Instant)>> {
+    ) -> Result<Option<Granted>> {
         let Waiting::Queue { wake_prefix, .. } = &self.keys()?.waiting else {
             return Err(Error::invalid("a plain lock has no waiting queue"));
         };
@@ -505,7 +507,7 @@ impl LockCore {
         lease: Duration,
         wait: Option<Duration>,
         deadline: Option<Instant>,
-    ) -> impl std::future::Future<Output = Result<Option<(String, u64, Instant)>>> + '_ {
+    ) -> impl std::future::Future<Output = Result<Option<Granted>>> + '_ {
         let registration = registration_for(&self.client, wait);
         async move {
             let keys = self.keys()?;
@@ -529,8 +531,20 @@ impl LockCore {
             // waiting task: the fewer captures, the smaller).
             let waiting = self.client.acquire_in_turn(spec, |turn| {
                 let core = self.clone();
+                // Handed over by a grant to another task of this client, with no wake-up
+                // since: only the release of that hold can let this caller in, and it will
+                // wake the client when its turn comes. Unless this owner holds the lock (or
+                // is being granted it): then this caller may re-enter, and asks.
+                let busy = turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0;
                 withdraw.attempt(turn, move |withdraw, on_grant| {
-                    core.attempt(lease, core.client.unique_id(), withdraw, on_grant)
+                    let request = (!busy)
+                        .then(|| core.attempt(lease, core.client.unique_id(), withdraw, on_grant));
+                    async move {
+                        match request {
+                            Some(request) => request.await,
+                            None => Ok(Attempt::Busy { retry_in: None }),
+                        }
+                    }
                 })
             });
             waiting.await
@@ -548,8 +562,7 @@ impl LockCore {
         attempt: String,
         withdraw: &Withdraw<LockCore>,
         on_grant: OnGrant,
-    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
-    {
+    ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let request = self.keys().and_then(|keys| {
             let Waiting::Clients { waiters, channel } = &keys.waiting else {
                 return Err(Error::invalid("a fair lock waits in its queue"));
@@ -606,8 +619,7 @@ impl LockCore {
         lease: Duration,
         waiter: String,
         place: Option<Duration>,
-    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
-    {
+    ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let request = self.keys().and_then(|keys| {
             let Waiting::Queue {
                 queue,
@@ -644,8 +656,7 @@ impl LockCore {
         request: Result<(ScriptCall, Option<(Withdraw<LockCore>, OnGrant)>)>,
         attempt: String,
         lease: Duration,
-    ) -> impl std::future::Future<Output = Result<Attempt<(String, u64, Instant)>>> + Send + 'static
-    {
+    ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let sent_at = Instant::now();
         let kept = matches!(&request, Ok((_, Some((_, OnGrant::Keep)))));
         let request = request.map(|(call, withdraw)| {
@@ -677,22 +688,57 @@ impl LockCore {
                     }
                 })
         });
+        let core = self.clone();
         async move {
             let reply = request?.await?;
             Ok(match AcquireReply::decode(&reply)? {
                 // The client stays registered for its tasks waiting behind this one: the
                 // next of them waits for the wake-up, and asks by itself at the latest when
                 // this hold would lapse unrenewed.
-                AcquireReply::Acquired { token } if kept => Attempt::AcquiredStillWaiting {
-                    held: (attempt, token, sent_at),
-                    recheck_in: lease,
-                },
-                AcquireReply::Acquired { token } => Attempt::Acquired((attempt, token, sent_at)),
+                AcquireReply::Acquired { token } => {
+                    let granted = Granted {
+                        attempt,
+                        token,
+                        sent_at,
+                        _counted: LiveCount::new(&core.live_guards),
+                    };
+                    match kept {
+                        true => Attempt::AcquiredStillWaiting(granted),
+                        false => Attempt::Acquired(granted),
+                    }
+                }
                 AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
                 // Only an attempt given back before it ran says this, and nobody awaits those.
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
         }
+    }
+}
+
+/// A hold an acquire request was granted, on its way to its guard.
+pub(crate) struct Granted {
+    attempt: String,
+    token: u64,
+    sent_at: Instant,
+    /// Counts the hold among its owner's live guards from the reply on, before its guard
+    /// does: the next head of the local queue may start its turn in between, and must see
+    /// that this owner holds the lock (see `LockCore::acquire_registered`).
+    _counted: LiveCount,
+}
+
+/// One count in an owner's live guards, taken back on drop.
+struct LiveCount(Arc<AtomicUsize>);
+
+impl LiveCount {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        LiveCount(count.clone())
+    }
+}
+
+impl Drop for LiveCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

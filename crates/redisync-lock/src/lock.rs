@@ -50,13 +50,18 @@ use crate::guard::LockGuard;
 /// | release, nobody waiting | 1 | 3: `HMGET`, `DEL`, `ZRANGE` (no `PUBLISH`) |
 /// | release with clients waiting | 1 | 5: as above, then `ZREM` and one `PUBLISH` to one client |
 /// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | a failed attempt also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) |
+/// | contended acquire granted while more tasks of the client wait | as above | the grant sends the client to the back of the registry (`ZREM`, then as a registration) |
+/// | the next of those tasks | 0 before its wake-up, then as a contended acquire | |
 /// | a wait given up while its client is registered, by the client's last waiting task | + 1 in the background (`lock_withdraw`) | |
 /// | introspection, `force_unlock` | 1 | |
 ///
-/// A contended hand-off costs about three scripts whatever the number of waiting clients:
-/// the release, the woken client's acquire, and the registration of that client's next
-/// waiting task. Clients take turns in the order they registered, and within a client tasks
-/// take turns in the order they asked, so no client or task starves.
+/// A contended hand-off costs two scripts whatever the number of waiting clients: the
+/// release, and the woken client's acquire. When more tasks of that client wait, its grant
+/// keeps the client registered for them, at the back, so the next of them waits for its
+/// wake-up without asking Redis first; it asks all the same if a wake-up came between the
+/// grant and its turn, and at the latest a second after the grant (`RECHECK`). Clients take
+/// turns in the order they registered, and within a client tasks take turns in the order
+/// they asked, so no client or task starves.
 ///
 /// # Examples
 ///

@@ -61,7 +61,7 @@ pub enum OnGrant {
     /// Take the client out: it may be registered (by an earlier attempt), and no other task of
     /// it waits.
     TakeOut,
-    /// Keep the client registered, registering it (keeping its place if it has one) if the
+    /// Keep the client registered, at the back of the registry (clients take turns), if the
     /// attempt may register: other tasks of it wait behind the caller, and the next of them
     /// waits for the wake-up this registration brings (see [`Attempt::AcquiredStillWaiting`]).
     Keep,
@@ -398,8 +398,7 @@ pub struct Settle {
 
 impl Settle {
     /// Takes an attempt's `outcome`: a grant took the registration out, unless it kept it for
-    /// the client's other waiting tasks ([`OnGrant::Keep`]; the next of them then asks after
-    /// at most [`RECHECK`], as below); a busy primitive
+    /// the client's other waiting tasks ([`OnGrant::Keep`]); a busy primitive
     /// registered the client, which is then woken when its turn comes, and asks again at
     /// least every [`RECHECK`] all the same (which registers it again), so that a wake-up lost
     /// with a stopped client, or a registration lost with a failed-over primary, costs at most
@@ -415,14 +414,11 @@ impl Settle {
                 }
                 Ok(Attempt::Acquired(held))
             }
-            Ok(Attempt::AcquiredStillWaiting { held, recheck_in }) => {
+            Ok(Attempt::AcquiredStillWaiting(held)) => {
                 if self.on_grant != OnGrant::Keep {
                     self.client.unregistered();
                 }
-                Ok(Attempt::AcquiredStillWaiting {
-                    held,
-                    recheck_in: recheck_in.min(RECHECK),
-                })
+                Ok(Attempt::AcquiredStillWaiting(held))
             }
             Ok(Attempt::Busy { retry_in }) => Ok(Attempt::Busy {
                 retry_in: Some(retry_in.map_or(RECHECK, |r| r.min(RECHECK))),
