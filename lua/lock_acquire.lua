@@ -11,7 +11,8 @@
 -- ARGV[3]  attempt id, unique per acquire request
 -- ARGV[4]  wake-up channel of the caller's client for this lock
 -- ARGV[5]  how long the client's registration as a waiter lasts, in ms; 0 = never register
---          (the caller will not wait: try_lock)
+--          (the caller will not wait, try_lock, or this is its first try, made before it
+--          subscribed: a wake-up would reach nobody)
 -- ARGV[6]  what a grant does with the client's registration: '0' nothing (not registered,
 --          and no other task of the client waits), '1' take it out (an earlier attempt may
 --          have registered it, and no other task waits), '2' keep it, at the back (clients

@@ -619,3 +619,62 @@ async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
         sibling.await.unwrap();
     }
 }
+
+/// A grant that kept its client registered for the task behind it leaves the client's
+/// registration to that task: when it gives up (handed over, before it asked Redis itself),
+/// the client withdraws at once, and the holder's release then publishes to nobody. (The
+/// entry would otherwise stay for its 5 s lifetime, and the release would wake the client.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kept_registered() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock("kept").lock().await.unwrap();
+    let waiting = client(&server).await;
+    let channel = wake_channel("kept", &waiting);
+    let registered = || server.cmd(&["ZSCORE", "redisync:{kept}:waiters", &channel]);
+    let (granted_tx, granted) = tokio::sync::oneshot::channel();
+    let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let lock = waiting.lock("kept");
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let _ = granted_tx.send(());
+            release.await.unwrap();
+            guard.unlock().await.unwrap();
+        })
+    };
+    eventually("the client registered", SETTLE, || {
+        registered() != redis::Value::Nil
+    })
+    .await;
+    let second = {
+        let lock = waiting.lock("kept");
+        tokio::spawn(async move { lock.lock().await.map(|_| ()) })
+    };
+    eventually("the second task queued", SETTLE, || {
+        waiting.stats().contended_waits >= 2
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    granted.await.unwrap();
+    assert_ne!(
+        registered(),
+        redis::Value::Nil,
+        "the grant kept the client registered for the task behind"
+    );
+    // Given up before its one-second re-check: it never asked Redis itself.
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    eventually("the client withdrew", ms(2000), || {
+        registered() == redis::Value::Nil
+    })
+    .await;
+    reset_stats(&server);
+    release_tx.send(()).unwrap();
+    first.await.unwrap();
+    assert_eq!(
+        server.command_calls("publish"),
+        0,
+        "the release woke someone"
+    );
+}

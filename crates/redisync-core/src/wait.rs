@@ -86,6 +86,11 @@ impl<T> Attempt<T> {
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
 pub struct Turn {
+    /// The caller's first try, made before it queues or subscribes: a wake-up published
+    /// meanwhile would reach nobody, so it should not register the client as waiting (if it
+    /// finds the primitive taken, its head subscribes and asks again, and that attempt
+    /// registers it).
+    pub first_try: bool,
     /// Other tasks of this client wait for the primitive in its local queue, behind the
     /// caller. An attempt that may register the client as waiting can then ask Redis to keep
     /// it registered if it is granted, and say so with [`Attempt::AcquiredStillWaiting`].
@@ -370,6 +375,7 @@ where
             // keeps only this function's small state, not an attempt's or the head's (a
             // waiting task's memory is this future's size).
             let turn = Turn {
+                first_try: true,
                 others_waiting: queued,
                 handed_over: false,
             };
@@ -505,8 +511,10 @@ where
             let state = watcher.borrow_and_update();
             (state.generation, state.subscribed)
         };
+        // Only the first attempt after becoming head can be handed over.
+        let unmoved = handover.take() == Some(generation);
         let turn = Turn {
-            handed_over: subscribed && handover.take() == Some(generation),
+            handed_over: subscribed && unmoved,
             ..turn_of_head(waits, spec)
         };
         let retry_in = match attempt(turn).await? {
@@ -519,8 +527,8 @@ where
             }
             Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
         };
-        let mut wake = Instant::now() + retry_in;
         let now = Instant::now();
+        let mut wake = now + retry_in;
         if !watcher.borrow().subscribed {
             // Going on without a subscription (see above): a release is not heard meanwhile.
             wake = wake.min(now + command_timeout);
@@ -542,6 +550,7 @@ where
 /// The head's turn: whether tasks of its client wait behind it.
 fn turn_of_head<W: Waits + ?Sized>(waits: &W, spec: &WaitSpec<'_>) -> Turn {
     Turn {
+        first_try: false,
         others_waiting: !spec.shared && waits.queues().queued(spec.queue) > 1,
         handed_over: false,
     }

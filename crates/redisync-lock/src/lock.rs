@@ -49,7 +49,7 @@ use crate::guard::LockGuard;
 /// | re-entry | 1 | 6: `EXISTS`, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
 /// | release, nobody waiting | 1 | 3: `HMGET`, `DEL`, `ZRANGE` (no `PUBLISH`) |
 /// | release with clients waiting | 1 | 5: as above, then `ZREM` and one `PUBLISH` to one client |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | a failed attempt also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`); the first try, made before, does not |
 /// | contended acquire granted while more tasks of the client wait | as above | the grant sends the client to the back of the registry (`ZREM`, then as a registration) |
 /// | the next of those tasks | 0 before its wake-up, then as a contended acquire | |
 /// | a wait given up while its client is registered, by the client's last waiting task | + 1 in the background (`lock_withdraw`) | |

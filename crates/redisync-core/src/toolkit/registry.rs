@@ -17,8 +17,9 @@
 //!
 //! A grant takes the client out of the registry, unless other tasks of it wait behind the
 //! caller ([`OnGrant::Keep`]): it then keeps the client registered for them, and the next of
-//! them waits for its wake-up without asking Redis first, so that a hand-off between clients
-//! costs two scripts (the release and the woken client's acquire), not three.
+//! them is told so ([`Turn::handed_over`](crate::wait::Turn::handed_over)); a lock held by
+//! another owner then waits for its wake-up without asking Redis first, so that a hand-off
+//! between clients costs two scripts (the release and the woken client's acquire), not three.
 //!
 //! The withdrawal outlives the wait, which borrows it: the wait (with the local queue place
 //! it holds) is gone before the withdrawal asks whether other local tasks still wait, also
@@ -79,8 +80,8 @@ impl OnGrant {
 }
 
 /// Whether this client may be registered in Redis as waiting for one primitive: set when an
-/// attempt that registers is sent, cleared by a grant (which takes the registration out) and
-/// by a withdrawal. Shared by every task of the client waiting for the primitive, and by the
+/// attempt that registers is sent, cleared by a grant (which takes the registration out,
+/// unless it keeps it for the client's other waiting tasks) and by a withdrawal. Shared by every task of the client waiting for the primitive, and by the
 /// withdrawals still being sent: get it with [`ClientRegistration::of`].
 #[derive(Debug, Default)]
 pub struct ClientRegistration {
@@ -305,7 +306,9 @@ impl<L: Waitlist> Withdraw<L> {
 
     /// Sends one attempt of this wait, `attempt(withdraw, on_grant)`, and settles its outcome
     /// (see [`Settle::outcome`]); `turn` is the waiting loop's, and `on_grant` says what a
-    /// grant does with the client's registration. An earlier attempt (of this wait or another
+    /// grant does with the client's registration. The `withdraw` passed on is this one, with
+    /// a [`registration`](Self::registration) of zero for a first try, which must not
+    /// register the client ([`Turn::first_try`]). An earlier attempt (of this wait or another
     /// task's) may have registered the client, which a withdrawal not over yet may not have
     /// undone: the attempt then keeps the client's place, and takes it out if granted, unless
     /// other tasks of the client wait behind the caller ([`OnGrant::Keep`]). An attempt that
@@ -323,7 +326,11 @@ impl<L: Waitlist> Withdraw<L> {
         F: FnOnce(&Withdraw<L>, OnGrant) -> Fut + Send,
         Fut: Future<Output = Result<Attempt<T>>> + Send,
     {
-        let withdraw = self.clone();
+        let mut withdraw = self.clone();
+        if turn.first_try {
+            // Not subscribed yet: it must not register the client (see `Turn::first_try`).
+            withdraw.registration = Duration::ZERO;
+        }
         async move {
             let earlier = if withdraw.registration.is_zero() {
                 withdraw.client.may_be_registered()
