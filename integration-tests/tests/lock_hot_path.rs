@@ -678,3 +678,36 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
         "the release woke someone"
     );
 }
+
+/// A wait's first try is made before its client subscribes, so it does not register the
+/// client (a wake-up sent to it would reach nobody, and cost the release a second PUBLISH):
+/// of the waiter's attempts, all but the first look the client up in the registry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_try_does_not_register_its_client() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock("first").lock().await.unwrap();
+    let waiting = client(&server).await;
+    let channel = wake_channel("first", &waiting);
+    reset_stats(&server);
+    let lock = waiting.lock("first");
+    let task = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    let mut polls = 0;
+    eventually("the client registered", SETTLE, || {
+        polls += 1;
+        server.cmd(&["ZSCORE", "redisync:{first}:waiters", &channel]) != redis::Value::Nil
+    })
+    .await;
+    let run = commands_run(&server);
+    task.abort();
+    let _ = task.await;
+    let attempts = run.get("evalsha").copied().unwrap_or(0);
+    assert!(attempts >= 2, "{run:?}");
+    // Each registering attempt looks the client up first; the first try does not.
+    assert_eq!(
+        run.get("zscore").copied().unwrap_or(0) - polls,
+        attempts - 1,
+        "{run:?}, {polls} polls"
+    );
+    guard.unlock().await.unwrap();
+}
