@@ -12,9 +12,12 @@
 -- ARGV[3]  '1' if more tasks of the client wait, '0' otherwise (see after_attempt)
 -- ARGV[4]  how long the waiters registry lasts at least, in ms
 --
--- Returns 1 when the n permits were taken, 0 when fewer than n are available (nothing taken;
--- a waiting client is registered), -1 when the attempt had been given back before it ran; a
--- WRONGTYPE error when the keys hold foreign data.
+-- Returns 1 when the n permits were taken, 2 when they were taken by a client that stays
+-- registered for its other waiting tasks (ARGV[3] is '1') and fewer than n permits are left
+-- (the next of its tasks to ask for n cannot get in before permits come back, which wakes a
+-- client), 0 when fewer than n are available (nothing taken; a waiting client is
+-- registered), -1 when the attempt had been given back before it ran; a WRONGTYPE error
+-- when the keys hold foreign data.
 
 local available, generation, state = read_semaphore(KEYS[1], KEYS[3], KEYS[2])
 if state then
@@ -24,7 +27,10 @@ if not available or available < tonumber(ARGV[1]) then
     after_attempt(KEYS[4], ARGV[2], ARGV[3], ARGV[4], false)
     return 0
 end
-redis.call('DECRBY', KEYS[1], ARGV[1])
+local left = redis.call('DECRBY', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], 'granted:' .. generation)
 after_attempt(KEYS[4], ARGV[2], ARGV[3], ARGV[4], true)
+if ARGV[2] ~= '' and ARGV[3] == '1' and left < tonumber(ARGV[1]) then
+    return 2
+end
 return 1

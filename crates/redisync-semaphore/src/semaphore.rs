@@ -182,7 +182,7 @@ impl Waitlist for SemCore {
 /// | uncontended acquire | 1 | 4 (`EVALSHA`; `MGET`, `DECRBY`, `SET`) |
 /// | release | 1 | 5 (`EVALSHA`; `MGET`, `DEL`, `INCRBY`, `ZRANGE`), + `ZREM` and `PUBLISH` per client woken |
 /// | acquire + release, uncontended | 2 | 9 |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second) | about 3 scripts per acquisition (the woken client's acquire, the release, the next local waiter registering again), whatever the number of clients |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second) | about 2 scripts per acquisition (the woken client's acquire and the release), whatever the number of clients: a task that gets in while more tasks of its client wait keeps the client registered, at the back, and when fewer permits are left than the next of those tasks asks for, that task waits for its wake-up without asking first; it asks all the same if a wake-up came in between, and at least once a second |
 /// | every other call | 1 | |
 ///
 /// # Examples
@@ -462,6 +462,12 @@ impl Semaphore {
                 1 => {
                     turn.acquired(&registration);
                     Attempt::Acquired(attempt)
+                }
+                // The client stays registered, and the next of its tasks asking for as many
+                // permits cannot get in before permits come back, which wakes a client.
+                2 => {
+                    turn.acquired(&registration);
+                    Attempt::AcquiredStillWaiting(attempt)
                 }
                 0 | -1 => Attempt::Busy {
                     retry_in: Some(RECHECK),

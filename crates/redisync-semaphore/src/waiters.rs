@@ -119,26 +119,18 @@ pub(crate) trait Waited: Waitlist {
 /// little memory, and the withdrawal is built only when it is sent.
 pub(crate) struct Waiter<C: Waited> {
     core: Arc<C>,
-    /// Whether the next attempt is the wait's first try, made before subscribing (core skips
-    /// it when local waiters are queued already).
-    first_try: bool,
 }
 
 impl<C: Waited> Waiter<C> {
-    /// Starts a wait on `core`'s semaphore, in the local queue `queue`.
-    pub(crate) fn new(core: &Arc<C>, queue: &str) -> Self {
+    /// Starts a wait on `core`'s semaphore.
+    pub(crate) fn new(core: &Arc<C>) -> Self {
         core.local().waiting.fetch_add(1, Ordering::AcqRel);
-        Waiter {
-            first_try: !core.client().has_local_waiters(queue),
-            core: core.clone(),
-        }
+        Waiter { core: core.clone() }
     }
 
-    /// The turn of the next attempt.
-    pub(crate) fn next_turn(&mut self) -> Turn {
-        if std::mem::take(&mut self.first_try) {
-            return Turn::first_try();
-        }
+    /// The turn of an attempt that is not the wait's first try (made before subscribing,
+    /// which leaves the registry alone).
+    pub(crate) fn next_turn(&self) -> Turn {
         Turn {
             channel: self.core.channel().unwrap_or_default().to_owned(),
             requeue: self.core.local().waiting.load(Ordering::Acquire) > 1,
@@ -158,7 +150,9 @@ impl<C: Waited> Drop for Waiter<C> {
 /// call that may wait counts among the client's waiting tasks until it ends (see [`Waiter`]);
 /// one that may not ([`Wait::No`]) makes one first try and never registers. An attempt that
 /// may register the client is not sent while a withdrawal of the client is on the wire (see
-/// [`ClientRegistration::registering`]).
+/// [`ClientRegistration::registering`]). A head handed over by a task of its client that got
+/// in ([`Attempt::AcquiredStillWaiting`]) sends nothing before its wake-up, at most
+/// [`RECHECK`](crate::semaphore::RECHECK).
 pub(crate) async fn acquire<C, T, Fut>(
     core: &Arc<C>,
     spec: WaitSpec<'_>,
@@ -170,16 +164,25 @@ where
     T: Send,
     Fut: Future<Output = Result<Attempt<T>>> + Send,
 {
-    let mut waiter = (wait.limit() != Some(Duration::ZERO)).then(|| Waiter::new(core, spec.queue));
+    let waiter = (wait.limit() != Some(Duration::ZERO)).then(|| Waiter::new(core));
     core.client()
-        .acquire(spec, || {
-            let turn = waiter
-                .as_mut()
-                .map_or_else(Turn::first_try, Waiter::next_turn);
-            let registers = turn.registers();
-            let send = attempt(turn);
+        .acquire_in_turn(spec, |place| {
+            // Handed over by a task of this client that took permits and left fewer than
+            // this one asks for (see `Attempt::AcquiredStillWaiting`), with no wake-up since:
+            // permits come back only with a wake-up, so there is nothing to ask yet.
+            let send = (!place.handed_over).then(|| {
+                let turn = match &waiter {
+                    Some(waiter) if !place.first_try => waiter.next_turn(),
+                    _ => Turn::first_try(),
+                };
+                let registers = turn.registers();
+                (attempt(turn), registers)
+            });
             let core = core.clone();
             async move {
+                let Some((send, registers)) = send else {
+                    return Ok(Attempt::Busy { retry_in: None });
+                };
                 if registers {
                     core.registration().registering(core.client()).await;
                 }
