@@ -451,3 +451,38 @@ impl<L: Waitlist> Drop for Withdrawal<L> {
         self.0.wait_ended();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registering attempt is not sent while a withdrawal's send is on the wire: the two
+    /// could land in either order, and a withdrawal landing last would take out the new
+    /// registration. It goes once the send is over (or at its give-up time), and then makes
+    /// the withdrawal's later sends pointless.
+    #[tokio::test]
+    async fn a_registering_attempt_waits_for_a_withdrawal_send_on_the_wire() {
+        let registration = Arc::new(ClientRegistration::default());
+        let gate = WithdrawalGate::new(registration.clone(), 0);
+        assert!(gate.send_begins());
+        let far = Instant::now() + Duration::from_secs(60);
+        let mut attempt = Box::pin(registration.registering_attempt(far));
+        tokio::select! {
+            biased;
+            _ = &mut attempt => panic!("a registering attempt went out alongside a withdrawal"),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        gate.send_ended();
+        let withdrawing = tokio::time::timeout(Duration::from_secs(10), attempt)
+            .await
+            .expect("the attempt goes once the send is over");
+        assert!(withdrawing, "the withdrawal is not over: it may still land");
+        assert!(
+            !gate.send_begins(),
+            "the withdrawal is sent again after a registering attempt"
+        );
+        drop(gate);
+        let at_once = Instant::now() + Duration::from_secs(60);
+        assert!(!registration.registering_attempt(at_once).await);
+    }
+}
