@@ -653,7 +653,7 @@ impl LockCore {
     /// waiting withdraws.
     fn send_attempt(
         self: &Arc<Self>,
-        request: Result<(ScriptCall, Option<(Withdraw<LockCore>, OnGrant)>)>,
+        request: Result<(ScriptCall, Option<Registering>)>,
         attempt: String,
         lease: Duration,
     ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
@@ -714,6 +714,10 @@ impl LockCore {
         }
     }
 }
+
+/// The wait whose registration an acquire request may change, and what its grant does with
+/// that registration.
+type Registering = (Withdraw<LockCore>, OnGrant);
 
 /// A hold an acquire request was granted, on its way to its guard.
 pub(crate) struct Granted {
