@@ -27,6 +27,11 @@ fn reset_stats(server: &RedisServer) {
     server.cmd(&["CONFIG", "RESETSTAT"]);
 }
 
+/// A task waiting for `lock`; it drops the guard as soon as it gets it.
+fn spawn_waiting(lock: ReentrantLock) -> tokio::task::JoinHandle<Result<()>> {
+    tokio::spawn(async move { lock.lock().await.map(|_| ()) })
+}
+
 /// The lock crate documents these for an uncontended `lock` + `unlock`: two scripts, seven
 /// commands inside them, no PUBLISH, no record left behind.
 #[tokio::test]
@@ -365,18 +370,12 @@ async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
     let channel = wake_channel("several", &waiting);
     let registered = || server.cmd(&["ZSCORE", "redisync:{several}:waiters", &channel]);
     for round in 0..20 {
-        let first = {
-            let lock = waiting.lock("several");
-            tokio::spawn(async move { lock.lock().await.map(|_| ()) })
-        };
+        let first = spawn_waiting(waiting.lock("several"));
         eventually("the client registered", SETTLE, || {
             registered() != redis::Value::Nil
         })
         .await;
-        let second = {
-            let lock = waiting.lock("several");
-            tokio::spawn(async move { lock.lock().await.map(|_| ()) })
-        };
+        let second = spawn_waiting(waiting.lock("several"));
         eventually("the second task queued", SETTLE, || {
             waiting.stats().contended_waits >= 2 * (round + 1)
         })
@@ -409,8 +408,7 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
     let waiting = Client::connect(proxy.url()).await.unwrap();
     let channel = wake_channel("refused", &waiting);
     let registered = || server.cmd(&["ZSCORE", "redisync:{refused}:waiters", &channel]);
-    let lock = waiting.lock("refused");
-    let task = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    let task = spawn_waiting(waiting.lock("refused"));
     eventually("the client registered", SETTLE, || {
         registered() != redis::Value::Nil
     })
@@ -647,10 +645,7 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
         registered() != redis::Value::Nil
     })
     .await;
-    let second = {
-        let lock = waiting.lock("kept");
-        tokio::spawn(async move { lock.lock().await.map(|_| ()) })
-    };
+    let second = spawn_waiting(waiting.lock("kept"));
     eventually("the second task queued", SETTLE, || {
         waiting.stats().contended_waits >= 2
     })
@@ -690,8 +685,7 @@ async fn a_first_try_does_not_register_its_client() {
     let waiting = client(&server).await;
     let channel = wake_channel("first", &waiting);
     reset_stats(&server);
-    let lock = waiting.lock("first");
-    let task = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    let task = spawn_waiting(waiting.lock("first"));
     let mut polls = 0;
     eventually("the client registered", SETTLE, || {
         polls += 1;
