@@ -27,6 +27,12 @@ fn reset_stats(server: &RedisServer) {
     server.cmd(&["CONFIG", "RESETSTAT"]);
 }
 
+/// Whether `client` is registered as waiting for lock `name`.
+fn is_registered(server: &RedisServer, name: &str, client: &Client) -> bool {
+    let waiters = format!("redisync:{{{name}}}:waiters");
+    server.cmd(&["ZSCORE", &waiters, &wake_channel(name, client)]) != redis::Value::Nil
+}
+
 /// A task waiting for `lock`; it drops the guard as soon as it gets it.
 fn spawn_waiting(lock: ReentrantLock) -> tokio::task::JoinHandle<Result<()>> {
     tokio::spawn(async move { lock.lock().await.map(|_| ()) })
@@ -271,8 +277,7 @@ async fn a_client_whose_last_waiter_gives_up_withdraws() {
     let holder = client(&server).await;
     let guard = holder.lock("leave").lock().await.unwrap();
     let waiting = client(&server).await;
-    let channel = wake_channel("leave", &waiting);
-    let registered = || server.cmd(&["ZSCORE", "redisync:{leave}:waiters", &channel]);
+    let registered = || is_registered(&server, "leave", &waiting);
     for gives_up in ["a dropped future", "a wait that ran out"] {
         let lock = waiting.lock("leave");
         let task = tokio::spawn(async move {
@@ -281,10 +286,7 @@ async fn a_client_whose_last_waiter_gives_up_withdraws() {
                 _ => lock.try_lock_for(ms(1500)).await.map(|_| ()),
             }
         });
-        eventually("the client registered", SETTLE, || {
-            registered() != redis::Value::Nil
-        })
-        .await;
+        eventually("the client registered", SETTLE, || registered()).await;
         if gives_up == "a dropped future" {
             task.abort();
         }
@@ -293,7 +295,7 @@ async fn a_client_whose_last_waiter_gives_up_withdraws() {
         eventually(
             format!("the client withdrew after {gives_up}"),
             ms(4000),
-            || registered() == redis::Value::Nil,
+            || !registered(),
         )
         .await;
         println!("withdrawn {:?} after {gives_up}", gave_up.elapsed());
@@ -367,14 +369,10 @@ async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
     let holder = client(&server).await;
     let guard = holder.lock("several").lock().await.unwrap();
     let waiting = client(&server).await;
-    let channel = wake_channel("several", &waiting);
-    let registered = || server.cmd(&["ZSCORE", "redisync:{several}:waiters", &channel]);
+    let registered = || is_registered(&server, "several", &waiting);
     for round in 0..20 {
         let first = spawn_waiting(waiting.lock("several"));
-        eventually("the client registered", SETTLE, || {
-            registered() != redis::Value::Nil
-        })
-        .await;
+        eventually("the client registered", SETTLE, || registered()).await;
         let second = spawn_waiting(waiting.lock("several"));
         eventually("the second task queued", SETTLE, || {
             waiting.stats().contended_waits >= 2 * (round + 1)
@@ -387,7 +385,7 @@ async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
         eventually(
             format!("round {round}: the client withdrew"),
             ms(4000),
-            || registered() == redis::Value::Nil,
+            || !registered(),
         )
         .await;
     }
@@ -406,13 +404,9 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
     let holder = client(&server).await;
     let guard = holder.lock("refused").lock().await.unwrap();
     let waiting = Client::connect(proxy.url()).await.unwrap();
-    let channel = wake_channel("refused", &waiting);
-    let registered = || server.cmd(&["ZSCORE", "redisync:{refused}:waiters", &channel]);
+    let registered = || is_registered(&server, "refused", &waiting);
     let task = spawn_waiting(waiting.lock("refused"));
-    eventually("the client registered", SETTLE, || {
-        registered() != redis::Value::Nil
-    })
-    .await;
+    eventually("the client registered", SETTLE, || registered()).await;
     // The registered waiter asks again within `RECHECK`; that request takes 400 ms to reach
     // Redis, and the wait ends while it is on the wire.
     proxy.set_latency(ms(400));
@@ -429,10 +423,7 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
         .await
         .unwrap();
     println!("busy for {ran:?}");
-    eventually("the client withdrew", ms(6000), || {
-        registered() == redis::Value::Nil
-    })
-    .await;
+    eventually("the client withdrew", ms(6000), || !registered()).await;
     guard.unlock().await.unwrap();
 }
 
@@ -628,8 +619,7 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
     let holder = client(&server).await;
     let guard = holder.lock("kept").lock().await.unwrap();
     let waiting = client(&server).await;
-    let channel = wake_channel("kept", &waiting);
-    let registered = || server.cmd(&["ZSCORE", "redisync:{kept}:waiters", &channel]);
+    let registered = || is_registered(&server, "kept", &waiting);
     let (granted_tx, granted) = tokio::sync::oneshot::channel();
     let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
     let first = {
@@ -641,10 +631,7 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
             guard.unlock().await.unwrap();
         })
     };
-    eventually("the client registered", SETTLE, || {
-        registered() != redis::Value::Nil
-    })
-    .await;
+    eventually("the client registered", SETTLE, || registered()).await;
     let second = spawn_waiting(waiting.lock("kept"));
     eventually("the second task queued", SETTLE, || {
         waiting.stats().contended_waits >= 2
@@ -652,18 +639,14 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
     .await;
     guard.unlock().await.unwrap();
     granted.await.unwrap();
-    assert_ne!(
+    assert!(
         registered(),
-        redis::Value::Nil,
         "the grant kept the client registered for the task behind"
     );
     // Given up before its one-second re-check: it never asked Redis itself.
     second.abort();
     assert!(second.await.unwrap_err().is_cancelled());
-    eventually("the client withdrew", ms(2000), || {
-        registered() == redis::Value::Nil
-    })
-    .await;
+    eventually("the client withdrew", ms(2000), || !registered()).await;
     reset_stats(&server);
     release_tx.send(()).unwrap();
     first.await.unwrap();
@@ -683,13 +666,12 @@ async fn a_first_try_does_not_register_its_client() {
     let holder = client(&server).await;
     let guard = holder.lock("first").lock().await.unwrap();
     let waiting = client(&server).await;
-    let channel = wake_channel("first", &waiting);
     reset_stats(&server);
     let task = spawn_waiting(waiting.lock("first"));
     let mut polls = 0;
     eventually("the client registered", SETTLE, || {
         polls += 1;
-        server.cmd(&["ZSCORE", "redisync:{first}:waiters", &channel]) != redis::Value::Nil
+        is_registered(&server, "first", &waiting)
     })
     .await;
     let run = commands_run(&server);
