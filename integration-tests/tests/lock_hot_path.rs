@@ -286,7 +286,7 @@ async fn a_client_whose_last_waiter_gives_up_withdraws() {
                 _ => lock.try_lock_for(ms(1500)).await.map(|_| ()),
             }
         });
-        eventually("the client registered", SETTLE, || registered()).await;
+        eventually("the client registered", SETTLE, &registered).await;
         if gives_up == "a dropped future" {
             task.abort();
         }
@@ -372,7 +372,7 @@ async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
     let registered = || is_registered(&server, "several", &waiting);
     for round in 0..20 {
         let first = spawn_waiting(waiting.lock("several"));
-        eventually("the client registered", SETTLE, || registered()).await;
+        eventually("the client registered", SETTLE, &registered).await;
         let second = spawn_waiting(waiting.lock("several"));
         eventually("the second task queued", SETTLE, || {
             waiting.stats().contended_waits >= 2 * (round + 1)
@@ -406,7 +406,7 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
     let waiting = Client::connect(proxy.url()).await.unwrap();
     let registered = || is_registered(&server, "refused", &waiting);
     let task = spawn_waiting(waiting.lock("refused"));
-    eventually("the client registered", SETTLE, || registered()).await;
+    eventually("the client registered", SETTLE, &registered).await;
     // The registered waiter asks again within `RECHECK`; that request takes 400 ms to reach
     // Redis, and the wait ends while it is on the wire.
     proxy.set_latency(ms(400));
@@ -631,7 +631,7 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
             guard.unlock().await.unwrap();
         })
     };
-    eventually("the client registered", SETTLE, || registered()).await;
+    eventually("the client registered", SETTLE, &registered).await;
     let second = spawn_waiting(waiting.lock("kept"));
     eventually("the second task queued", SETTLE, || {
         waiting.stats().contended_waits >= 2
