@@ -11,8 +11,10 @@
 -- ARGV[3]  lease in milliseconds
 -- ARGV[4]  wake-up channel of the caller's client for this election
 -- ARGV[5]  how long the client's registration as a waiter lasts, in ms; 0 = never register
---          (the caller will not wait: try_campaign)
--- ARGV[6]  '1' if an earlier attempt of the same wait registered the client, '0' if not
+--          (the caller will not wait, try_campaign, or this is its first try, made before it
+--          subscribed: a wake-up would reach nobody)
+-- ARGV[6]  '1' if a win takes the client out of the waiters (an earlier attempt may have
+--          registered it, and no other campaigner of the client waits), '0' if not
 -- ARGV[7]  change channel: every change of leader or value is announced there
 --
 -- Returns {1, term} when the caller now leads, {0, pttl} when someone else leads (pttl is

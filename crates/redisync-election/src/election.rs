@@ -8,7 +8,7 @@ use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline
 use redisync_core::toolkit::{
     async_trait, granted, registration_for, Acquire, Attempt, Client, ClientRegistration,
     DistributedPrimitive, Error, Hold, HoldLease, LateOutcome, Lease, OnGrant, Result, ScriptCall,
-    Toolkit, Turn, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
+    Toolkit, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
 };
 use tracing::Instrument;
 
@@ -374,11 +374,13 @@ impl ElectionCore {
         };
         // A crashed leader is replaced when its lease runs out: the remaining lease bounds
         // each sleep (the attempt reports it).
-        // A won election keeps nobody registered (its script only takes a client out), so the
-        // waiting loop's turn is not asked for.
-        let waiting = self.client.acquire(spec, || {
+        // The turn says whether this is the first try (made before subscribing: it must not
+        // register the client) and whether other campaigners of the client wait (a win then
+        // leaves the client's registration to them: the script takes it out only for
+        // `OnGrant::TakeOut`).
+        let waiting = self.client.acquire_in_turn(spec, |turn| {
             let (core, value) = (self.clone(), value.clone());
-            withdraw.attempt(Turn::default(), move |withdraw, on_grant| {
+            withdraw.attempt(turn, move |withdraw, on_grant| {
                 core.attempt(&value, lease, withdraw, on_grant)
             })
         });
