@@ -13,8 +13,10 @@
 -- ARGV[5]  how long the client's registration as a waiter lasts, in ms; 0 = never register
 --          (the caller will not wait, try_campaign, or this is its first try, made before it
 --          subscribed: a wake-up would reach nobody)
--- ARGV[6]  '1' if a win takes the client out of the waiters (an earlier attempt may have
---          registered it, and no other campaigner of the client waits), '0' if not
+-- ARGV[6]  what a win does with the client's registration: '0' nothing (not registered, and
+--          no other campaigner of the client waits), '1' take it out (an earlier attempt may
+--          have registered it, and no other campaigner waits), '2' keep it, at the back
+--          (clients take turns), unless ARGV[5] is 0: other campaigners of the client wait
 -- ARGV[7]  change channel: every change of leader or value is announced there
 --
 -- Returns {1, term} when the caller now leads, {0, pttl} when someone else leads (pttl is
@@ -36,9 +38,11 @@ local term_text = string.format('%d', term)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'value', ARGV[2], 'term', term_text)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 publish(ARGV[7], term_text)
--- Won: the client no longer waits for this wake-up (its other local campaigners, if any,
--- register again when their turn to ask comes).
+-- Won. The client waits no more, unless other campaigners of it wait: it then goes to the
+-- back, so that other clients' campaigners get their turn first.
 if ARGV[6] == '1' then
     unregister_waiter(KEYS[4], ARGV[4])
+elseif ARGV[6] == '2' and ARGV[5] ~= '0' then
+    requeue_waiter(KEYS[4], ARGV[4], ARGV[5])
 end
 return {1, term}

@@ -604,3 +604,55 @@ async fn leaders_stay_fenced_through_connection_kills_and_script_flushes() {
         fenced.accepted.len()
     );
 }
+
+/// Clients take turns at leading: when a campaigner wins while more campaigners of its client
+/// wait, the client ends up behind the clients that waited longer (after a wake-up, which
+/// takes it out, its next campaigner registers it at the back; after a win without one, the
+/// win sends it there), so a resignation wakes the next client, not the same one again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_win_with_sibling_campaigners_waiting_lets_the_next_client_lead_next() {
+    let server = RedisServer::start();
+    let (h, c1, c2) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let name = "turns";
+    let leading = h.leader_election(name).campaign("h").await.unwrap();
+    let (won_tx, mut won) = tokio::sync::mpsc::unbounded_channel::<(&str, Leadership)>();
+    let campaign = |client: &Client, who: &'static str| {
+        let (election, won_tx) = (client.leader_election(name), won_tx.clone());
+        tokio::spawn(async move {
+            let leadership = election.campaign(who).await.unwrap();
+            let _ = won_tx.send((who, leadership));
+        })
+    };
+    let registered = || common::zcard(&server, &waiters_key(name));
+    let _a = campaign(&c1, "c1");
+    eventually("c1 registered", SETTLE, || registered() == 1).await;
+    let _b = campaign(&c1, "c1");
+    eventually("c1's second campaigner queued", SETTLE, || {
+        c1.stats().contended_waits == 2
+    })
+    .await;
+    let _x = campaign(&c2, "c2");
+    eventually("c2 registered", SETTLE, || registered() == 2).await;
+    leading.resign().await.unwrap();
+    let (first, leadership) = tokio::time::timeout(SETTLE, won.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, "c1", "c1 waited longest");
+    leadership.resign().await.unwrap();
+    let (second, leadership) = tokio::time::timeout(SETTLE, won.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second, "c2", "c1 led again before c2, which waited longer");
+    leadership.resign().await.unwrap();
+    let (third, _leadership) = tokio::time::timeout(SETTLE, won.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(third, "c1");
+}

@@ -809,3 +809,60 @@ async fn a_waiter_is_handed_the_turn_only_when_no_permit_is_left_for_it() {
         task.abort();
     }
 }
+
+/// A waiter handed the turn (its sibling took the last permit) still re-checks within
+/// `RECHECK` when the wake-up it waits for never comes: here its client's registration is
+/// lost (as in a failover), so the permit given back wakes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_waiter_re_checks_within_a_second_when_no_wake_up_comes() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    Kind::Classic.set(&a, "lost", 1).await;
+    let held = a.semaphore("lost").acquire().await.unwrap();
+    let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let (sem, got_tx) = (b.semaphore("lost"), got_tx.clone());
+        tokio::spawn(async move {
+            let permit = sem.acquire().await.unwrap();
+            let _ = got_tx.send(Instant::now());
+            release.await.unwrap();
+            permit.release().await.unwrap();
+        })
+    };
+    let waiters = Kind::Classic.waiters("lost");
+    eventually(
+        "the first waiter registered",
+        Duration::from_secs(10),
+        || registered(&server, &waiters).len() == 1,
+    )
+    .await;
+    let second = {
+        let sem = b.semaphore("lost");
+        tokio::spawn(async move {
+            let permit = sem.acquire().await.unwrap();
+            let _ = got_tx.send(Instant::now());
+            permit.release().await.unwrap();
+        })
+    };
+    eventually("the second waiter queued", Duration::from_secs(10), || {
+        b.stats().contended_waits == 2
+    })
+    .await;
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), got.recv())
+        .await
+        .unwrap();
+    // The grant kept the client registered for the second waiter; lose that registration.
+    assert_eq!(registered(&server, &waiters).len(), 1);
+    server.cmd(&["DEL", &waiters]);
+    release_tx.send(()).unwrap();
+    first.await.unwrap();
+    let released = Instant::now();
+    let taken = tokio::time::timeout(Duration::from_secs(5), got.recv())
+        .await
+        .expect("the handed-over waiter slept past its re-check")
+        .unwrap();
+    println!("taken {:?} after the release", taken - released);
+    second.await.unwrap();
+}

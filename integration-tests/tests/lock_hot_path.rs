@@ -687,3 +687,49 @@ async fn a_first_try_does_not_register_its_client() {
     );
     guard.unlock().await.unwrap();
 }
+
+/// A task handed the turn by a sibling whose hold has a fixed lease asks Redis by the time
+/// that lease runs out, as its own busy answer would have told it: a hold that lapses
+/// publishes nothing, and waiting for the one-second re-check would leave the lock idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_task_asks_when_its_siblings_fixed_lease_runs_out() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock("lapse").lock().await.unwrap();
+    let waiting = client(&server).await;
+    let lease = ms(200);
+    let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (lock, got_tx) = (waiting.lock("lapse"), got_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock_with_lease(lease).await.unwrap();
+            let _ = got_tx.send(Instant::now());
+            // Never released: the hold lapses with its lease.
+            std::mem::forget(guard);
+        }));
+    }
+    let registered = || is_registered(&server, "lapse", &waiting);
+    eventually("both wait", SETTLE, || {
+        waiting.stats().contended_waits == 2 && registered()
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    let first = tokio::time::timeout(SETTLE, got.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let second = tokio::time::timeout(SETTLE, got.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    // The lease, plus generous room; well under the re-check (1 s) after the grant.
+    assert!(
+        second - first < ms(750),
+        "the handed-over task took {:?} after its sibling's 200 ms hold",
+        second - first
+    );
+    for task in tasks {
+        task.await.unwrap();
+    }
+}

@@ -86,10 +86,10 @@ impl<T> Attempt<T> {
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
 pub struct Turn {
-    /// The caller's first try, made before it queues or subscribes: a wake-up published
-    /// meanwhile would reach nobody, so it should not register the client as waiting (if it
-    /// finds the primitive taken, its head subscribes and asks again, and that attempt
-    /// registers it).
+    /// The caller's first try, made before it queues or subscribes: unless other tasks of
+    /// the client wait (whose head listens), a wake-up published meanwhile would reach
+    /// nobody, so it should not register the client as waiting (if it finds the primitive
+    /// taken, its head subscribes and asks again, and that attempt registers it).
     pub first_try: bool,
     /// Other tasks of this client wait for the primitive in its local queue, behind the
     /// caller. An attempt that may register the client as waiting can then ask Redis to keep

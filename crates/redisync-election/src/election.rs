@@ -374,10 +374,9 @@ impl ElectionCore {
         };
         // A crashed leader is replaced when its lease runs out: the remaining lease bounds
         // each sleep (the attempt reports it).
-        // The turn says whether this is the first try (made before subscribing: it must not
-        // register the client) and whether other campaigners of the client wait (a win then
-        // leaves the client's registration to them: the script takes it out only for
-        // `OnGrant::TakeOut`).
+        // The turn says whether this is the first try (made before subscribing: alone, it
+        // must not register the client) and whether other campaigners of the client wait (a
+        // win then sends the client to the back of the waiters for them).
         let waiting = self.client.acquire_in_turn(spec, |turn| {
             let (core, value) = (self.clone(), value.clone());
             withdraw.attempt(turn, move |withdraw, on_grant| {
@@ -388,9 +387,8 @@ impl ElectionCore {
     }
 
     /// One campaign request under a new attempt id, for the wait whose registration
-    /// `withdraw` takes back; `on_grant` says whether a win takes the client out of the
-    /// waiters ([`OnGrant::TakeOut`]: an earlier attempt may have registered it). If its
-    /// caller goes away, a leadership it won is given back.
+    /// `withdraw` takes back; `on_grant` says what a win does with the client's registration
+    /// as waiting. If its caller goes away, a leadership it won is given back.
     fn attempt(
         self: &Arc<Self>,
         value: &str,
@@ -412,7 +410,7 @@ impl ElectionCore {
                 lease_ms: redis_millis(lease),
                 channel: &keys.channel,
                 registration_ms: redis_millis(withdraw.registration()),
-                registered: on_grant == OnGrant::TakeOut,
+                on_grant: on_grant.as_arg(),
                 changes: &keys.changes,
             }
             .call();

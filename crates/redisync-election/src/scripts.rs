@@ -16,7 +16,7 @@ redisync_core::toolkit::lua_script! {
             lease_ms: u64,
             channel: &'a str,
             registration_ms: u64,
-            registered: bool,
+            on_grant: &'a str,
             changes: &'a str,
         }
     }

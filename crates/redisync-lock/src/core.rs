@@ -5,7 +5,7 @@
 
 use redisync_core::toolkit::Toolkit;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
@@ -99,6 +99,11 @@ struct LockNames {
     /// Whether this client may be registered as waiting (plain lock): the client's
     /// knowledge, shared by all its tasks waiting for the lock.
     registration: Arc<ClientRegistration>,
+    /// When the latest hold granted while the client stayed registered for its other waiting
+    /// tasks (`Attempt::AcquiredStillWaiting`) lapses unless renewed (`None`: beyond what an
+    /// `Instant` holds): the task handed the turn asks Redis by then at the latest, since a
+    /// hold that lapses publishes nothing.
+    handed_over_hold_lapses: Mutex<Option<Instant>>,
 }
 
 impl LockCore {
@@ -141,6 +146,7 @@ impl LockCore {
                         name,
                         keys: Ok(keys),
                         registration,
+                        handed_over_hold_lapses: Mutex::default(),
                     }
                 })
             }
@@ -148,6 +154,7 @@ impl LockCore {
                 name,
                 keys: Err(err),
                 registration: Arc::default(),
+                handed_over_hold_lapses: Mutex::default(),
             }),
         };
         LockCore {
@@ -535,14 +542,17 @@ impl LockCore {
                 // since: only the release of that hold can let this caller in, and it will
                 // wake the client when its turn comes. Unless this owner holds the lock (or
                 // is being granted it): then this caller may re-enter, and asks.
-                let busy = turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0;
+                // It asks by the time that hold lapses unrenewed, which publishes nothing.
+                let busy = (turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0)
+                    .then(|| self.names.handed_over_hold_lapses_in());
                 withdraw.attempt(turn, move |withdraw, on_grant| {
-                    let request = (!busy)
+                    let request = busy
+                        .is_none()
                         .then(|| core.attempt(lease, core.client.unique_id(), withdraw, on_grant));
                     async move {
                         match request {
                             Some(request) => request.await,
-                            None => Ok(Attempt::Busy { retry_in: None }),
+                            None => Ok(Attempt::Busy { retry_in: busy }),
                         }
                     }
                 })
@@ -692,10 +702,13 @@ impl LockCore {
         async move {
             let reply = request?.await?;
             Ok(match AcquireReply::decode(&reply)? {
-                // The client stays registered for its tasks waiting behind this one: the
-                // next of them waits for the wake-up, and asks by itself at the latest when
-                // this hold would lapse unrenewed.
+                // With `kept`, the client stays registered for its tasks waiting behind this
+                // one: the next of them waits for the wake-up, and asks by itself at the
+                // latest when this hold would lapse unrenewed.
                 AcquireReply::Acquired { token } => {
+                    if kept {
+                        core.names.hold_handed_over(sent_at.checked_add(lease));
+                    }
                     let granted = Granted {
                         attempt,
                         token,
@@ -712,6 +725,30 @@ impl LockCore {
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
         }
+    }
+}
+
+impl LockNames {
+    /// A hold lapsing at `lapses` unless renewed (`None`: beyond what an `Instant` holds) was
+    /// granted while the client stayed registered for its other waiting tasks.
+    fn hold_handed_over(&self, lapses: Option<Instant>) {
+        let mut at = self
+            .handed_over_hold_lapses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *at = lapses;
+    }
+
+    /// How long until the hold of the latest hand-over lapses unless renewed (zero if it
+    /// has).
+    fn handed_over_hold_lapses_in(&self) -> Duration {
+        let at = *self
+            .handed_over_hold_lapses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        at.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
     }
 }
 

@@ -59,7 +59,8 @@ use crate::guard::LockGuard;
 /// release, and the woken client's acquire. When more tasks of that client wait, its grant
 /// keeps the client registered for them, at the back, so the next of them waits for its
 /// wake-up without asking Redis first; it asks all the same if a wake-up came between the
-/// grant and its turn, and at the latest a second after the grant (`RECHECK`). Clients take
+/// grant and its turn, and at the latest a second after its turn came (`RECHECK`), or when
+/// the hold just granted would lapse unrenewed, if sooner. Clients take
 /// turns in the order they registered, and within a client tasks take turns in the order
 /// they asked, so no client or task starves.
 ///

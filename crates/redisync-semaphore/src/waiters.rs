@@ -171,8 +171,10 @@ where
             // this one asks for (see `Attempt::AcquiredStillWaiting`), with no wake-up since:
             // permits come back only with a wake-up, so there is nothing to ask yet.
             let send = (!place.handed_over).then(|| {
+                // A first try registers nothing, unless other tasks of the client wait (their
+                // head listens, so the client may go to the back if this one gets in).
                 let turn = match &waiter {
-                    Some(waiter) if !place.first_try => waiter.next_turn(),
+                    Some(waiter) if !place.first_try || place.others_waiting => waiter.next_turn(),
                     _ => Turn::first_try(),
                 };
                 let registers = turn.registers();
@@ -181,7 +183,9 @@ where
             let core = core.clone();
             async move {
                 let Some((send, registers)) = send else {
-                    return Ok(Attempt::Busy { retry_in: None });
+                    return Ok(Attempt::Busy {
+                        retry_in: Some(crate::semaphore::RECHECK),
+                    });
                 };
                 if registers {
                     core.registration().registering(core.client()).await;

@@ -307,8 +307,8 @@ impl<L: Waitlist> Withdraw<L> {
     /// Sends one attempt of this wait, `attempt(withdraw, on_grant)`, and settles its outcome
     /// (see [`Settle::outcome`]); `turn` is the waiting loop's, and `on_grant` says what a
     /// grant does with the client's registration. The `withdraw` passed on is this one, with
-    /// a [`registration`](Self::registration) of zero for a first try, which must not
-    /// register the client ([`Turn::first_try`]). An earlier attempt (of this wait or another
+    /// a [`registration`](Self::registration) of zero for a first try made while no other
+    /// task of the client waits, which must not register the client ([`Turn::first_try`]). An earlier attempt (of this wait or another
     /// task's) may have registered the client, which a withdrawal not over yet may not have
     /// undone: the attempt then keeps the client's place, and takes it out if granted, unless
     /// other tasks of the client wait behind the caller ([`OnGrant::Keep`]). An attempt that
@@ -327,8 +327,9 @@ impl<L: Waitlist> Withdraw<L> {
         Fut: Future<Output = Result<Attempt<T>>> + Send,
     {
         let mut withdraw = self.clone();
-        if turn.first_try {
-            // Not subscribed yet: it must not register the client (see `Turn::first_try`).
+        if turn.first_try && !turn.others_waiting {
+            // Nobody of the client subscribed yet: it must not register the client (see
+            // `Turn::first_try`). With other tasks queued, their head listens.
             withdraw.registration = Duration::ZERO;
         }
         async move {
