@@ -637,22 +637,22 @@ async fn a_win_with_sibling_campaigners_waiting_lets_the_next_client_lead_next()
     .await;
     let _x = campaign(&c2, "c2");
     eventually("c2 registered", SETTLE, || registered() == 2).await;
-    leading.resign().await.unwrap();
-    let (first, leadership) = tokio::time::timeout(SETTLE, won.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(first, "c1", "c1 waited longest");
-    leadership.resign().await.unwrap();
-    let (second, leadership) = tokio::time::timeout(SETTLE, won.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(second, "c2", "c1 led again before c2, which waited longer");
-    leadership.resign().await.unwrap();
-    let (third, _leadership) = tokio::time::timeout(SETTLE, won.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(third, "c1");
+    // Each leader leads a while, then resigns, and the next one to win is the client that
+    // waited longest. (A term of a few microseconds would let a sibling's campaign, sent at
+    // once after the win, find nobody leading and win out of turn.)
+    let mut leading = leading;
+    for (next, why) in [
+        ("c1", "c1 waited longest"),
+        ("c2", "c1 led again before c2, which waited longer"),
+        ("c1", "c1's second campaigner"),
+    ] {
+        tokio::time::sleep(ms(100)).await;
+        leading.resign().await.unwrap();
+        let (who, leadership) = tokio::time::timeout(SETTLE, won.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(who, next, "{why}");
+        leading = leadership;
+    }
 }

@@ -33,6 +33,15 @@ fn is_registered(server: &RedisServer, name: &str, client: &Client) -> bool {
     server.cmd(&["ZSCORE", &waiters, &wake_channel(name, client)]) != redis::Value::Nil
 }
 
+/// A Redis, a client holding lock `name` on it, the hold, and another client to wait for it.
+async fn held_lock(name: &str) -> (RedisServer, Client, LockGuard, Client) {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock(name).lock().await.unwrap();
+    let waiting = client(&server).await;
+    (server, holder, guard, waiting)
+}
+
 /// A task waiting for `lock`; it drops the guard as soon as it gets it.
 fn spawn_waiting(lock: ReentrantLock) -> tokio::task::JoinHandle<Result<()>> {
     tokio::spawn(async move { lock.lock().await.map(|_| ()) })
@@ -273,10 +282,7 @@ async fn no_client_or_task_starves_in_a_long_contended_run() {
 /// wakes a client that no longer waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_whose_last_waiter_gives_up_withdraws() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let guard = holder.lock("leave").lock().await.unwrap();
-    let waiting = client(&server).await;
+    let (server, _holder, guard, waiting) = held_lock("leave").await;
     let registered = || is_registered(&server, "leave", &waiting);
     for gives_up in ["a dropped future", "a wait that ran out"] {
         let lock = waiting.lock("leave");
@@ -365,10 +371,7 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
 /// together, in either order, many times over.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_of_several_local_waiters_to_leave_withdraws_the_client() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let guard = holder.lock("several").lock().await.unwrap();
-    let waiting = client(&server).await;
+    let (server, _holder, guard, waiting) = held_lock("several").await;
     let registered = || is_registered(&server, "several", &waiting);
     for round in 0..20 {
         let first = spawn_waiting(waiting.lock("several"));
@@ -427,6 +430,16 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
     guard.unlock().await.unwrap();
 }
 
+/// Publishes a wake-up on `channel`.
+async fn wake(publisher: &mut redis::aio::MultiplexedConnection, channel: &str) {
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(channel)
+        .arg("w")
+        .query_async(publisher)
+        .await
+        .unwrap();
+}
+
 /// The next head of a local queue, driven through core's waiting loop directly.
 struct NextHead {
     /// [`Turn::handed_over`](redisync::core::toolkit::Turn) of each of its attempts so far.
@@ -483,12 +496,7 @@ async fn hand_over(
                             // The subscription is the waiting loop's (one per channel).
                             let mut watcher = client.subscribe(channel).watcher();
                             let before = watcher.borrow_and_update().generation;
-                            let _: i64 = redis::cmd("PUBLISH")
-                                .arg(channel)
-                                .arg("w")
-                                .query_async(&mut publisher)
-                                .await
-                                .unwrap();
+                            wake(&mut publisher, channel).await;
                             while watcher.borrow_and_update().generation == before {
                                 watcher.changed().await.unwrap();
                             }
@@ -522,12 +530,7 @@ async fn hand_over(
     // Wake the head until it finds the task behind queued and grants.
     let mut publisher = publisher;
     while !head.is_finished() {
-        let _: i64 = redis::cmd("PUBLISH")
-            .arg(channel)
-            .arg("w")
-            .query_async(&mut publisher)
-            .await
-            .unwrap();
+        wake(&mut publisher, channel).await;
         tokio::time::sleep(ms(20)).await;
     }
     assert!(matches!(head.await.unwrap(), Ok(Some(()))));
@@ -615,10 +618,7 @@ async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
 /// entry would otherwise stay for its 5 s lifetime, and the release would wake the client.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kept_registered() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let guard = holder.lock("kept").lock().await.unwrap();
-    let waiting = client(&server).await;
+    let (server, _holder, guard, waiting) = held_lock("kept").await;
     let registered = || is_registered(&server, "kept", &waiting);
     let (granted_tx, granted) = tokio::sync::oneshot::channel();
     let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
@@ -662,10 +662,7 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
 /// of the waiter's attempts, all but the first look the client up in the registry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_try_does_not_register_its_client() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let guard = holder.lock("first").lock().await.unwrap();
-    let waiting = client(&server).await;
+    let (server, _holder, guard, waiting) = held_lock("first").await;
     reset_stats(&server);
     let task = spawn_waiting(waiting.lock("first"));
     let mut polls = 0;
@@ -693,10 +690,7 @@ async fn a_first_try_does_not_register_its_client() {
 /// publishes nothing, and waiting for the one-second re-check would leave the lock idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_task_asks_when_its_siblings_fixed_lease_runs_out() {
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    let guard = holder.lock("lapse").lock().await.unwrap();
-    let waiting = client(&server).await;
+    let (server, _holder, guard, waiting) = held_lock("lapse").await;
     let lease = ms(200);
     let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
