@@ -308,14 +308,15 @@ impl<L: Waitlist> Withdraw<L> {
     /// (see [`Settle::outcome`]); `turn` is the waiting loop's, and `on_grant` says what a
     /// grant does with the client's registration. The `withdraw` passed on is this one, with
     /// a [`registration`](Self::registration) of zero for a first try made while no other
-    /// task of the client waits, which must not register the client ([`Turn::first_try`]). An earlier attempt (of this wait or another
-    /// task's) may have registered the client, which a withdrawal not over yet may not have
-    /// undone: the attempt then keeps the client's place, and takes it out if granted, unless
-    /// other tasks of the client wait behind the caller ([`OnGrant::Keep`]). An attempt that
-    /// may register waits until no withdrawal of the client is on the wire (at most a command
-    /// timeout: a send takes no longer), and counts as registering from then on, since one cut
-    /// off on the wire may still register the client. Nothing is sent, and nothing changes, if
-    /// the future is dropped before that.
+    /// task of the client waits, which must not register the client ([`Turn::first_try`]).
+    /// An earlier attempt (of this wait or another task's) may have registered the client,
+    /// which a withdrawal not over yet may not have undone: the attempt then keeps the
+    /// client's place, and takes it out if granted, unless other tasks of the client wait
+    /// behind the caller ([`OnGrant::Keep`]). An attempt that may register waits until no
+    /// withdrawal of the client is on the wire (at most a command timeout: a send takes no
+    /// longer), and counts as registering from then on, since one cut off on the wire may
+    /// still register the client. Nothing is sent, and nothing changes, if the future is
+    /// dropped before that.
     pub fn attempt<T, F, Fut>(
         &self,
         turn: Turn,
