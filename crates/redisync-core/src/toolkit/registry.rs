@@ -487,4 +487,41 @@ mod tests {
         let at_once = Instant::now() + Duration::from_secs(60);
         assert!(!registration.registering_attempt(at_once).await);
     }
+
+    /// A grant leaves the client's registration to its other waiting tasks when it kept it
+    /// for them (`OnGrant::Keep`); otherwise it took the registration out. The flag decides
+    /// whether the last task to leave withdraws the client.
+    #[test]
+    fn a_grant_that_kept_the_registration_leaves_the_client_registered() {
+        for on_grant in [OnGrant::Leave, OnGrant::TakeOut, OnGrant::Keep] {
+            let kept = on_grant == OnGrant::Keep;
+            let registration = Arc::new(ClientRegistration::default());
+            registration.registered_late();
+            let settle = Settle {
+                state: Arc::default(),
+                client: registration.clone(),
+                on_grant,
+            };
+            assert!(settle.outcome(Ok(Attempt::Acquired(()))).is_ok());
+            assert_eq!(
+                registration.may_be_registered(),
+                kept,
+                "answered, {on_grant:?}"
+            );
+
+            registration.registered_late();
+            let settle = Settle {
+                state: Arc::default(),
+                client: registration.clone(),
+                on_grant,
+            };
+            let outcome = settle.outcome(Ok(Attempt::AcquiredStillWaiting(())));
+            assert!(matches!(outcome, Ok(Attempt::AcquiredStillWaiting(()))));
+            assert_eq!(
+                registration.may_be_registered(),
+                kept,
+                "handed on, {on_grant:?}"
+            );
+        }
+    }
 }
