@@ -30,6 +30,12 @@ pub enum Contender {
     /// `SET NX PX` again on every message; the release is one script that compare-and-deletes
     /// and PUBLISHes.
     PubSubFloor,
+    /// The floor of a waiter that blocks in Redis instead of listening: it waits with `BLPOP`
+    /// on a list of its own, and its next `SET NX PX` follows on the same connection, so
+    /// Redis runs it as soon as the release's push unblocks the `BLPOP`, with no leg to the
+    /// client and back in between. The release is one script that compare-and-deletes and
+    /// pushes. Not a design redisync uses; it shows what a hand-off could cost.
+    BlockingFloor,
     Redisync,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
@@ -56,7 +62,7 @@ impl Contender {
     ];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 9] = [
+    pub const ALL: [Contender; 10] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncFair,
@@ -66,6 +72,7 @@ impl Contender {
         Contender::RedisLockBest,
         Contender::PollingFloor,
         Contender::PubSubFloor,
+        Contender::BlockingFloor,
     ];
 
     /// Scenario 2 (contended): waiting matters, so the floor that spins is left out.
@@ -80,8 +87,9 @@ impl Contender {
     ];
 
     /// Scenario 2b (hand-off with one waiter).
-    pub const HANDOFF: [Contender; 8] = [
+    pub const HANDOFF: [Contender; 9] = [
         Contender::PubSubFloor,
+        Contender::BlockingFloor,
         Contender::PollingFloor,
         Contender::Redisync,
         Contender::RedisyncFair,
@@ -96,6 +104,7 @@ impl Contender {
             Contender::Floor => "floor (raw redis-rs)",
             Contender::PollingFloor => "polling floor (1 ms sleep)",
             Contender::PubSubFloor => "pub/sub floor (raw redis-rs)",
+            Contender::BlockingFloor => "blocking floor (BLPOP, then SET NX)",
             Contender::Redisync => "redisync",
             Contender::RedisyncFair => "redisync FairLock",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
@@ -153,6 +162,26 @@ pub async fn lockers(
                         pubsub,
                         key,
                         channel,
+                        token: format!("{c}:{t}"),
+                    }));
+                }
+            }
+            Contender::BlockingFloor => {
+                let client = redis::Client::open(url).expect("url");
+                let conn = client.get_connection_manager().await.expect("connect");
+                for t in 0..per_client {
+                    let key = name(c * per_client + t);
+                    let wake = format!("{key}:wake:{c}:{t}");
+                    // A connection of the task's own: a blocked BLPOP holds it up.
+                    let blocking = client
+                        .get_multiplexed_async_connection()
+                        .await
+                        .expect("connect");
+                    lockers.push(Box::new(BlockingFloorLocker {
+                        conn: conn.clone(),
+                        blocking,
+                        key,
+                        wake,
                         token: format!("{c}:{t}"),
                     }));
                 }
@@ -290,6 +319,81 @@ impl Locker for PubSubFloorLocker {
             .key(&self.key)
             .arg(&self.token)
             .arg(&self.channel)
+            .invoke_async::<i64>(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// The blocking floor's release: compare-and-delete, and wake the waiter named in KEYS[2] by
+/// pushing to its list. The push expires, so that one nobody popped does not outlive the run.
+const COMPARE_DELETE_PUSH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     redis.call('DEL', KEYS[1]) local w = redis.call('GET', KEYS[2]) if w then \
+     redis.call('DEL', KEYS[2]) redis.call('RPUSH', w, '1') redis.call('PEXPIRE', w, 1000) end \
+     return 1 end return 0";
+
+/// The longest a blocking floor waiter blocks before trying again anyway, in seconds.
+const BLOCKING_FLOOR_RECHECK_SECS: f64 = 0.1;
+
+/// A blocking floor task. The scenario has one waiter, so a waiter names its list in one key
+/// (`<lock>:waiting`), which the release reads and clears; a real design would keep a
+/// registry, as redisync does.
+struct BlockingFloorLocker {
+    conn: redis::aio::ConnectionManager,
+    blocking: redis::aio::MultiplexedConnection,
+    key: String,
+    wake: String,
+    token: String,
+}
+
+#[async_trait::async_trait]
+impl Locker for BlockingFloorLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        // Who waits: the holder wakes the list named here when it lets go.
+        let waiting = format!("{}:waiting", self.key);
+        if !set_nx(&mut self.conn, &self.key, &self.token).await? {
+            let _: () = redis::cmd("SET")
+                .arg(&waiting)
+                .arg(&self.wake)
+                .arg("PX")
+                .arg(LEASE.as_millis() as u64)
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            loop {
+                // A push left over from an earlier release says nothing: drop it first.
+                let _: Option<String> = redis::cmd("LPOP")
+                    .arg(&self.wake)
+                    .query_async(&mut self.blocking)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if set_nx(&mut self.conn, &self.key, &self.token).await? {
+                    break;
+                }
+                let (_, taken): (Option<(String, String)>, Option<String>) = redis::pipe()
+                    .cmd("BLPOP")
+                    .arg(&self.wake)
+                    .arg(BLOCKING_FLOOR_RECHECK_SECS)
+                    .cmd("SET")
+                    .arg(&self.key)
+                    .arg(&self.token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(LEASE.as_millis() as u64)
+                    .query_async(&mut self.blocking)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if taken.is_some() {
+                    break;
+                }
+            }
+        }
+        section.await;
+        redis::Script::new(COMPARE_DELETE_PUSH)
+            .key(&self.key)
+            .key(&waiting)
+            .arg(&self.token)
             .invoke_async::<i64>(&mut self.conn)
             .await
             .map_err(|e| e.to_string())?;
