@@ -1295,6 +1295,90 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     eprintln!("test took {:?}", started.elapsed());
 }
 
+/// A rate limiter's slot moves while its budget is spent and a waiter of another client
+/// waits: the rate and the spent budget move with the slot (a decision on the new owner is
+/// still refused, an hour from the next unit), the waiter's subscription follows, and a rate
+/// change made through `MOVED` wakes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
+    let started = Instant::now();
+    let cluster = start_cluster(&[]).await;
+    let name = "rl";
+    let channel = format!("redisync:{{{name}}}:rate:changed");
+    let slot = cluster.slot_of(&channel);
+    let source = cluster.master_for_slot(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|&m| m != source)
+        .expect("another primary");
+
+    let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let limiter = a.rate_limiter(name);
+    assert!(limiter.try_set_rate(Rate::per_hour(1)).await.expect("set"));
+    assert!(limiter.try_acquire(1).await.expect("take").allowed);
+    let waiter = {
+        let limiter = b.rate_limiter(name);
+        tokio::spawn(async move {
+            let got = limiter.acquire_for(1, Duration::from_secs(600)).await;
+            (got, Instant::now())
+        })
+    };
+    eventually("the waiter subscribed on the source", SETTLE, || {
+        shard_subscribers(&cluster, source, &channel) >= 1
+    })
+    .await;
+
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.migrate_slot(slot, target);
+        cluster
+    })
+    .await
+    .expect("migration");
+    let migrated_at = Instant::now();
+    eventually(
+        "the waiter's subscription moved to the new owner",
+        ms(5000),
+        || shard_subscribers(&cluster, target, &channel) >= 1,
+    )
+    .await;
+    eprintln!(
+        "resubscribed on the new owner {:?} after the migration",
+        migrated_at.elapsed()
+    );
+    let refused = limiter
+        .try_acquire(1)
+        .await
+        .expect("a decision follows MOVED");
+    assert!(
+        !refused.allowed,
+        "the spent budget did not move: {refused:?}"
+    );
+    assert!(refused.retry_after > Duration::from_secs(60), "{refused:?}");
+    let keys = cluster.keys_on_node(target);
+    assert!(
+        keys.contains(&format!("redisync:{{{name}}}:rate")),
+        "{keys:?}"
+    );
+    assert!(
+        !waiter.is_finished(),
+        "the waiter returned before the rate changed"
+    );
+
+    // Without the wake-up it would look again only after MAX_SLEEP (10 s).
+    let changed = Instant::now();
+    limiter
+        .set_rate(Rate::per_second(100))
+        .await
+        .expect("set_rate follows MOVED");
+    let got = woken_within("the rate limiter waiter", waiter, changed, ms(1000)).await;
+    assert!(got, "the waiter got its unit");
+    assert!(limiter.delete().await.expect("delete"));
+    quiesce(&[&a, &b]).await;
+    eprintln!("test took {:?}", started.elapsed());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. A paused primary fails only its own waiters.
 // ---------------------------------------------------------------------------------------------

@@ -1766,3 +1766,187 @@ async fn rate_limiter_never_exceeds_its_bound_through_faults_and_cancellations()
         started.elapsed(),
     );
 }
+
+/// The rate limiter's change channel, on which a waiter listens.
+fn rate_channel(name: &str) -> String {
+    format!("redisync:{{{name}}}:rate:changed")
+}
+
+/// A waiter on `limiter` for one unit, for up to 10 minutes, retrying the errors an outage may
+/// cause (as a caller would); returns its last outcome and when it got it.
+fn spawn_rate_waiter(
+    limiter: RateLimiter,
+    tally: Arc<Tally>,
+) -> tokio::task::JoinHandle<(Result<bool>, Instant)> {
+    tokio::spawn(async move {
+        loop {
+            match limiter.acquire_for(1, Duration::from_secs(600)).await {
+                Err(err) if is_fault(&err) => {
+                    tally.add("waiter fault errors", 1);
+                    tokio::time::sleep(ms(50)).await;
+                }
+                outcome => return (outcome, Instant::now()),
+            }
+        }
+    })
+}
+
+/// `try_acquire(1)` once Redis answers again after a restart: the first outcome that is not
+/// an outage error.
+async fn first_decision_after(limiter: &RateLimiter, tally: &Tally) -> Result<Decision> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        match limiter.try_acquire(1).await {
+            Err(err) if is_fault(&err) && Instant::now() < deadline => {
+                tally.add("decision fault errors after the restart", 1);
+                tokio::time::sleep(ms(50)).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Redis restarts, persisting every write (AOF, `appendfsync always`), while a rate limiter's
+/// budget is spent and a waiter of another client waits for it. The budget comes back spent:
+/// no decision after the restart is allowed, the waiter (retrying outage errors, as a caller
+/// would) gets nothing until the rate changes, and the change wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limiter_budget_and_waiters_come_through_a_restart_with_aof() {
+    let started = Instant::now();
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let name = "restart-rate-aof";
+    let tally = Arc::new(Tally::default());
+    let a = command_client(&server, Duration::from_secs(1)).await;
+    let b = command_client(&server, Duration::from_secs(1)).await;
+    let limiter = a.rate_limiter(name);
+    assert!(limiter.try_set_rate(Rate::per_hour(1)).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap().allowed);
+    assert!(!limiter.try_acquire(1).await.unwrap().allowed);
+    let waiter = spawn_rate_waiter(b.rate_limiter(name), tally.clone());
+    eventually("the waiter is subscribed", SETTLE, || {
+        server.numsub(&rate_channel(name)) == 1
+    })
+    .await;
+
+    tokio::task::block_in_place(|| server.restart());
+    let restarted_at = Instant::now();
+    let decision = first_decision_after(&limiter, &tally)
+        .await
+        .expect("a decision after the restart");
+    let decided_at = Instant::now();
+    assert!(
+        !decision.allowed,
+        "the restart gave the spent budget back: {decision:?}"
+    );
+    // An hour until the next unit: the state came back, not a full bucket.
+    assert!(
+        decision.retry_after > Duration::from_secs(60),
+        "{decision:?}"
+    );
+    eventually("the waiter is subscribed again", SETTLE, || {
+        server.numsub(&rate_channel(name)) == 1
+    })
+    .await;
+    // A waiter that re-checked on the new connection found the budget spent too.
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter returned before the rate changed: {:?}",
+        waiter.await
+    );
+
+    let changed = Instant::now();
+    limiter.set_rate(Rate::per_second(100)).await.unwrap();
+    let (outcome, at) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the rate change")
+        .expect("waiter task");
+    assert!(outcome.expect("acquire_for"), "the waiter got its unit");
+    assert!(at >= changed);
+    assert!(limiter.delete().await.unwrap());
+    assert_idle(&[a, b], "rate limiter after a restart with AOF").await;
+    let mut faults = BTreeMap::new();
+    faults.insert("redis restarted with AOF".to_owned(), 1);
+    tally.add(
+        "ms from the restart to the first decision",
+        (decided_at - restarted_at).as_millis() as u64,
+    );
+    tally.report(
+        "rate_limiter_budget_and_waiters_come_through_a_restart_with_aof (invariant: the spent \
+         budget survives; no unit is granted before the rate changes; the change wakes the \
+         waiter)",
+        &faults,
+        started.elapsed(),
+    );
+}
+
+/// Without persistence a restart loses the rate itself. A waiter that needed an hour does not
+/// sleep through that: retrying outage errors as a caller would, it returns `InvalidArgument`
+/// (no rate) within seconds of the restart, as after a `delete`, and the limiter works again
+/// once a rate is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limiter_waiters_learn_within_seconds_that_a_restart_lost_the_rate() {
+    let started = Instant::now();
+    let mut server = RedisServer::start();
+    let name = "restart-rate";
+    let tally = Arc::new(Tally::default());
+    let a = command_client(&server, Duration::from_secs(1)).await;
+    let b = command_client(&server, Duration::from_secs(1)).await;
+    let limiter = a.rate_limiter(name);
+    assert!(limiter.try_set_rate(Rate::per_hour(1)).await.unwrap());
+    assert!(limiter.try_acquire(1).await.unwrap().allowed);
+    let waiters: Vec<_> = [&a, &b, &b]
+        .into_iter()
+        .map(|client| spawn_rate_waiter(client.rate_limiter(name), tally.clone()))
+        .collect();
+    eventually("both waiter clients are subscribed", SETTLE, || {
+        server.numsub(&rate_channel(name)) == 2
+    })
+    .await;
+
+    tokio::task::block_in_place(|| server.restart());
+    let restarted_at = Instant::now();
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        let (outcome, at) = tokio::time::timeout(SETTLE, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("waiter {i} still waits after the restart"))
+            .expect("waiter task");
+        match outcome {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("waiter {i}: {other:?}, not the missing rate"),
+        }
+        let after = at.saturating_duration_since(restarted_at);
+        // A waiter fails on its dropped connection (its loop asks again) or re-checks when
+        // its hub reconnects; one that slept until its next look (up to MAX_SLEEP, 10 s)
+        // would fail this.
+        assert!(
+            after < Duration::from_secs(5),
+            "waiter {i} learned it {after:?} after the restart"
+        );
+    }
+    match first_decision_after(&limiter, &tally).await {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("a decision after the restart: {other:?}, not the missing rate"),
+    }
+    assert!(
+        limiter.try_set_rate(Rate::per_hour(1)).await.unwrap(),
+        "the rate was lost with the restart, so it can be set"
+    );
+    assert!(limiter.try_acquire(1).await.unwrap().allowed);
+    assert!(!limiter.try_acquire(1).await.unwrap().allowed);
+    assert!(limiter.delete().await.unwrap());
+    eventually("nobody is subscribed", SETTLE, || {
+        server.numsub(&rate_channel(name)) == 0
+    })
+    .await;
+    assert_idle(&[a, b], "rate limiter after a restart").await;
+    let mut faults = BTreeMap::new();
+    faults.insert("redis restarted without persistence".to_owned(), 1);
+    tally.report(
+        "rate_limiter_waiters_learn_within_seconds_that_a_restart_lost_the_rate (invariant: \
+         every waiter returns the missing rate within 5 s of the restart; the limiter works \
+         once its rate is set again)",
+        &faults,
+        started.elapsed(),
+    );
+}
