@@ -112,6 +112,26 @@ async fn a_thousand_holds_share_one_notice_subscription() {
     assert_eq!(lost, vec![500]);
 }
 
+/// The first watchdog hold subscribes the client for good, also when it is released before
+/// the watchdog task gets to run: on a single-threaded runtime the task runs only once the
+/// caller waits for its release, and by then the hold is gone. (The task used to subscribe
+/// only if it found a hold, so a client with short holds never subscribed, and each of its
+/// acquires woke the task again.) A hold taken later is then lost at once on a takeover.
+#[tokio::test(flavor = "current_thread")]
+async fn a_first_hold_released_at_once_still_subscribes_the_client() {
+    let server = RedisServer::start();
+    let owner = common::client(&server).await;
+    let operator = common::client(&server).await;
+    let lock = owner.lock("brief");
+    let first = lock.lock().await.expect("lock");
+    first.unlock().await.expect("unlock");
+    common::lost_notices_subscribed(&server, &owner).await;
+
+    let guard = lock.lock().await.expect("lock again");
+    assert!(operator.lock("brief").force_unlock().await.expect("force"));
+    lost_within("a hold after a brief first one", guard.lost()).await;
+}
+
 /// A polling client has no subscription at all, and learns at its next renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_polling_client_learns_at_its_next_renewal() {

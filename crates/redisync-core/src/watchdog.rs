@@ -99,8 +99,10 @@ pub(crate) struct Watchdog {
     /// Leases found lost when their guard let go, before a watchdog round noticed.
     pub(crate) lost_on_release: AtomicU64,
     metrics: crate::metrics::Metrics,
-    /// Signalled when the registry gets its first hold: the watchdog task then subscribes to
-    /// the client's lost notices.
+    /// Set by the first hold the client registers, and never cleared: the watchdog task then
+    /// subscribes to the client's lost notices, and keeps the subscription.
+    had_hold: std::sync::atomic::AtomicBool,
+    /// Signalled once, with `had_hold`, to wake the watchdog task for that subscription.
     first_hold: tokio::sync::Notify,
     /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
     /// made: one channel per client, not a leak of any call).
@@ -166,10 +168,6 @@ impl Watchdog {
         let state = LeaseState::new(crate::watchdog::lease::deadline(sent_at, lease));
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let mut entries = lock(&self.entries);
-        if entries.is_empty() {
-            // Stores a permit if the task is not listening yet: the signal is not lost.
-            self.first_hold.notify_one();
-        }
         entries.insert(
             serial,
             Entry {
@@ -179,6 +177,14 @@ impl Watchdog {
             },
         );
         drop(entries);
+        // Only the first hold wakes the task. Waking it whenever a hold found the registry
+        // empty cost every such acquire a task wake-up (often another thread's), and a task
+        // that woke after a short hold was already gone did not subscribe, so the next
+        // acquire woke it again.
+        if !self.had_hold.swap(true, Ordering::AcqRel) {
+            // Stores a permit if the task is not listening yet: the signal is not lost.
+            self.first_hold.notify_one();
+        }
         HoldLease::renewed(
             Renewal {
                 watchdog: self.clone(),
@@ -269,9 +275,9 @@ struct Notices {
 }
 
 impl Notices {
-    /// Subscribes, if not yet subscribed and the watchdog has holds.
+    /// Subscribes, if not yet subscribed and the client has had a watchdog hold.
     fn subscribe_if_needed(&mut self, watchdog: &Watchdog) {
-        if self.subscribed.is_none() && watchdog.len() > 0 {
+        if self.subscribed.is_none() && watchdog.had_hold.load(Ordering::Acquire) {
             // Before subscribing: a snapshot of the local state in between then misses a
             // channel for a moment rather than counting this one as left behind.
             watchdog.listens_for_notices.store(true, Ordering::Relaxed);
