@@ -326,7 +326,7 @@ impl Locker for PubSubFloorLocker {
     }
 }
 
-/// The blocking floor's release: compare-and-delete, and wake the waiter named in KEYS[2] by
+/// The blocking floor's release: compare-and-delete, and wake the waiter named in `KEYS[2]` by
 /// pushing to its list. The push expires, so that one nobody popped does not outlive the run.
 const COMPARE_DELETE_PUSH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      redis.call('DEL', KEYS[1]) local w = redis.call('GET', KEYS[2]) if w then \
