@@ -230,7 +230,8 @@ async fn main() {
         "One task per client: one takes the free lock and holds it 50–51 ms (see \
          BENCHMARKS.md), the other starts \
          waiting as soon as it is held. Hand-off: from the holder starting its release to \
-         the waiter's acquire returning. p50 vs pub/sub floor: this p50 ÷ the pub/sub \
+         the waiter's acquire returning. The contenders take turns hand-off by hand-off, \
+         each on a lock of its own. p50 vs pub/sub floor: this p50 ÷ the pub/sub \
          floor's, in the same round. Taken before the release: the waiter got the lock \
          while the holder still ran its 50 ms (a lease shorter than the hold ran out).",
     );
@@ -302,16 +303,13 @@ async fn main() {
                 .await;
             }
         }
-        for contender in turn(&Contender::HANDOFF, round)
-            .into_iter()
-            .filter(|_| settings.wants("2b"))
-        {
-            eprintln!("  hand-off: {}", contender.name());
+        if settings.wants("2b") {
+            eprintln!("  hand-off: every contender, taking turns");
             scenarios::handoff(
                 &server,
-                contender,
+                &turn(&Contender::HANDOFF, round),
                 settings.handoffs,
-                handoff.figures(contender.name()),
+                &mut handoff,
             )
             .await;
         }
@@ -445,9 +443,9 @@ async fn main() {
             } else {
                 scenarios::handoff(
                     &server,
-                    Contender::PubSubFloor,
+                    &[Contender::PubSubFloor],
                     settings.handoffs,
-                    election.figures(Contender::PubSubFloor.name()),
+                    &mut election,
                 )
                 .await;
             }

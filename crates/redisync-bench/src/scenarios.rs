@@ -10,7 +10,7 @@ use redisync_test_harness::RedisServer;
 use crate::commands::Pass;
 use crate::lockers::{lockers, Contender, Section};
 use crate::monitor::CommandCounter;
-use crate::report::{percentile, Figures};
+use crate::report::{percentile, Figures, Scenario};
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -239,119 +239,173 @@ pub async fn contended(
     }
 }
 
-/// Scenario 2b: hand-off with one waiter. Two clients, one task each; `a` takes the free lock
-/// and holds it 50 ms, `b` starts waiting as soon as `a` holds it. Measured: from `a`
-/// starting its release to `b`'s acquire returning, `handoffs` times.
+/// Scenario 2b: hand-off with one waiter, for every contender of `contenders` in one round.
+/// Per contender two clients, one task each; `a` takes the free lock and holds it 50 ms, `b`
+/// starts waiting as soon as `a` holds it. Measured: from `a` starting its release to `b`'s
+/// acquire returning, `handoffs` times. The contenders take turns hand-off by hand-off, so
+/// that a ratio between two of them compares samples taken in the same seconds, not in runs
+/// tens of seconds apart on a machine whose speed drifts. Each contender's figures go to
+/// its row of `scenario`.
 pub async fn handoff(
     server: &RedisServer,
-    contender: Contender,
+    contenders: &[Contender],
     handoffs: usize,
-    out: &mut Figures,
+    scenario: &mut Scenario,
 ) {
-    const HOLD: Duration = Duration::from_millis(50);
-    let url = server.url();
-    let mut both = lockers(contender, &url, 2, 1, |_| "bench:handoff".to_owned()).await;
-    let (Some(mut b), Some(mut a)) = (both.pop(), both.pop()) else {
-        return;
-    };
-    let origin = Instant::now();
-    // Nanoseconds since `origin`: when `a` started releasing, when `b` held the lock.
-    let released = Arc::new(AtomicU64::new(0));
-    let acquired = Arc::new(AtomicU64::new(0));
-    let (go_a, mut a_go) = tokio::sync::mpsc::channel::<()>(1);
-    let (a_holds, mut b_go) = tokio::sync::mpsc::channel::<()>(1);
-    let (b_done, mut done) = tokio::sync::mpsc::channel::<bool>(1);
-    let holder = {
-        let released = released.clone();
-        tokio::spawn(async move {
-            let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
-            while a_go.recv().await.is_some() {
-                let held = Arc::new(AtomicBool::new(false));
-                // The hold is timed by the OS (see `os_sleep`) and lasts a pseudo-random
-                // 0–1000 µs more (xorshift), so that the release falls anywhere between a
-                // polling waiter's ticks, as it does between processes.
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let hold = HOLD + Duration::from_micros(seed % 1000);
-                // A take that failed before holding (a peer giving up after its tries) is
-                // tried again: the waiter waits for this hold.
-                while !held.load(Ordering::SeqCst) {
-                    let (released, a_holds, held) =
-                        (released.clone(), a_holds.clone(), held.clone());
-                    let section: Section = Box::pin(async move {
-                        held.store(true, Ordering::SeqCst);
-                        let _ = a_holds.send(()).await;
-                        os_sleep(hold).await;
-                        released.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
-                    });
-                    let _ = a.with_lock(section).await;
-                }
-            }
-        })
-    };
-    let waiter = {
-        let acquired = acquired.clone();
-        tokio::spawn(async move {
-            while b_go.recv().await.is_some() {
-                let mut ok = false;
-                for _ in 0..100 {
-                    let acquired = acquired.clone();
-                    let section: Section = Box::pin(async move {
-                        acquired.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
-                    });
-                    if b.with_lock(section).await.is_ok() {
-                        ok = true;
-                        break;
+    let mut rigs = Vec::new();
+    for (i, &contender) in contenders.iter().enumerate() {
+        // A lock of its own: no contender finds another's key.
+        if let Some(rig) = HandoffRig::start(server, contender, format!("bench:handoff:{i}")).await
+        {
+            rigs.push(rig);
+        }
+    }
+    let warm_up = 2;
+    for i in 0..warm_up + handoffs {
+        for rig in &mut rigs {
+            rig.one(i >= warm_up).await;
+        }
+    }
+    for rig in rigs {
+        let name = rig.contender.name();
+        rig.finish(scenario.figures(name)).await;
+    }
+}
+
+/// One contender's two clients of scenario 2b, ready to hand the lock over on demand.
+struct HandoffRig {
+    contender: Contender,
+    /// Nanoseconds since `origin`: when `a` started releasing, when `b` held the lock.
+    released: Arc<AtomicU64>,
+    acquired: Arc<AtomicU64>,
+    go_a: tokio::sync::mpsc::Sender<()>,
+    done: tokio::sync::mpsc::Receiver<bool>,
+    holder: tokio::task::JoinHandle<()>,
+    waiter: tokio::task::JoinHandle<()>,
+    samples: Vec<f64>,
+    failures: u64,
+    early: u64,
+}
+
+impl HandoffRig {
+    async fn start(server: &RedisServer, contender: Contender, key: String) -> Option<Self> {
+        const HOLD: Duration = Duration::from_millis(50);
+        let url = server.url();
+        let mut both = lockers(contender, &url, 2, 1, |_| key.clone()).await;
+        let (Some(mut b), Some(mut a)) = (both.pop(), both.pop()) else {
+            return None;
+        };
+        let origin = Instant::now();
+        let released = Arc::new(AtomicU64::new(0));
+        let acquired = Arc::new(AtomicU64::new(0));
+        let (go_a, mut a_go) = tokio::sync::mpsc::channel::<()>(1);
+        let (a_holds, mut b_go) = tokio::sync::mpsc::channel::<()>(1);
+        let (b_done, done) = tokio::sync::mpsc::channel::<bool>(1);
+        let holder = {
+            let released = released.clone();
+            tokio::spawn(async move {
+                let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+                while a_go.recv().await.is_some() {
+                    let held = Arc::new(AtomicBool::new(false));
+                    // The hold is timed by the OS (see `os_sleep`) and lasts a pseudo-random
+                    // 0–1000 µs more (xorshift), so that the release falls anywhere between a
+                    // polling waiter's ticks, as it does between processes.
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let hold = HOLD + Duration::from_micros(seed % 1000);
+                    // A take that failed before holding (a peer giving up after its tries) is
+                    // tried again: the waiter waits for this hold.
+                    while !held.load(Ordering::SeqCst) {
+                        let (released, a_holds, held) =
+                            (released.clone(), a_holds.clone(), held.clone());
+                        let section: Section = Box::pin(async move {
+                            held.store(true, Ordering::SeqCst);
+                            let _ = a_holds.send(()).await;
+                            os_sleep(hold).await;
+                            released.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                        });
+                        let _ = a.with_lock(section).await;
                     }
                 }
-                if b_done.send(ok).await.is_err() {
-                    return;
+            })
+        };
+        let waiter = {
+            let acquired = acquired.clone();
+            tokio::spawn(async move {
+                while b_go.recv().await.is_some() {
+                    let mut ok = false;
+                    for _ in 0..100 {
+                        let acquired = acquired.clone();
+                        let section: Section = Box::pin(async move {
+                            acquired.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                        });
+                        if b.with_lock(section).await.is_ok() {
+                            ok = true;
+                            break;
+                        }
+                    }
+                    if b_done.send(ok).await.is_err() {
+                        return;
+                    }
                 }
-            }
+            })
+        };
+        Some(HandoffRig {
+            contender,
+            released,
+            acquired,
+            go_a,
+            done,
+            holder,
+            waiter,
+            samples: Vec::new(),
+            failures: 0,
+            early: 0,
         })
-    };
-    let warm_up = 2;
-    let mut samples = Vec::with_capacity(handoffs);
-    let mut failures = 0u64;
-    let mut early = 0u64;
-    for i in 0..warm_up + handoffs {
-        if go_a.send(()).await.is_err() {
-            break;
+    }
+
+    /// One hand-off; its time is a sample if `counted`.
+    async fn one(&mut self, counted: bool) {
+        if self.go_a.send(()).await.is_err() {
+            return;
         }
-        match done.recv().await {
+        match self.done.recv().await {
             Some(true) => {}
             Some(false) => {
-                failures += 1;
-                continue;
+                self.failures += 1;
+                return;
             }
-            None => break,
+            None => return,
         }
         let (r, q) = (
-            released.load(Ordering::SeqCst),
-            acquired.load(Ordering::SeqCst),
+            self.released.load(Ordering::SeqCst),
+            self.acquired.load(Ordering::SeqCst),
         );
-        if i < warm_up {
-            continue;
+        if !counted {
+            return;
         }
         if q < r {
             // The waiter held the lock before the holder let go: a lease shorter than the
             // hold (redis-lock's default 10 ms lease) ran out.
-            early += 1;
+            self.early += 1;
         } else {
-            samples.push((q - r) as f64 / 1e3);
+            self.samples.push((q - r) as f64 / 1e3);
         }
     }
-    drop(go_a);
-    let _ = holder.await;
-    drop(done);
-    let _ = waiter.await;
-    out.add("handoff p50 µs", percentile(&samples, 50.0));
-    out.add("handoff p99 µs", percentile(&samples, 99.0));
-    out.add("hand-offs", samples.len() as f64);
-    out.add("taken before the release", early as f64);
-    out.add("failed acquires", failures as f64);
-    out.samples.extend(samples);
+
+    async fn finish(self, out: &mut Figures) {
+        drop(self.go_a);
+        let _ = self.holder.await;
+        drop(self.done);
+        let _ = self.waiter.await;
+        out.add("handoff p50 µs", percentile(&self.samples, 50.0));
+        out.add("handoff p99 µs", percentile(&self.samples, 99.0));
+        out.add("hand-offs", self.samples.len() as f64);
+        out.add("taken before the release", self.early as f64);
+        out.add("failed acquires", self.failures as f64);
+        out.samples.extend(self.samples);
+    }
 }
 
 /// Redis's key count and memory, for what a run leaves in Redis.
