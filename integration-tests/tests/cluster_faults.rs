@@ -1298,7 +1298,8 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
 /// A rate limiter's slot moves while its budget is spent and a waiter of another client
 /// waits: the rate and the spent budget move with the slot (a decision on the new owner is
 /// still refused, an hour from the next unit), the waiter's subscription follows, and a rate
-/// change made through `MOVED` wakes it at once.
+/// change wakes it at once. The change is the first call of its client since the move, so it
+/// meets `MOVED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
     let started = Instant::now();
@@ -1347,10 +1348,12 @@ async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
         "resubscribed on the new owner {:?} after the migration",
         migrated_at.elapsed()
     );
-    let refused = limiter
+    // Asked through the waiter's client, so that `a` still has the old slot map.
+    let refused = b
+        .rate_limiter(name)
         .try_acquire(1)
         .await
-        .expect("a decision follows MOVED");
+        .expect("a decision on the new owner");
     assert!(
         !refused.allowed,
         "the spent budget did not move: {refused:?}"

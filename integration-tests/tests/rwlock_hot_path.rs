@@ -78,7 +78,7 @@ async fn uncontended_cycles_cost_what_the_docs_state() {
     // Load the scripts first (a NOSCRIPT round would count).
     rw.read().await.unwrap().unlock().await.unwrap();
     let write = rw.write().await.unwrap();
-    // The watchdog subscribes the client's lost-notice channel when it finds a hold, in the
+    // The watchdog subscribes the client's lost-notice channel after its first hold, in the
     // background: under load that SUBSCRIBE landed in a measured window (9.02 commands).
     common::lost_notices_subscribed(&server, &c).await;
     write.unlock().await.unwrap();

@@ -14,8 +14,8 @@ use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// Tableau 10: distinct, and readable on white.
-const COLOURS: [RGBColor; 10] = [
+/// Tableau 10, and black for the eleventh series: distinct, and readable on white.
+const COLOURS: [RGBColor; 11] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -26,6 +26,7 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
 ];
 
 fn err(e: impl std::fmt::Display) -> String {

@@ -261,9 +261,19 @@ pub async fn handoff(
         }
     }
     let warm_up = 2;
+    let mut order: Vec<usize> = (0..rigs.len()).collect();
+    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
     for i in 0..warm_up + handoffs {
-        for rig in &mut rigs {
-            rig.one(i >= warm_up).await;
+        // A new order every pass (Fisher–Yates on xorshift): no contender always follows the
+        // same one, so whatever a rig leaves behind after its turn falls on everyone alike.
+        for j in (1..order.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(j, (seed % (j as u64 + 1)) as usize);
+        }
+        for &r in &order {
+            rigs[r].one(i >= warm_up).await;
         }
     }
     for rig in rigs {
@@ -279,6 +289,9 @@ struct HandoffRig {
     released: Arc<AtomicU64>,
     acquired: Arc<AtomicU64>,
     go_a: tokio::sync::mpsc::Sender<()>,
+    /// The holder let go (its hold's release returned).
+    a_done: tokio::sync::mpsc::Receiver<()>,
+    /// The waiter got the lock (or gave up: `false`) and let go.
     done: tokio::sync::mpsc::Receiver<bool>,
     holder: tokio::task::JoinHandle<()>,
     waiter: tokio::task::JoinHandle<()>,
@@ -301,6 +314,7 @@ impl HandoffRig {
         let (go_a, mut a_go) = tokio::sync::mpsc::channel::<()>(1);
         let (a_holds, mut b_go) = tokio::sync::mpsc::channel::<()>(1);
         let (b_done, done) = tokio::sync::mpsc::channel::<bool>(1);
+        let (holder_done, a_done) = tokio::sync::mpsc::channel::<()>(1);
         let holder = {
             let released = released.clone();
             tokio::spawn(async move {
@@ -326,6 +340,9 @@ impl HandoffRig {
                             released.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
                         });
                         let _ = a.with_lock(section).await;
+                    }
+                    if holder_done.send(()).await.is_err() {
+                        return;
                     }
                 }
             })
@@ -356,6 +373,7 @@ impl HandoffRig {
             released,
             acquired,
             go_a,
+            a_done,
             done,
             holder,
             waiter,
@@ -370,7 +388,12 @@ impl HandoffRig {
         if self.go_a.send(()).await.is_err() {
             return;
         }
-        match self.done.recv().await {
+        let taken = self.done.recv().await;
+        // Both have let go before the next rig's turn, and `released` is this hold's.
+        if self.a_done.recv().await.is_none() {
+            return;
+        }
+        match taken {
             Some(true) => {}
             Some(false) => {
                 self.failures += 1;
@@ -396,6 +419,7 @@ impl HandoffRig {
 
     async fn finish(self, out: &mut Figures) {
         drop(self.go_a);
+        drop(self.a_done);
         let _ = self.holder.await;
         drop(self.done);
         let _ = self.waiter.await;

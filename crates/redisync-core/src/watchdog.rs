@@ -99,8 +99,9 @@ pub(crate) struct Watchdog {
     /// Leases found lost when their guard let go, before a watchdog round noticed.
     pub(crate) lost_on_release: AtomicU64,
     metrics: crate::metrics::Metrics,
-    /// Set by the first hold the client registers, and never cleared: the watchdog task then
-    /// subscribes to the client's lost notices, and keeps the subscription.
+    /// Set by the first hold the client registers, and never cleared: the watchdog task of a
+    /// client that listens for lost notices (not on a cluster, not polling) then subscribes,
+    /// and keeps the subscription.
     had_hold: std::sync::atomic::AtomicBool,
     /// Signalled once, with `had_hold`, to wake the watchdog task for that subscription.
     first_hold: tokio::sync::Notify,
