@@ -16,48 +16,82 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// Scenario 1: one task locks and unlocks one free lock, `cycles` times.
+/// Cycles a contender of scenario 1 runs in one go before the next takes its turn.
+const UNCONTENDED_BLOCK: usize = 100;
+
+/// Scenario 1: for every contender of `contenders`, one task locks and unlocks one free lock
+/// of its own, `cycles` times. The contenders take turns in blocks of [`UNCONTENDED_BLOCK`]
+/// cycles, in a new order every pass, so that each samples the same seconds: this machine
+/// slips now and then into a state where every cycle takes about twice as long, and a ratio
+/// between contenders run one after another caught it for one and not the other. Each
+/// contender's figures go to its row of `scenario`.
 pub async fn uncontended(
     server: &RedisServer,
-    contender: Contender,
+    contenders: &[Contender],
     cycles: usize,
-    out: &mut Figures,
+    scenario: &mut Scenario,
 ) {
     // An empty server: keys an earlier pass left to expire must not expire during this one.
     let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
     let url = server.url();
-    let mut locker = lockers(contender, &url, 1, 1, |_| "bench:uncontended".to_owned())
-        .await
-        .remove(0);
-    // Warm up: connections, script caches.
-    for _ in 0..50 {
-        locker
-            .with_lock(Box::pin(async {}))
+    let mut lockers_of = Vec::new();
+    for (i, &contender) in contenders.iter().enumerate() {
+        let mut locker = lockers(contender, &url, 1, 1, |_| format!("bench:uncontended:{i}"))
             .await
-            .expect("warm-up cycle");
+            .remove(0);
+        // Warm up: connections, script caches.
+        for _ in 0..50 {
+            locker
+                .with_lock(Box::pin(async {}))
+                .await
+                .expect("warm-up cycle");
+        }
+        lockers_of.push(locker);
     }
-    let (keys_before, _) = redis_footprint(server);
-    let mut samples = Vec::with_capacity(cycles);
-    for _ in 0..cycles {
-        let start = Instant::now();
-        locker.with_lock(Box::pin(async {})).await.expect("cycle");
-        samples.push(micros(start.elapsed()));
+    let mut samples = vec![Vec::with_capacity(cycles); lockers_of.len()];
+    let mut order: Vec<usize> = (0..lockers_of.len()).collect();
+    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut done = 0;
+    while done < cycles {
+        let block = UNCONTENDED_BLOCK.min(cycles - done);
+        for j in (1..order.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(j, (seed % (j as u64 + 1)) as usize);
+        }
+        for &r in &order {
+            for _ in 0..block {
+                let start = Instant::now();
+                lockers_of[r]
+                    .with_lock(Box::pin(async {}))
+                    .await
+                    .expect("cycle");
+                samples[r].push(micros(start.elapsed()));
+            }
+        }
+        done += block;
     }
-    let (keys_after, _) = redis_footprint(server);
-    out.add("p50 µs", percentile(&samples, 50.0));
-    out.add("p99 µs", percentile(&samples, 99.0));
-    out.add(
-        "Redis keys + per 1k cycles",
-        (keys_after - keys_before) * 1000.0 / cycles.max(1) as f64,
-    );
-    out.samples.extend(samples);
-    // Requests and commands, counted apart from the timed cycles (MONITOR slows Redis down).
-    let counted = 200;
-    let pass = Pass::start(server, true);
-    for _ in 0..counted {
-        locker.with_lock(Box::pin(async {})).await.expect("cycle");
+    for ((contender, mut locker), samples) in contenders.iter().zip(lockers_of).zip(samples) {
+        let out = scenario.figures(contender.name());
+        out.add("p50 µs", percentile(&samples, 50.0));
+        out.add("p99 µs", percentile(&samples, 99.0));
+        out.samples.extend(samples);
+        // Requests, commands and keys left, counted apart from the timed cycles (MONITOR
+        // slows Redis down), one contender at a time.
+        let counted = 200;
+        let (keys_before, _) = redis_footprint(server);
+        let pass = Pass::start(server, true);
+        for _ in 0..counted {
+            locker.with_lock(Box::pin(async {})).await.expect("cycle");
+        }
+        let (keys_after, _) = redis_footprint(server);
+        out.add(
+            "Redis keys + per 1k cycles",
+            (keys_after - keys_before) * 1000.0 / counted as f64,
+        );
+        add_counts(out, pass, counted, "cycle");
     }
-    add_counts(out, pass, counted, "cycle");
 }
 
 /// Adds what a counting pass over `ops` operations saw: requests (MONITOR), scripts and
