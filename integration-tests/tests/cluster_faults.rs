@@ -44,6 +44,29 @@ async fn start_cluster(extra_args: &'static [&'static str]) -> RedisCluster {
         .expect("start the cluster")
 }
 
+/// The primary owning `slot`, and another primary to move it to.
+fn owner_and_another(cluster: &RedisCluster, slot: u16) -> (usize, usize) {
+    let source = cluster.master_for_slot(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|&m| m != source)
+        .expect("another primary");
+    (source, target)
+}
+
+/// Moves `slot` whole to primary `target` (off the runtime's workers, which keep the clients'
+/// tasks running); returns the cluster and when the move was done.
+async fn migrate(cluster: RedisCluster, slot: u16, target: usize) -> (RedisCluster, Instant) {
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.migrate_slot(slot, target);
+        cluster
+    })
+    .await
+    .expect("migration");
+    (cluster, Instant::now())
+}
+
 /// `redisync:{<name>}:fence`, the lock's fencing counter.
 fn fence_key(name: &str) -> String {
     format!("redisync:{{{name}}}:fence")
@@ -966,12 +989,7 @@ async fn a_waiter_and_a_hold_follow_a_slot_migration() {
     let held_name = "migrating}held";
     let slot = cluster.slot_of(&lock_key(name));
     assert_eq!(cluster.slot_of(&lock_key(held_name)), slot);
-    let source = cluster.master_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|&m| m != source)
-        .expect("another primary");
+    let (source, target) = owner_and_another(&cluster, slot);
 
     // Long leases: the waiter can only be woken in time by a message.
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
@@ -989,13 +1007,7 @@ async fn a_waiter_and_a_hold_follow_a_slot_migration() {
     .await;
     assert_eq!(b.stats().contended_waits, 1);
 
-    let cluster = tokio::task::spawn_blocking(move || {
-        cluster.migrate_slot(slot, target);
-        cluster
-    })
-    .await
-    .expect("migration");
-    let migrated_at = Instant::now();
+    let (cluster, migrated_at) = migrate(cluster, slot, target).await;
     assert_eq!(cluster.master_for_slot(slot), target);
     eventually(
         "the waiter's hub subscribed again on the new owner",
@@ -1072,12 +1084,7 @@ async fn a_hold_is_renewed_through_a_half_migrated_slot() {
     let name = "halfway";
     let key = lock_key(name);
     let slot = cluster.slot_of(&key);
-    let source = cluster.master_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|&m| m != source)
-        .expect("another primary");
+    let (source, target) = owner_and_another(&cluster, slot);
     let command_timeout = ms(1000);
     let short_lease = ms(1000);
     let a = cluster_client(&cluster, command_timeout, short_lease).await;
@@ -1163,12 +1170,7 @@ async fn a_permit_released_while_its_slot_is_half_moved_comes_back_after_the_mov
     let name = "halfpermit";
     let permits_key = format!("redisync:{{{name}}}:semaphore");
     let slot = cluster.slot_of(&permits_key);
-    let source = cluster.master_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|&m| m != source)
-        .expect("another primary");
+    let (_, target) = owner_and_another(&cluster, slot);
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
     let semaphore = a.semaphore(name);
     assert!(semaphore.try_set_permits(1).await.expect("set permits"));
@@ -1221,12 +1223,7 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     let name = "sl";
     let latch_channel = format!("redisync:{{{name}}}:latch:wake");
     let slot = cluster.slot_of(&latch_channel);
-    let source = cluster.master_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|&m| m != source)
-        .expect("another primary");
+    let (source, target) = owner_and_another(&cluster, slot);
 
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
     let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
@@ -1258,13 +1255,7 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     })
     .await;
 
-    let cluster = tokio::task::spawn_blocking(move || {
-        cluster.migrate_slot(slot, target);
-        cluster
-    })
-    .await
-    .expect("migration");
-    let migrated_at = Instant::now();
+    let (cluster, migrated_at) = migrate(cluster, slot, target).await;
     eventually(
         "both waiters' subscriptions moved to the new owner",
         ms(5000),
@@ -1307,12 +1298,7 @@ async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
     let name = "rl";
     let channel = format!("redisync:{{{name}}}:rate:changed");
     let slot = cluster.slot_of(&channel);
-    let source = cluster.master_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|&m| m != source)
-        .expect("another primary");
+    let (source, target) = owner_and_another(&cluster, slot);
 
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
     let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
@@ -1331,13 +1317,7 @@ async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
     })
     .await;
 
-    let cluster = tokio::task::spawn_blocking(move || {
-        cluster.migrate_slot(slot, target);
-        cluster
-    })
-    .await
-    .expect("migration");
-    let migrated_at = Instant::now();
+    let (cluster, migrated_at) = migrate(cluster, slot, target).await;
     eventually(
         "the waiter's subscription moved to the new owner",
         ms(5000),

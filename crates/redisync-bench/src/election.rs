@@ -38,10 +38,7 @@ pub async fn handover(server: &RedisServer, handoffs: usize, out: &mut Figures) 
             (won, Instant::now())
         });
         // As in 2b: the release falls anywhere, not on a timer tick.
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        os_sleep(LEAD + Duration::from_micros(seed % 1000)).await;
+        os_sleep(LEAD + Duration::from_micros(crate::scenarios::xorshift(&mut seed) % 1000)).await;
         let resigned_at = Instant::now();
         let resigned = leadership.resign().await;
         let Ok((Ok(next_leader), led_at)) = waiting.await else {

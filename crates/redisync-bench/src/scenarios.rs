@@ -16,6 +16,22 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// The next number of a xorshift sequence: cheap pseudo-randomness that is the same in every
+/// run.
+pub(crate) fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Puts `order` in a new pseudo-random order (Fisher–Yates on [`xorshift`]).
+fn shuffle(order: &mut [usize], seed: &mut u64) {
+    for j in (1..order.len()).rev() {
+        order.swap(j, (xorshift(seed) % (j as u64 + 1)) as usize);
+    }
+}
+
 /// Cycles a contender of scenario 1 runs in one go before the next takes its turn.
 const UNCONTENDED_BLOCK: usize = 100;
 
@@ -54,12 +70,7 @@ pub async fn uncontended(
     let mut done = 0;
     while done < cycles {
         let block = UNCONTENDED_BLOCK.min(cycles - done);
-        for j in (1..order.len()).rev() {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            order.swap(j, (seed % (j as u64 + 1)) as usize);
-        }
+        shuffle(&mut order, &mut seed);
         for &r in &order {
             for _ in 0..block {
                 let start = Instant::now();
@@ -298,14 +309,9 @@ pub async fn handoff(
     let mut order: Vec<usize> = (0..rigs.len()).collect();
     let mut seed = 0x2545_F491_4F6C_DD1D_u64;
     for i in 0..warm_up + handoffs {
-        // A new order every pass (Fisher–Yates on xorshift): no contender always follows the
-        // same one, so whatever a rig leaves behind after its turn falls on everyone alike.
-        for j in (1..order.len()).rev() {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            order.swap(j, (seed % (j as u64 + 1)) as usize);
-        }
+        // A new order every pass: no contender always follows the same one, so whatever a rig
+        // leaves behind after its turn falls on everyone alike.
+        shuffle(&mut order, &mut seed);
         for &r in &order {
             rigs[r].one(i >= warm_up).await;
         }
@@ -358,10 +364,7 @@ impl HandoffRig {
                     // The hold is timed by the OS (see `os_sleep`) and lasts a pseudo-random
                     // 0–1000 µs more (xorshift), so that the release falls anywhere between a
                     // polling waiter's ticks, as it does between processes.
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    let hold = HOLD + Duration::from_micros(seed % 1000);
+                    let hold = HOLD + Duration::from_micros(xorshift(&mut seed) % 1000);
                     // A take that failed before holding (a peer giving up after its tries) is
                     // tried again: the waiter waits for this hold.
                     while !held.load(Ordering::SeqCst) {
