@@ -35,6 +35,13 @@ pub struct Commands {
 }
 
 impl Commands {
+    /// Adds the calls of `other`: one count over several passes.
+    pub fn merge(&mut self, other: Commands) {
+        for (command, calls) in other.calls {
+            *self.calls.entry(command).or_default() += calls;
+        }
+    }
+
     /// Every command Redis ran, those run by scripts included.
     pub fn total(&self) -> u64 {
         self.calls.values().sum()

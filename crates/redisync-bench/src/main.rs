@@ -168,6 +168,10 @@ fn turn<T: Copy>(order: &[T], round: usize) -> Vec<T> {
     order
 }
 
+/// Slices of scenario 2's run per contender and round: the contenders take turns slice by
+/// slice.
+const CONTENDED_SLICES: u32 = 3;
+
 #[tokio::main]
 async fn main() {
     let (settings, old) = match settings().and_then(|s| {
@@ -224,7 +228,8 @@ async fn main() {
          ratio (1 is perfectly fair). Violations: two holders at once (must be 0). Scripts, \
          commands and PUBLISH: `INFO commandstats` over the timed run (every acquisition is \
          released once, so PUBLISH/release = PUBLISH per acquisition). Requests include every \
-         retry and subscription command, counted with MONITOR in a 1 s pass of their own.",
+         retry and subscription command, counted with MONITOR in a 1 s pass of their own. \
+         The contenders take turns in three slices of the run, each on a lock of its own.",
     );
     let mut handoff = Scenario::new(
         "handoff",
@@ -267,36 +272,28 @@ async fn main() {
             primitives::op_cycles(&server, op, settings.cycles / 2, round, ops.figures(&name))
                 .await;
         }
-        for contender in turn(&Contender::CONTENDED, round)
-            .into_iter()
-            .filter(|_| settings.wants("2"))
-        {
-            for count_requests in [false, true] {
-                eprintln!(
-                    "  contended{}: {}",
-                    if count_requests {
-                        " (counting requests)"
-                    } else {
-                        ""
-                    },
-                    contender.name()
-                );
-                let run = if count_requests {
-                    settings.run.min(Duration::from_secs(1))
-                } else {
-                    settings.run
-                };
-                let load = scenarios::Load {
-                    clients: 4,
-                    per_client: 4,
-                    hold: Duration::from_millis(1),
-                    duration: run,
-                };
-                scenarios::contended(
+        if settings.wants("2") {
+            let load = |duration| scenarios::Load {
+                clients: 4,
+                per_client: 4,
+                hold: Duration::from_millis(1),
+                duration,
+            };
+            eprintln!("  contended: every contender, taking turns");
+            scenarios::contended(
+                &server,
+                &turn(&Contender::CONTENDED, round),
+                &load(settings.run),
+                CONTENDED_SLICES,
+                &mut contended,
+            )
+            .await;
+            for contender in turn(&Contender::CONTENDED, round) {
+                eprintln!("  contended (counting requests): {}", contender.name());
+                scenarios::contended_requests(
                     &server,
                     contender,
-                    &load,
-                    count_requests,
+                    &load(settings.run.min(Duration::from_secs(1))),
                     contended.figures(contender.name()),
                 )
                 .await;

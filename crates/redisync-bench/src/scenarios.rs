@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
-use crate::commands::Pass;
-use crate::lockers::{lockers, Contender, Section};
+use crate::commands::{Commands, Pass};
+use crate::lockers::{lockers, Contender, Locker, Section};
 use crate::monitor::CommandCounter;
 use crate::report::{percentile, Figures, Scenario};
 
@@ -166,34 +166,20 @@ pub struct Load {
     pub duration: Duration,
 }
 
-/// Scenario 2: `clients × per_client` tasks on one lock, each holding it for `hold`, for
-/// `duration`. With `count_requests`, a pass of its own that only counts requests (MONITOR);
-/// otherwise the timed pass, which also reads `INFO commandstats` (that costs Redis nothing
-/// while it runs).
-pub async fn contended(
-    server: &RedisServer,
-    contender: Contender,
-    load: &Load,
-    count_requests: bool,
-    out: &mut Figures,
-) {
-    let Load {
-        clients,
-        per_client,
-        hold,
-        duration,
-    } = *load;
-    let url = server.url();
-    let lockers = lockers(contender, &url, clients, per_client, |_| {
-        "bench:contended".to_owned()
-    })
-    .await;
-    let shared = Arc::new(Contention::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let origin = Instant::now();
-    let counter = count_requests.then(|| CommandCounter::start(server));
-    let pass = (!count_requests).then(|| Pass::start(server, false));
-    let tasks: Vec<_> = lockers
+/// What one task of a contended run gives back: its locker, its acquisitions, its failures.
+type Contended = (Box<dyn Locker>, u64, u64);
+
+/// Spawns one task per locker of a contended run: each takes the lock, holds it for `hold`
+/// (recording hand-offs and overlaps in `shared`), lets go, and goes again until `stop`.
+/// Each task gives back its locker with its acquisitions and failures.
+fn spawn_contending(
+    lockers: Vec<Box<dyn Locker>>,
+    shared: &Arc<Contention>,
+    stop: &Arc<AtomicBool>,
+    hold: Duration,
+    origin: Instant,
+) -> Vec<tokio::task::JoinHandle<Contended>> {
+    lockers
         .into_iter()
         .map(|mut locker| {
             let shared = shared.clone();
@@ -227,58 +213,162 @@ pub async fn contended(
                         Err(_) => failures += 1,
                     }
                 }
-                (count, failures)
+                (locker, count, failures)
             })
         })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(duration).await;
+        .collect()
+}
+
+/// Scenario 2, counting requests: `contender`'s `clients × per_client` tasks on one lock,
+/// each holding it for `hold`, for `duration`, with MONITOR on (which slows Redis, so this
+/// pass reports only requests per acquisition).
+pub async fn contended_requests(
+    server: &RedisServer,
+    contender: Contender,
+    load: &Load,
+    out: &mut Figures,
+) {
+    let url = server.url();
+    let lockers = lockers(contender, &url, load.clients, load.per_client, |_| {
+        "bench:contended".to_owned()
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = CommandCounter::start(server);
+    let tasks = spawn_contending(lockers, &Arc::default(), &stop, load.hold, Instant::now());
+    tokio::time::sleep(load.duration).await;
     stop.store(true, Ordering::Relaxed);
-    let mut counts = Vec::new();
-    let mut failures = 0;
+    let mut total = 0;
     for task in tasks {
-        let (count, failed) = task.await.expect("task");
-        counts.push(count);
-        failures += failed;
+        total += task.await.expect("task").1;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let total: u64 = counts.iter().sum();
-    if let Some(counter) = counter {
-        // A pass of its own: MONITOR slows Redis, so it reports only this figure.
-        let requests = counter.stop(server);
-        out.add(
-            "requests/acquisition",
-            requests as f64 / (total.max(1)) as f64,
-        );
-        return;
-    }
-    let handoffs = shared.handoffs.lock().expect("handoffs").clone();
-    let min = *counts.iter().min().unwrap_or(&0) as f64;
-    let max = *counts.iter().max().unwrap_or(&0) as f64;
-    out.add("acquisitions/s", total as f64 / elapsed);
-    out.add("handoff p50 µs", percentile(&handoffs, 50.0));
-    out.add("handoff p99 µs", percentile(&handoffs, 99.0));
-    out.add("min/task", min);
-    out.add("max/task", max);
-    out.add("min/max", if max > 0.0 { min / max } else { 0.0 });
-    out.add("failed acquires", failures as f64);
+    let requests = counter.stop(server);
     out.add(
-        "exclusion violations",
-        shared.violations.load(Ordering::Relaxed) as f64,
+        "requests/acquisition",
+        requests as f64 / (total.max(1)) as f64,
     );
-    let mut sorted: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
-    sorted.sort_by(f64::total_cmp);
-    out.series.push(sorted);
-    if let Some(pass) = pass {
+}
+
+/// Scenario 2, timed: for every contender of `contenders`, `clients × per_client` tasks on
+/// one lock of its own, each holding it for `hold`, for `duration` in all. The contenders
+/// take turns in `slices` slices of the duration, in a new order every pass, so that each
+/// runs in the same seconds as the others (see [`uncontended`]). Scripts, commands and
+/// PUBLISH come from `INFO commandstats` over each slice, which costs Redis nothing while it
+/// runs. Each contender's figures go to its row of `scenario`.
+pub async fn contended(
+    server: &RedisServer,
+    contenders: &[Contender],
+    load: &Load,
+    slices: u32,
+    scenario: &mut Scenario,
+) {
+    let url = server.url();
+    let mut rigs = Vec::new();
+    for (i, &contender) in contenders.iter().enumerate() {
+        let lockers = lockers(contender, &url, load.clients, load.per_client, |_| {
+            format!("bench:contended:{i}")
+        })
+        .await;
+        rigs.push(ContendedRig {
+            contender,
+            counts: vec![0; lockers.len()],
+            lockers,
+            shared: Arc::default(),
+            failures: 0,
+            elapsed: 0.0,
+            commands: Commands::default(),
+        });
+    }
+    let slice = load.duration / slices.max(1);
+    let origin = Instant::now();
+    let mut order: Vec<usize> = (0..rigs.len()).collect();
+    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+    for _ in 0..slices.max(1) {
+        shuffle(&mut order, &mut seed);
+        for &r in &order {
+            rigs[r].slice(server, load.hold, slice, origin).await;
+        }
+    }
+    for rig in rigs {
+        let name = rig.contender.name();
+        rig.finish(scenario.figures(name));
+    }
+}
+
+/// One contender's tasks of a contended run taken in slices, and what they added up to.
+struct ContendedRig {
+    contender: Contender,
+    /// The tasks' lockers, between slices.
+    lockers: Vec<Box<dyn Locker>>,
+    shared: Arc<Contention>,
+    /// Acquisitions per task, over every slice.
+    counts: Vec<u64>,
+    failures: u64,
+    /// Seconds, over every slice.
+    elapsed: f64,
+    commands: Commands,
+}
+
+impl ContendedRig {
+    /// Runs the tasks for `duration`, then until each has let go.
+    async fn slice(
+        &mut self,
+        server: &RedisServer,
+        hold: Duration,
+        duration: Duration,
+        origin: Instant,
+    ) {
+        // A hand-off from the last release of the previous slice would span the other
+        // contenders' turns.
+        self.shared.last_release.store(0, Ordering::SeqCst);
+        let stop = Arc::new(AtomicBool::new(false));
+        let pass = Pass::start(server, false);
+        let lockers = std::mem::take(&mut self.lockers);
+        let tasks = spawn_contending(lockers, &self.shared, &stop, hold, origin);
+        let started = Instant::now();
+        tokio::time::sleep(duration).await;
+        stop.store(true, Ordering::Relaxed);
+        for (i, task) in tasks.into_iter().enumerate() {
+            let (locker, count, failures) = task.await.expect("task");
+            self.lockers.push(locker);
+            self.counts[i] += count;
+            self.failures += failures;
+        }
+        self.elapsed += started.elapsed().as_secs_f64();
         let (commands, _) = pass.finish();
+        self.commands.merge(commands);
+    }
+
+    fn finish(self, out: &mut Figures) {
+        let total: u64 = self.counts.iter().sum();
+        let handoffs = self.shared.handoffs.lock().expect("handoffs").clone();
+        let min = *self.counts.iter().min().unwrap_or(&0) as f64;
+        let max = *self.counts.iter().max().unwrap_or(&0) as f64;
+        out.add(
+            "acquisitions/s",
+            total as f64 / self.elapsed.max(f64::EPSILON),
+        );
+        out.add("handoff p50 µs", percentile(&handoffs, 50.0));
+        out.add("handoff p99 µs", percentile(&handoffs, 99.0));
+        out.add("min/task", min);
+        out.add("max/task", max);
+        out.add("min/max", if max > 0.0 { min / max } else { 0.0 });
+        out.add("failed acquires", self.failures as f64);
+        out.add(
+            "exclusion violations",
+            self.shared.violations.load(Ordering::Relaxed) as f64,
+        );
+        let mut sorted: Vec<f64> = self.counts.iter().map(|&c| c as f64).collect();
+        sorted.sort_by(f64::total_cmp);
+        out.series.push(sorted);
         let per = |n: u64| n as f64 / total.max(1) as f64;
-        out.add("scripts/acquisition", per(commands.scripts()));
-        out.add("commands/acquisition", per(commands.total()));
+        out.add("scripts/acquisition", per(self.commands.scripts()));
+        out.add("commands/acquisition", per(self.commands.total()));
         // Every acquisition is released once, so this is also PUBLISH per release.
-        out.add("PUBLISH/release", per(commands.get("publish")));
+        out.add("PUBLISH/release", per(self.commands.get("publish")));
         out.text(
             "commands in Redis per acquisition",
-            commands.breakdown(total),
+            self.commands.breakdown(total),
             "commands/acquisition",
         );
     }
