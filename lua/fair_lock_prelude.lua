@@ -23,7 +23,7 @@ end
 -- and release whenever either key exists (where neither does there is nothing to tidy and no
 -- foreign data), before they change the lock or the queue: it fails with WRONGTYPE on foreign
 -- data under either key first. (Only the caller's own heartbeat, in fair_lock_acquire, is
--- written before it.)
+-- written before it.) Returns whether it removed any waiter.
 local function tidy_queue(queue, deadlines, now_ms)
     local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
     for first = 1, #dead, 1000 do
@@ -32,12 +32,14 @@ local function tidy_queue(queue, deadlines, now_ms)
     if #dead > 0 then
         redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_ms)
     end
+    local removed = #dead > 0
     while true do
         local head = redis.call('ZRANGE', queue, 0, 0)[1]
         if not head or redis.call('ZSCORE', deadlines, head) then
-            return
+            return removed
         end
         redis.call('ZREM', queue, head)
+        removed = true
     end
 end
 

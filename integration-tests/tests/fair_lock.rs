@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, client_with_watchdog, eventually, exists, int, ms, strings, text, zcard};
+use common::{
+    client, client_with_watchdog, command_stats, eventually, exists, int, ms, strings, text, zcard,
+};
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::RedisServer;
@@ -1175,6 +1177,66 @@ async fn each_waiter_has_its_own_channel_and_a_release_wakes_only_the_head() {
     for client in [&holder, &a, &b] {
         assert_eq!(client.local_state(), LocalState::default());
     }
+}
+
+/// A release that frees the lock wakes the head, and nobody else wakes it again: attempts
+/// that find the lock free but not their turn (a `try_lock`, a waiter queueing behind the
+/// head) publish nothing, unless tidying has just brought a new head forward, which is then
+/// woken at once (heartbeat 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
+    let name = "one-wake";
+    let keys = fair_keys(name);
+    let server = RedisServer::start();
+    let (holder, other, waiting) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let guard = holder.fair_lock(name).lock().await.unwrap();
+    // A head with no process behind it, alive until the test says otherwise: the lock stays
+    // free once released, and every attempt meanwhile finds it is the ghost's turn.
+    let ghost = "a-head-that-never-comes:1";
+    inject_waiter(&server, name, ghost, 1, server_ms(&server) + 600_000);
+    let published = || command_stats(&server).get("publish").copied().unwrap_or(0);
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    assert_eq!(published(), 1, "the release wakes the head");
+    let lock = other.fair_lock(name);
+    for _ in 0..2 {
+        assert!(lock.try_lock().await.unwrap().is_none(), "the ghost's turn");
+    }
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let log = Log::default();
+    let behind = spawn_turn(
+        waiting.fair_lock(name).with_heartbeat(LONG_HEARTBEAT),
+        0,
+        Duration::ZERO,
+        log.clone(),
+    );
+    // Its first try and the attempt it makes once subscribed.
+    eventually("the waiter behind the ghost asked twice", SETTLE, || {
+        command_stats(&server).get("evalsha").copied().unwrap_or(0) >= 2
+    })
+    .await;
+    assert_eq!(queue_members(&server, name)[0], ghost);
+    assert_eq!(zcard(&server, &keys.queue), 2);
+    assert_eq!(published(), 0, "attempts that are not the head's publish nothing");
+
+    // The ghost's deadline passes: the next attempt to tidy the queue drops it and wakes the
+    // waiter behind it, which would otherwise sleep for its 10 s heartbeat.
+    server.cmd(&["ZADD", &keys.deadlines, "1", ghost]);
+    let tidied = Instant::now();
+    assert!(lock.try_lock().await.unwrap().is_none(), "the waiter's turn");
+    let turn = finish(behind, SETTLE).await;
+    assert!(
+        turn.acquired - tidied < BY_MESSAGE,
+        "the head brought forward waited {:?}",
+        turn.acquired - tidied
+    );
+    assert_eq!(*log.lock().unwrap(), [0]);
+    assert_eq!(queued(&server, name, ghost), (false, false));
+    assert_nobody_waits(&server, name).await;
 }
 
 /// A waiting fair lock whose client has a 500 ms command timeout returns an error within a
