@@ -1206,6 +1206,7 @@ async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
     for _ in 0..2 {
         assert!(lock.try_lock().await.unwrap().is_none(), "the ghost's turn");
     }
+    assert_eq!(published(), 1, "a try_lock that is not the head's publishes nothing");
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let log = Log::default();
     let behind = spawn_turn(
