@@ -430,6 +430,63 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
     guard.unlock().await.unwrap();
 }
 
+/// A grant that kept the client registered for its other waiting tasks (`OnGrant::Keep`),
+/// reaching Redis after every one of those tasks went away: the grant is given back, and the
+/// client withdraws the registration the grant renewed. (Taken for a grant that took the
+/// registration out, the client would owe no withdrawal, and its entry would wait behind
+/// another client's for that client's release or its own lapse, 15 s here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wire_is_withdrawn()
+{
+    let name = "kept";
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let holder = client(&server).await;
+    let guard = holder.lock(name).lock().await.unwrap();
+    let waiting = Client::connect(proxy.url()).await.unwrap();
+    let registered = || is_registered(&server, name, &waiting);
+    // Two tasks of one client: the head's grant keeps the client registered for the other.
+    let head = spawn_waiting(waiting.lock(name));
+    eventually("the client registered", SETTLE, &registered).await;
+    let behind = spawn_waiting(waiting.lock(name));
+    // Another client, registered behind it: the abandoned grant's give-back wakes this one,
+    // which then holds the lock, so no release comes to drop the first client's entry.
+    let other = client(&server).await;
+    let other_holds = Arc::new(tokio::sync::Notify::new());
+    let let_go = Arc::new(tokio::sync::Notify::new());
+    let other_task = {
+        let (lock, holds, let_go) = (other.lock(name), other_holds.clone(), let_go.clone());
+        tokio::spawn(async move {
+            let guard = lock.lock().await?;
+            holds.notify_one();
+            let_go.notified().await;
+            guard.unlock().await
+        })
+    };
+    eventually("the other client registered", SETTLE, || {
+        is_registered(&server, name, &other)
+    })
+    .await;
+    // The release wakes the first client; its wake-up and the head's grant each take 400 ms
+    // through the proxy, and both tasks leave while the grant is on the wire.
+    proxy.set_latency(ms(400));
+    let sent = waiting.stats().scripts_sent;
+    guard.unlock().await.unwrap();
+    eventually("the head asked for its grant", SETTLE, || {
+        waiting.stats().scripts_sent > sent
+    })
+    .await;
+    behind.abort();
+    head.abort();
+    let _ = (behind.await, head.await);
+    tokio::time::timeout(SETTLE, other_holds.notified())
+        .await
+        .expect("the give-back wakes the other client");
+    eventually("the first client withdrew", ms(6000), || !registered()).await;
+    let_go.notify_one();
+    other_task.await.unwrap().unwrap();
+}
+
 /// Publishes a wake-up on `channel`.
 async fn wake(publisher: &mut redis::aio::MultiplexedConnection, channel: &str) {
     let _: i64 = redis::cmd("PUBLISH")
