@@ -1206,7 +1206,11 @@ async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
     for _ in 0..2 {
         assert!(lock.try_lock().await.unwrap().is_none(), "the ghost's turn");
     }
-    assert_eq!(published(), 1, "a try_lock that is not the head's publishes nothing");
+    assert_eq!(
+        published(),
+        1,
+        "a try_lock that is not the head's publishes nothing"
+    );
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let log = Log::default();
     let behind = spawn_turn(
@@ -1222,13 +1226,20 @@ async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
     .await;
     assert_eq!(queue_members(&server, name)[0], ghost);
     assert_eq!(zcard(&server, &keys.queue), 2);
-    assert_eq!(published(), 0, "attempts that are not the head's publish nothing");
+    assert_eq!(
+        published(),
+        0,
+        "attempts that are not the head's publish nothing"
+    );
 
     // The ghost's deadline passes: the next attempt to tidy the queue drops it and wakes the
     // waiter behind it, which would otherwise sleep for its 10 s heartbeat.
     server.cmd(&["ZADD", &keys.deadlines, "1", ghost]);
     let tidied = Instant::now();
-    assert!(lock.try_lock().await.unwrap().is_none(), "the waiter's turn");
+    assert!(
+        lock.try_lock().await.unwrap().is_none(),
+        "the waiter's turn"
+    );
     let turn = finish(behind, SETTLE).await;
     assert!(
         turn.acquired - tidied < BY_MESSAGE,

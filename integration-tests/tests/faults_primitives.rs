@@ -1827,6 +1827,9 @@ async fn rate_limiter_budget_and_waiters_come_through_a_restart_with_aof() {
         server.numsub(&rate_channel(name)) == 1
     })
     .await;
+    // The waiter asked when it subscribed and asks by itself again only after 10 s: whatever
+    // it sends from here on reaches the restarted server.
+    let asked = b.stats().scripts_sent;
 
     tokio::task::block_in_place(|| server.restart());
     let restarted_at = Instant::now();
@@ -1847,8 +1850,14 @@ async fn rate_limiter_budget_and_waiters_come_through_a_restart_with_aof() {
         server.numsub(&rate_channel(name)) == 1
     })
     .await;
-    // Nothing gave the waiter a unit meanwhile (it asks again by itself after 10 s at the
-    // latest; the rate change below wakes it well before).
+    // The restart made it ask again (messages published while it was away are lost, so a
+    // reconnect makes every waiter look; an ask that meets the outage is retried, as a caller
+    // would retry it), and it was refused: 300 ms after its ask it still waits. (Its next ask
+    // of its own is 10 s away; the rate change below wakes it well before.)
+    eventually("the waiter asked the restarted server", SETTLE, || {
+        b.stats().scripts_sent > asked
+    })
+    .await;
     tokio::time::sleep(ms(300)).await;
     assert!(
         !waiter.is_finished(),

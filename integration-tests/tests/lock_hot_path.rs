@@ -436,8 +436,7 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
 /// registration out, the client would owe no withdrawal, and its entry would wait behind
 /// another client's for that client's release or its own lapse, 15 s here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wire_is_withdrawn()
-{
+async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wire_is_withdrawn() {
     let name = "kept";
     let server = RedisServer::start();
     let proxy = ChaosProxy::start(&server);
