@@ -39,6 +39,9 @@ pub enum Contender {
     Redisync,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
+    /// redisync's leader election, as a lock: `campaign()` takes it, `resign()` gives it
+    /// back (scenario 7 only).
+    RedisyncElection,
     /// rslock with its defaults: 3 tries per `lock()`, random pause up to 200 ms between them.
     RslockDefault,
     /// rslock tuned for speed: pauses of at most 1 ms.
@@ -61,8 +64,11 @@ impl Contender {
         Contender::RedisLockBest,
     ];
 
+    /// Scenario 7 (leader election hand-over) and the floor it is held against.
+    pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
+
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 10] = [
+    pub const ALL: [Contender; 11] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncFair,
@@ -73,6 +79,7 @@ impl Contender {
         Contender::PollingFloor,
         Contender::PubSubFloor,
         Contender::BlockingFloor,
+        Contender::RedisyncElection,
     ];
 
     /// Scenario 2 (contended): waiting matters, so the floor that spins is left out.
@@ -107,6 +114,7 @@ impl Contender {
             Contender::BlockingFloor => "blocking floor (BLPOP, then SET NX)",
             Contender::Redisync => "redisync",
             Contender::RedisyncFair => "redisync FairLock",
+            Contender::RedisyncElection => "redisync election",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
             Contender::RslockBest => "rslock 0.10 (1 ms retry)",
             Contender::RedisLockDefault => "redis-lock 0.5 (defaults)",
@@ -196,6 +204,15 @@ pub async fn lockers(
                 let client = Client::connect(url).await.expect("connect");
                 for t in 0..per_client {
                     lockers.push(Box::new(client.fair_lock(name(c * per_client + t))));
+                }
+            }
+            Contender::RedisyncElection => {
+                let client = Client::connect(url).await.expect("connect");
+                for t in 0..per_client {
+                    lockers.push(Box::new(ElectionLocker {
+                        election: client.leader_election(name(c * per_client + t)),
+                        value: format!("{c}:{t}"),
+                    }));
                 }
             }
             Contender::RslockDefault | Contender::RslockBest => {
@@ -416,6 +433,26 @@ impl Locker for FairLock {
         let guard = self.lock().await.map_err(|e| e.to_string())?;
         section.await;
         guard.unlock().await.map_err(|e| e.to_string())
+    }
+}
+
+/// A campaigner of a leader election: it leads while it runs the section, then resigns.
+struct ElectionLocker {
+    election: LeaderElection,
+    /// What it proclaims while it leads.
+    value: String,
+}
+
+#[async_trait::async_trait]
+impl Locker for ElectionLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        let leadership = self
+            .election
+            .campaign(self.value.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
+        section.await;
+        leadership.resign().await.map_err(|e| e.to_string())
     }
 }
 

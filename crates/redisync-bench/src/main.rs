@@ -15,7 +15,6 @@
 mod charts;
 mod commands;
 mod compare;
-mod election;
 mod lockers;
 mod monitor;
 mod primitives;
@@ -420,32 +419,23 @@ async fn main() {
         "7. Leader election hand-over: 2 clients, 50 ms terms",
         "One client leads for 50–51 ms (timed by the OS, as in 2b), the other campaigns from \
          the moment it won. Hand-off: from the leader starting `resign()` to the next \
-         `campaign()` returning. p50 vs pub/sub floor: this p50 ÷ the pub/sub floor's \
-         hand-off (scenario 2b's floor, measured again here), in the same round.",
+         `campaign()` returning. The election and the pub/sub floor of 2b take turns hand-off \
+         by hand-off, as in 2b. p50 vs pub/sub floor: this p50 ÷ the floor's, in the same \
+         round.",
     );
     for round in 0..settings.rounds {
         if !settings.wants("7") {
             break;
         }
         eprintln!("election round {}/{}", round + 1, settings.rounds);
-        for first in turn(&[false, true], round) {
-            if first {
-                election::handover(
-                    &server,
-                    settings.handoffs,
-                    election.figures("redisync election"),
-                )
-                .await;
-            } else {
-                scenarios::handoff(
-                    &server,
-                    &[Contender::PubSubFloor],
-                    settings.handoffs,
-                    &mut election,
-                )
-                .await;
-            }
-        }
+        // As in 2b: the floor and the election take turns hand-off by hand-off.
+        scenarios::handoff(
+            &server,
+            &turn(&Contender::ELECTION, round),
+            settings.handoffs,
+            &mut election,
+        )
+        .await;
     }
     election.ratio_to_own(
         "handoff p50 µs",
