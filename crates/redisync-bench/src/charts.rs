@@ -14,8 +14,9 @@ use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// Tableau 10, and black for the eleventh series: distinct, and readable on white.
-const COLOURS: [RGBColor; 11] = [
+/// Tableau 10, then black and a light orange (Tableau 20's): one colour for each contender and
+/// the EVALSHA ceiling, distinct, and readable on white.
+const COLOURS: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -27,7 +28,11 @@ const COLOURS: [RGBColor; 11] = [
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
     RGBColor(0, 0, 0),
+    RGBColor(255, 187, 120),
 ];
+
+// A contender added without a colour of its own would share one: the build stops instead.
+const _: () = assert!(COLOURS.len() >= Contender::ALL.len() + 1);
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
