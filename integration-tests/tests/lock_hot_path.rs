@@ -156,34 +156,48 @@ struct ContendedRun {
     per_task: Vec<u64>,
 }
 
+/// Which lock a contended run takes turns on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Reentrant,
+    Fair,
+}
+
 /// `clients` clients with `tasks` tasks each take turns on one lock (1 ms holds) until
 /// `total` acquisitions are done; counts what Redis ran for them.
 async fn contended(clients: usize, tasks: usize, total: u64) -> ContendedRun {
+    contended_on(Kind::Reentrant, clients, tasks, total).await
+}
+
+/// [`contended`] on a lock of `kind`.
+async fn contended_on(kind: Kind, clients: usize, tasks: usize, total: u64) -> ContendedRun {
     let server = RedisServer::start();
     let mut handles = Vec::new();
     for _ in 0..clients {
         handles.push(client(&server).await);
     }
+    let lock = move |client: &Client| {
+        let (plain, fair) = (client.lock("turns"), client.fair_lock("turns"));
+        async move {
+            match kind {
+                Kind::Reentrant => plain.lock().await,
+                Kind::Fair => fair.lock().await,
+            }
+        }
+    };
     // Warm up: scripts loaded.
-    handles[0]
-        .lock("turns")
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock(&handles[0]).await.unwrap().unlock().await.unwrap();
     reset_stats(&server);
     let done = Arc::new(AtomicUsize::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let counts: Vec<Arc<AtomicUsize>> = (0..clients * tasks).map(|_| Arc::default()).collect();
     let mut running = Vec::new();
     for (i, count) in counts.iter().enumerate() {
-        let lock = handles[i / tasks].lock("turns");
+        let client = handles[i / tasks].clone();
         let (done, inside, count) = (done.clone(), inside.clone(), count.clone());
         running.push(tokio::spawn(async move {
             while (done.load(Ordering::SeqCst) as u64) < total {
-                let guard = lock.lock().await.unwrap();
+                let guard = lock(&client).await.unwrap();
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                 tokio::time::sleep(ms(1)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
@@ -245,6 +259,26 @@ async fn a_contended_hand_off_costs_the_same_with_two_clients_or_eight() {
     assert!(
         per_acquisition[1] <= per_acquisition[0] + 0.5,
         "scripts per acquisition grew with the clients: {per_acquisition:?}"
+    );
+}
+
+/// The fair lock's release wakes its head waiter once, and nobody wakes it again: under
+/// contention (4 clients × 2 tasks, each task queueing again as soon as it let go), no more
+/// PUBLISH than releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_fair_lock_publishes_once_per_release_at_most() {
+    let run = contended_on(Kind::Fair, 4, 2, 300).await;
+    println!(
+        "{} acquisitions, {:.2} scripts and {:.2} PUBLISH each",
+        run.acquisitions,
+        run.scripts as f64 / run.acquisitions as f64,
+        run.publishes as f64 / run.acquisitions as f64
+    );
+    assert!(
+        run.publishes <= run.acquisitions,
+        "{} PUBLISH for {} releases",
+        run.publishes,
+        run.acquisitions
     );
 }
 
