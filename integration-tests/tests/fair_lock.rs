@@ -1471,6 +1471,43 @@ async fn a_fair_acquire_after_shutdown_writes_nothing() {
     assert!(keys.is_empty(), "{keys:?}");
 }
 
+/// A client whose last fair acquire had to wait subscribes before it asks next time (under
+/// contention that first ask would only find the lock taken), and goes back to asking first
+/// once an ask finds the lock free: after contention ends, one acquire pays a subscription,
+/// the next ones none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_contention_one_acquire_subscribes_first_and_the_next_ask_first() {
+    let name = "was-contended";
+    let server = RedisServer::start();
+    let (holder, c) = (client(&server).await, client(&server).await);
+    let guard = holder.fair_lock(name).lock().await.unwrap();
+    // What the client learnt of the lock lives as long as one of its handles of it does.
+    let lock = c.fair_lock(name);
+    let log = Log::default();
+    let waiter = spawn_turn(lock.clone(), 0, Duration::ZERO, log.clone());
+    await_queue_len(&server, name, 1).await;
+    guard.unlock().await.unwrap();
+    finish(waiter, SETTLE).await;
+    common::lost_notices_subscribed(&server, &c).await;
+    eventually("the waiter's channel is gone", SETTLE, || {
+        wake_channels(&server, name).is_empty()
+    })
+    .await;
+
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..4 {
+        lock.lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+    }
+    let run = common::operation_stats(&server);
+    assert_eq!(run.get("subscribe"), Some(&1), "{run:?}");
+    assert_eq!(run.get("evalsha"), Some(&8), "two scripts a cycle: {run:?}");
+}
+
 /// With nobody queued, a fair `lock` + `unlock` leaves the queue alone: no clock read, no
 /// tidying, no place to leave and nobody to wake, so the cycle runs what the plain lock's does
 /// (`lock_hot_path`), with one `EXISTS` of the queue's keys in place of the wake-up registry's

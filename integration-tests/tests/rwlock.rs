@@ -1622,6 +1622,7 @@ async fn a_refused_upgrade_does_not_fail_other_waiting_writers() {
         deadline,
         may_reenter: false,
         shared: false,
+        expect_busy: false,
     };
     let head = {
         let a = a.clone();

@@ -8,7 +8,8 @@
 //! 1. Try once. Uncontended, that is the whole cost: one round trip, no subscription. A call
 //!    that finds local waiters already queued skips this try and queues behind them (unless it
 //!    may be a re-entry): a task that just released would otherwise win every race against the
-//!    waiters of its own client, which must first hear the release over pub/sub.
+//!    waiters of its own client, which must first hear the release over pub/sub. A call whose
+//!    primitive says it is most likely taken ([`WaitSpec::expect_busy`]) skips it too.
 //! 2. Otherwise join the client's local queue for this primitive. Only the queue's head talks
 //!    to Redis; the others wait in-process (seed 000), so N local waiters cost O(1) requests
 //!    per release instead of O(N).
@@ -139,6 +140,13 @@ pub struct WaitSpec<'a> {
     /// waiters itself (a fair lock, each waiter with a channel of its own). Exclusive and
     /// shared waiters of one primitive should use different `queue` names.
     pub shared: bool,
+    /// The primitive is most likely taken (the client's last attempt on it found it so): skip
+    /// the first try and wait at once (subscribe, then ask), which saves the request that try
+    /// would cost under contention, and costs an acquire that finds the primitive free after
+    /// all the wait for its subscription. Such a call counts as a contended wait. Ignored
+    /// with [`may_reenter`](WaitSpec::may_reenter) and by a call whose deadline has passed,
+    /// which try at once.
+    pub expect_busy: bool,
 }
 
 /// One primitive's local queue. Its key lives here, once, rather than in every ticket.
@@ -370,7 +378,7 @@ where
         waits.check_running()?;
         let queued = !spec.shared && waits.queues().has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
-        if !queued || spec.may_reenter || no_wait {
+        if (!queued && !spec.expect_busy) || spec.may_reenter || no_wait {
             // Boxed, as is the head's part below: a task waiting behind the head then
             // keeps only this function's small state, not an attempt's or the head's (a
             // waiting task's memory is this future's size).

@@ -371,6 +371,7 @@ impl ElectionCore {
             deadline,
             may_reenter: false,
             shared: false,
+            expect_busy: false,
         };
         // A crashed leader is replaced when its lease runs out: the remaining lease bounds
         // each sleep (the attempt reports it).

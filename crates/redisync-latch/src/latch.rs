@@ -450,6 +450,7 @@ impl CountDownLatch {
             deadline,
             may_reenter: true,
             shared: false,
+            expect_busy: false,
         };
         let waiter = LatchWaiter::new(core);
         // The first look is a plain read, made before subscribing; the later ones, made

@@ -4,7 +4,7 @@
 //! scripts.
 
 use redisync_core::toolkit::Toolkit;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,13 @@ struct LockNames {
     /// `Instant` holds): the task handed the turn asks Redis by then at the latest, since a
     /// hold that lapses publishes nothing.
     handed_over_hold_lapses: Mutex<Option<Instant>>,
+    /// Whether the client's latest fair acquire found the lock taken (its latest attempt was
+    /// refused, or granted only after the call waited): its next call then subscribes before
+    /// it asks, sparing a request per acquisition under contention (see
+    /// `WaitSpec::expect_busy`). A call granted at its first ask clears it. Known while any
+    /// handle of the lock in this client lives (a new handle with none alive starts afresh,
+    /// asking first).
+    found_busy: AtomicBool,
 }
 
 impl LockCore {
@@ -147,6 +154,7 @@ impl LockCore {
                         keys: Ok(keys),
                         registration,
                         handed_over_hold_lapses: Mutex::default(),
+                        found_busy: AtomicBool::new(false),
                     }
                 })
             }
@@ -155,6 +163,7 @@ impl LockCore {
                 keys: Err(err),
                 registration: Arc::default(),
                 handed_over_hold_lapses: Mutex::default(),
+                found_busy: AtomicBool::new(false),
             }),
         };
         LockCore {
@@ -474,7 +483,11 @@ impl LockCore {
             deadline,
             may_reenter: false,
             shared: true,
+            // An owner that holds the lock re-enters at once: no wait first.
+            expect_busy: self.live_guards.load(Ordering::Acquire) == 0
+                && self.names.found_busy.load(Ordering::Relaxed),
         };
+        let mut attempts = 0u32;
         let granted = self
             .client
             .acquire(spec, || {
@@ -482,8 +495,20 @@ impl LockCore {
                     leave.give_back = Some(give_back.clone());
                 }
                 let attempt = self.fair_attempt(lease, waiter.clone(), place);
+                let names = self.names.clone();
+                attempts += 1;
+                let first = attempts == 1;
                 async move {
-                    Ok(match attempt.await? {
+                    let outcome = attempt.await?;
+                    // Contended: this call found the lock taken, or got it only after
+                    // waiting (and the next call of a task that lets go and comes back will
+                    // most likely find the queue it left). Free: got it at the first ask.
+                    match outcome {
+                        Attempt::Busy { .. } => names.found_busy.store(true, Ordering::Relaxed),
+                        _ if first => names.found_busy.store(false, Ordering::Relaxed),
+                        _ => {}
+                    }
+                    Ok(match outcome {
                         Attempt::Busy { retry_in } => Attempt::Busy {
                             retry_in: Some(retry_in.map_or(heartbeat, |r| r.min(heartbeat))),
                         },
@@ -533,6 +558,7 @@ impl LockCore {
                 deadline,
                 may_reenter: self.live_guards.load(Ordering::Acquire) > 0,
                 shared: false,
+                expect_busy: false,
             };
             // The attempt closure reaches everything through `withdraw` (it is kept in every
             // waiting task: the fewer captures, the smaller).

@@ -408,6 +408,7 @@ impl RateLimiter {
             deadline,
             may_reenter: false,
             shared: false,
+            expect_busy: false,
         };
         let taken = core
             .client

@@ -745,6 +745,7 @@ impl ReadWriteLock {
                 && (core.live_write_guards.load(Ordering::Acquire) > 0
                     || core.live_read_guards.load(Ordering::Acquire) > 0),
             shared: side == Side::Read,
+            expect_busy: false,
         };
         let granted = core
             .client

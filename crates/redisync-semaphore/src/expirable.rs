@@ -501,6 +501,7 @@ impl Acquire for ExpirableSemaphore {
             deadline,
             may_reenter: false,
             shared: false,
+            expect_busy: false,
         };
         let granted = waiters::acquire(core, spec, wait, |turn| self.attempt(lease_for, turn))
             .instrument(tracing::debug_span!("redisync.expirable_semaphore", name = %core.name))

@@ -398,6 +398,7 @@ impl Semaphore {
             deadline,
             may_reenter: false,
             shared: false,
+            expect_busy: false,
         };
         let granted = waiters::acquire(core, spec, wait, |turn| self.attempt(count, turn))
             .instrument(tracing::debug_span!("redisync.semaphore", name = %core.name, permits = n))
