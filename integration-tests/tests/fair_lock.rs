@@ -20,7 +20,7 @@ use common::{
 };
 use redisync::prelude::*;
 use redisync::LocalState;
-use redisync_test_harness::RedisServer;
+use redisync_test_harness::{ChaosProxy, RedisServer};
 use tokio::task::JoinHandle;
 
 /// How long a condition that should hold "soon" may take before the test fails.
@@ -1506,6 +1506,35 @@ async fn after_contention_one_acquire_subscribes_first_and_the_next_ask_first() 
     let run = common::operation_stats(&server);
     assert_eq!(run.get("subscribe"), Some(&1), "{run:?}");
     assert_eq!(run.get("evalsha"), Some(&8), "two scripts a cycle: {run:?}");
+}
+
+/// A call that subscribes before it asks (its client's last acquire had to wait) still asks
+/// Redis at least once: a `try_lock_for` shorter than its subscription takes a free lock,
+/// where it would otherwise give up without asking (300 ms each way through a proxy, a
+/// 100 ms wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_shorter_than_its_subscription_still_asks_once() {
+    let name = "asks-once";
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let holder = client(&server).await;
+    let c = Client::connect(proxy.url()).await.unwrap();
+    let lock = c.fair_lock(name);
+    let guard = holder.fair_lock(name).lock().await.unwrap();
+    let waiter = spawn_turn(lock.clone(), 0, Duration::ZERO, Log::default());
+    await_queue_len(&server, name, 1).await;
+    guard.unlock().await.unwrap();
+    finish(waiter, SETTLE).await;
+
+    proxy.set_latency(ms(300));
+    let taken = lock
+        .try_lock_for(ms(100))
+        .await
+        .unwrap()
+        .expect("a free lock is taken even when the wait ends before the subscription");
+    proxy.set_latency(Duration::ZERO);
+    taken.unlock().await.unwrap();
+    assert_nobody_waits(&server, name).await;
 }
 
 /// With nobody queued, a fair `lock` + `unlock` leaves the queue alone: no clock read, no

@@ -143,9 +143,11 @@ pub struct WaitSpec<'a> {
     /// The primitive is most likely taken (the client's last attempt on it found it so): skip
     /// the first try and wait at once (subscribe, then ask), which saves the request that try
     /// would cost under contention, and costs an acquire that finds the primitive free after
-    /// all the wait for its subscription. Such a call counts as a contended wait. Ignored
-    /// with [`may_reenter`](WaitSpec::may_reenter) and by a call whose deadline has passed,
-    /// which try at once.
+    /// all the wait for its subscription. Such a call still asks Redis at least once: if the
+    /// subscription is not confirmed before its deadline or the command timeout, it asks
+    /// before it gives up. It counts as a contended wait only once an ask finds the primitive
+    /// taken. Ignored with [`may_reenter`](WaitSpec::may_reenter) and by a call whose deadline
+    /// has passed, which try at once.
     pub expect_busy: bool,
 }
 
@@ -378,7 +380,12 @@ where
         waits.check_running()?;
         let queued = !spec.shared && waits.queues().has_waiters(spec.queue);
         let no_wait = spec.deadline.is_some_and(|d| Instant::now() >= d);
-        if (!queued && !spec.expect_busy) || spec.may_reenter || no_wait {
+        let tries_first = (!queued && !spec.expect_busy) || spec.may_reenter || no_wait;
+        // Not asked yet only because the primitive expects to find itself taken: the head's
+        // part asks once even if it cannot listen, and counts the wait as contended only
+        // once an ask finds the primitive taken.
+        let unasked = !tries_first && !queued;
+        if tries_first {
             // Boxed, as is the head's part below: a task waiting behind the head then
             // keeps only this function's small state, not an attempt's or the head's (a
             // waiting task's memory is this future's size).
@@ -394,13 +401,8 @@ where
                 return Ok(None);
             }
         }
-        if acquisition {
-            Counters::bump(&waits.transport().counters.contended_waits, 1);
-            waits
-                .transport()
-                .config
-                .metrics
-                .contended(spec.kind, spec.queue, 1);
+        if acquisition && !unasked {
+            count_contended(waits, spec);
         }
 
         let ticket = waits.queues().join(spec.queue);
@@ -410,7 +412,14 @@ where
             return Err(Error::Shutdown);
         }
         if spec.shared {
-            return Box::pin(wait_as_head(waits, spec, ticket.slot(), attempt)).await;
+            return Box::pin(wait_as_head(
+                waits,
+                spec,
+                ticket.slot(),
+                attempt,
+                unasked.then_some(acquisition),
+            ))
+            .await;
         }
         // A task waiting behind the head keeps only this: the head's permit, and a timer
         // when it has a deadline. A head that fails records the failure before it lets
@@ -448,7 +457,14 @@ where
         if waits.is_shut_down() {
             return Err(Error::Shutdown);
         }
-        let result = Box::pin(wait_as_head(waits, spec, ticket.slot(), attempt)).await;
+        let result = Box::pin(wait_as_head(
+            waits,
+            spec,
+            ticket.slot(),
+            attempt,
+            unasked.then_some(acquisition),
+        ))
+        .await;
         if let Err(err) = &result {
             // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an
             // error about this caller's own request (an upgrade refused, a bad argument)
@@ -461,12 +477,27 @@ where
     }
 }
 
+/// Counts a wait for the primitive of `spec` as contended, in the stats and the metrics.
+fn count_contended<W: Waits + ?Sized>(waits: &W, spec: &WaitSpec<'_>) {
+    Counters::bump(&waits.transport().counters.contended_waits, 1);
+    waits
+        .transport()
+        .config
+        .metrics
+        .contended(spec.kind, spec.queue, 1);
+}
+
 /// The head's part: subscribe, retry, sleep until woken or the holder's lease runs out.
+/// `unasked` is set for a caller that skipped its first try ([`WaitSpec::expect_busy`]):
+/// it asks once before it gives up on a subscription that does not come, as that try would
+/// have, and its wait counts as contended (if `unasked` holds `true`: an acquisition) once
+/// an ask finds the primitive taken.
 async fn wait_as_head<W, T, F, Fut>(
     waits: &W,
     spec: &WaitSpec<'_>,
     slot: &QueueSlot,
     attempt: &mut F,
+    mut unasked: Option<bool>,
 ) -> Result<Option<T>>
 where
     W: Waits + ?Sized,
@@ -500,6 +531,28 @@ where
                 _ = waits.transport().shutdown.wait() => return Err(Error::Shutdown),
                 ready = pubsub::ready(&mut watcher, ready_within) => match ready {
                     Ok(()) => {}
+                    // Never asked, and it cannot listen (yet): ask once all the same, then
+                    // give up as below.
+                    Err(err) if unasked.is_some() => {
+                        let turn = Turn {
+                            first_try: true,
+                            ..turn_of_head(waits, spec)
+                        };
+                        if let Some(held) = attempt(turn).await?.held() {
+                            return Ok(Some(held));
+                        }
+                        if unasked == Some(true) {
+                            count_contended(waits, spec);
+                        }
+                        return match err {
+                            Error::Timeout
+                                if spec.deadline.is_some_and(|d| Instant::now() >= d) =>
+                            {
+                                Ok(None)
+                            }
+                            err => Err(err),
+                        };
+                    }
                     Err(Error::Timeout) if spec.deadline.is_some_and(|d| Instant::now() >= d) => {
                         return Ok(None);
                     }
@@ -533,7 +586,12 @@ where
                 }
                 return Ok(Some(held));
             }
-            Attempt::Busy { retry_in } => retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP),
+            Attempt::Busy { retry_in } => {
+                if unasked.take() == Some(true) {
+                    count_contended(waits, spec);
+                }
+                retry_in.unwrap_or(MAX_SLEEP).min(MAX_SLEEP)
+            }
         };
         let now = Instant::now();
         let mut wake = now + retry_in;
