@@ -1494,6 +1494,7 @@ async fn after_contention_one_acquire_subscribes_first_and_the_next_ask_first() 
     })
     .await;
 
+    let contended = c.stats().contended_waits;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     for _ in 0..4 {
         lock.lock()
@@ -1506,6 +1507,8 @@ async fn after_contention_one_acquire_subscribes_first_and_the_next_ask_first() 
     let run = common::operation_stats(&server);
     assert_eq!(run.get("subscribe"), Some(&1), "{run:?}");
     assert_eq!(run.get("evalsha"), Some(&8), "two scripts a cycle: {run:?}");
+    // Subscribing first is not waiting: none of these found the lock taken.
+    assert_eq!(c.stats().contended_waits, contended);
 }
 
 /// A call that subscribes before it asks (its client's last acquire had to wait) still asks
