@@ -9,11 +9,15 @@
 --
 -- Returns 1 if the lock was held, 0 if it was already free; WRONGTYPE (nothing deleted) if
 -- a key holds foreign data. The fencing counter is kept, so tokens never repeat; waiters keep
--- their places.
+-- their places. On a free lock it wakes the head only if tidying removed waiters (the head
+-- may be new, and nobody has told it yet; see fair_lock_acquire).
 
 local held = lock_holder(KEYS[1])
-tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+local tidied = tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
 if not held then
+    if tidied then
+        wake_head(KEYS[2], ARGV[1])
+    end
     return 0
 end
 redis.call('DEL', KEYS[1])

@@ -987,6 +987,48 @@ async fn force_unlock_wakes_the_head_at_once() {
     assert_nobody_waits(&server, name).await;
 }
 
+/// `force_unlock` of a free lock whose head has died wakes the waiter it brings forward at
+/// once (heartbeat 10 s): nobody else would tell it, since the release that freed the lock
+/// woke the dead head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_of_a_free_lock_wakes_the_head_it_brings_forward() {
+    let name = "forced-free";
+    let keys = fair_keys(name);
+    let server = RedisServer::start();
+    let (holder, waiting) = (client(&server).await, client(&server).await);
+    let guard = holder.fair_lock(name).lock().await.unwrap();
+    let ghost = "a-head-that-dies:1";
+    inject_waiter(&server, name, ghost, 1, server_ms(&server) + 600_000);
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let log = Log::default();
+    let behind = spawn_turn(
+        waiting.fair_lock(name).with_heartbeat(LONG_HEARTBEAT),
+        0,
+        Duration::ZERO,
+        log.clone(),
+    );
+    eventually("the waiter behind the ghost asked twice", SETTLE, || {
+        command_stats(&server).get("evalsha").copied().unwrap_or(0) >= 2
+    })
+    .await;
+    // The release wakes the ghost, which never comes; then the ghost's deadline passes.
+    guard.unlock().await.unwrap();
+    server.cmd(&["ZADD", &keys.deadlines, "1", ghost]);
+    let forced = Instant::now();
+    assert!(
+        !holder.fair_lock(name).force_unlock().await.unwrap(),
+        "free"
+    );
+    let turn = finish(behind, SETTLE).await;
+    assert!(
+        turn.acquired - forced < BY_MESSAGE,
+        "the head brought forward waited {:?}",
+        turn.acquired - forced
+    );
+    assert_eq!(queued(&server, name, ghost), (false, false));
+    assert_nobody_waits(&server, name).await;
+}
+
 /// A `FairLock` and a `ReentrantLock` of the same name are different locks: each is taken
 /// while the other is held, with separate keys and fencing counters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
