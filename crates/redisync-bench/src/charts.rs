@@ -31,8 +31,9 @@ const COLOURS: [RGBColor; 12] = [
     RGBColor(255, 187, 120),
 ];
 
-// A contender added without a colour of its own would share one: the build stops instead.
-// (One more than the contenders: the EVALSHA ceiling.)
+// More colours than `Contender::ALL` lists contenders, one more for the EVALSHA ceiling: a
+// contender added to `ALL` without a colour stops the build. (One left out of `ALL` is not
+// caught here; it would draw in the first colour.)
 const _: () = assert!(COLOURS.len() > Contender::ALL.len());
 
 fn err(e: impl std::fmt::Display) -> String {

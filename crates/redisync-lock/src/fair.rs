@@ -63,7 +63,7 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 ///
 /// | operation | round trips |
 /// |---|---|
-/// | uncontended acquire, re-entry, release | 1 each |
+/// | uncontended acquire, re-entry, release | 1 each (after contention, the first acquire also waits for a subscription first, as in the next row) |
 /// | contended acquire | 1 + 1 after subscribing + 1 per wake-up or heartbeat; 1 fewer (it subscribes before its first request) when the client's previous acquire of the lock had to wait |
 /// | a wait given up (timeout, dropped future) | + 1 to leave the queue |
 /// | introspection, `force_unlock` | 1 |
