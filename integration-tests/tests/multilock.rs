@@ -633,6 +633,35 @@ async fn uncontended_acquire_is_one_script_per_client() {
     guard.unlock().await.unwrap();
 }
 
+/// What Redis runs for an uncontended cycle of a multi-lock of three free locks of one client
+/// (the crate documents it per operation): the acquire is one script of four commands per lock
+/// (as a lock's own acquire), the release one lock release per lock (three commands each, no
+/// `PUBLISH`): 1 + 8n commands with the `EVALSHA`s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_runs_one_plus_eight_commands_per_lock() {
+    let server = RedisServer::start();
+    let c = quiet_client(&server).await;
+    let multi = c.multi_lock([c.lock("a"), c.lock("b"), c.lock("c")]);
+    // Warm up: the scripts are loaded, and the lost-notice channel, which the watchdog
+    // subscribes in the background once it has a hold, is subscribed before counting.
+    let warm = multi.lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &c).await;
+    warm.unlock().await.unwrap();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    multi.lock().await.unwrap().unlock().await.unwrap();
+    let expected = common::command_counts(&[
+        ("evalsha", 4),
+        ("exists", 3),
+        ("incr", 3),
+        ("hset", 3),
+        ("pexpire", 3),
+        ("hmget", 3),
+        ("del", 3),
+        ("zrange", 3),
+    ]);
+    assert_eq!(common::operation_stats(&server), expected);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Leases
 // ---------------------------------------------------------------------------------------------
