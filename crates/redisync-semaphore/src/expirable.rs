@@ -630,3 +630,33 @@ redisync_core::toolkit::impl_held!(ExpirablePermit {
     fencing_token: |_permit| None,
     release: release,
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A permit's lease is counted from when its attempt is sent, not from when the attempt
+    /// was made: a registering attempt may wait for a withdrawal on the wire (up to a command
+    /// timeout) between the two, and a lease counted from before would end early on the
+    /// client's side.
+    #[tokio::test]
+    async fn an_attempt_counts_its_lease_from_when_it_is_sent() {
+        let server = redisync_test_harness::RedisServer::start();
+        let client = Client::connect(server.url()).await.expect("connect");
+        let semaphore = ExpirableSemaphore::new(&client, "sent-at");
+        assert!(semaphore.try_set_permits(1).await.expect("set permits"));
+        let attempt = semaphore.attempt(Duration::from_secs(10), Turn::first_try());
+        // As long as a registering attempt may wait before it is sent.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let sent_no_earlier_than = Instant::now();
+        let Attempt::Acquired((id, sent_at)) = attempt.await.expect("attempt") else {
+            panic!("a free permit is granted");
+        };
+        assert!(
+            sent_at >= sent_no_earlier_than,
+            "the lease was counted from {:?} before the attempt was sent",
+            sent_no_earlier_than - sent_at
+        );
+        assert!(semaphore.release_by_id(&id).await.expect("release"));
+    }
+}
