@@ -993,40 +993,20 @@ async fn force_unlock_wakes_the_head_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_unlock_of_a_free_lock_wakes_the_head_it_brings_forward() {
     let name = "forced-free";
-    let keys = fair_keys(name);
     let server = RedisServer::start();
     let (holder, waiting) = (client(&server).await, client(&server).await);
     let guard = holder.fair_lock(name).lock().await.unwrap();
-    let ghost = "a-head-that-dies:1";
-    inject_waiter(&server, name, ghost, 1, server_ms(&server) + 600_000);
-    server.cmd(&["CONFIG", "RESETSTAT"]);
-    let log = Log::default();
-    let behind = spawn_turn(
-        waiting.fair_lock(name).with_heartbeat(LONG_HEARTBEAT),
-        0,
-        Duration::ZERO,
-        log.clone(),
-    );
-    eventually("the waiter behind the ghost asked twice", SETTLE, || {
-        command_stats(&server).get("evalsha").copied().unwrap_or(0) >= 2
-    })
-    .await;
-    // The release wakes the ghost, which never comes; then the ghost's deadline passes.
+    inject_live_ghost(&server, name);
+    let behind = spawn_behind_the_ghost(&server, name, &waiting).await;
+    // The release wakes the ghost, which never comes.
     guard.unlock().await.unwrap();
-    server.cmd(&["ZADD", &keys.deadlines, "1", ghost]);
-    let forced = Instant::now();
-    assert!(
-        !holder.fair_lock(name).force_unlock().await.unwrap(),
-        "free"
-    );
-    let turn = finish(behind, SETTLE).await;
-    assert!(
-        turn.acquired - forced < BY_MESSAGE,
-        "the head brought forward waited {:?}",
-        turn.acquired - forced
-    );
-    assert_eq!(queued(&server, name, ghost), (false, false));
-    assert_nobody_waits(&server, name).await;
+    let tidying = async {
+        assert!(
+            !holder.fair_lock(name).force_unlock().await.unwrap(),
+            "free"
+        );
+    };
+    the_ghost_dies_and_the_waiter_behind_is_woken_by(&server, name, behind, tidying).await;
 }
 
 /// A `FairLock` and a `ReentrantLock` of the same name are different locks: each is taken
@@ -1221,6 +1201,59 @@ async fn each_waiter_has_its_own_channel_and_a_release_wakes_only_the_head() {
     }
 }
 
+/// A head injected at the front of the queue with no process behind it, alive until
+/// [`the_ghost_dies_and_the_waiter_behind_is_woken_by`] says otherwise: nobody takes the lock
+/// in its turn, and nobody listens on its channel.
+const GHOST: &str = "a-ghost-at-the-head:1";
+
+fn inject_live_ghost(server: &RedisServer, name: &str) {
+    inject_waiter(server, name, GHOST, 1, server_ms(server) + 600_000);
+}
+
+/// A waiter of `client` (heartbeat 10 s) queued behind the ghost, returned once it has asked
+/// twice (its first try and its ask once subscribed), so that from then on only a wake-up
+/// brings it in sooner than its heartbeat. Resets the server's command counts to count those.
+async fn spawn_behind_the_ghost(
+    server: &RedisServer,
+    name: &str,
+    client: &Client,
+) -> JoinHandle<Result<Turn>> {
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let behind = spawn_turn(
+        client.fair_lock(name).with_heartbeat(LONG_HEARTBEAT),
+        0,
+        Duration::ZERO,
+        Log::default(),
+    );
+    eventually("the waiter behind the ghost asked twice", SETTLE, || {
+        command_stats(server).get("evalsha").copied().unwrap_or(0) >= 2
+    })
+    .await;
+    behind
+}
+
+/// The ghost's deadline passes, then `tidying` (a script that tidies the queue) must wake the
+/// waiter `behind` it at once: it gets the free lock well within its heartbeat. The ghost is
+/// gone and nobody waits afterwards.
+async fn the_ghost_dies_and_the_waiter_behind_is_woken_by(
+    server: &RedisServer,
+    name: &str,
+    behind: JoinHandle<Result<Turn>>,
+    tidying: impl std::future::Future<Output = ()>,
+) {
+    server.cmd(&["ZADD", &fair_keys(name).deadlines, "1", GHOST]);
+    let tidied = Instant::now();
+    tidying.await;
+    let turn = finish(behind, SETTLE).await;
+    assert!(
+        turn.acquired - tidied < BY_MESSAGE,
+        "the head brought forward waited {:?}",
+        turn.acquired - tidied
+    );
+    assert_eq!(queued(server, name, GHOST), (false, false));
+    assert_nobody_waits(server, name).await;
+}
+
 /// A release that frees the lock wakes the head, and nobody else wakes it again: attempts
 /// that find the lock free but not their turn (a `try_lock`, a waiter queueing behind the
 /// head) publish nothing, unless tidying has just brought a new head forward, which is then
@@ -1228,7 +1261,6 @@ async fn each_waiter_has_its_own_channel_and_a_release_wakes_only_the_head() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
     let name = "one-wake";
-    let keys = fair_keys(name);
     let server = RedisServer::start();
     let (holder, other, waiting) = (
         client(&server).await,
@@ -1236,10 +1268,9 @@ async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
         client(&server).await,
     );
     let guard = holder.fair_lock(name).lock().await.unwrap();
-    // A head with no process behind it, alive until the test says otherwise: the lock stays
-    // free once released, and every attempt meanwhile finds it is the ghost's turn.
-    let ghost = "a-head-that-never-comes:1";
-    inject_waiter(&server, name, ghost, 1, server_ms(&server) + 600_000);
+    // The lock stays free once released, and every attempt meanwhile finds it is the ghost's
+    // turn.
+    inject_live_ghost(&server, name);
     let published = || command_stats(&server).get("publish").copied().unwrap_or(0);
     server.cmd(&["CONFIG", "RESETSTAT"]);
     guard.unlock().await.unwrap();
@@ -1253,44 +1284,22 @@ async fn a_freed_lock_wakes_its_head_once_and_a_head_brought_forward_at_once() {
         1,
         "a try_lock that is not the head's publishes nothing"
     );
-    server.cmd(&["CONFIG", "RESETSTAT"]);
-    let log = Log::default();
-    let behind = spawn_turn(
-        waiting.fair_lock(name).with_heartbeat(LONG_HEARTBEAT),
-        0,
-        Duration::ZERO,
-        log.clone(),
-    );
-    // Its first try and the attempt it makes once subscribed.
-    eventually("the waiter behind the ghost asked twice", SETTLE, || {
-        command_stats(&server).get("evalsha").copied().unwrap_or(0) >= 2
-    })
-    .await;
-    assert_eq!(queue_members(&server, name)[0], ghost);
-    assert_eq!(zcard(&server, &keys.queue), 2);
+    let behind = spawn_behind_the_ghost(&server, name, &waiting).await;
+    assert_eq!(queue_members(&server, name)[0], GHOST);
+    assert_eq!(zcard(&server, &fair_keys(name).queue), 2);
     assert_eq!(
         published(),
         0,
         "attempts that are not the head's publish nothing"
     );
-
-    // The ghost's deadline passes: the next attempt to tidy the queue drops it and wakes the
-    // waiter behind it, which would otherwise sleep for its 10 s heartbeat.
-    server.cmd(&["ZADD", &keys.deadlines, "1", ghost]);
-    let tidied = Instant::now();
-    assert!(
-        lock.try_lock().await.unwrap().is_none(),
-        "the waiter's turn"
-    );
-    let turn = finish(behind, SETTLE).await;
-    assert!(
-        turn.acquired - tidied < BY_MESSAGE,
-        "the head brought forward waited {:?}",
-        turn.acquired - tidied
-    );
-    assert_eq!(*log.lock().unwrap(), [0]);
-    assert_eq!(queued(&server, name, ghost), (false, false));
-    assert_nobody_waits(&server, name).await;
+    // The next attempt to tidy the queue drops the dead ghost and wakes the waiter behind it.
+    let tidying = async {
+        assert!(
+            lock.try_lock().await.unwrap().is_none(),
+            "the waiter's turn"
+        );
+    };
+    the_ghost_dies_and_the_waiter_behind_is_woken_by(&server, name, behind, tidying).await;
 }
 
 /// A waiting fair lock whose client has a 500 ms command timeout returns an error within a

@@ -385,6 +385,7 @@ where
         // part asks once even if it cannot listen, and counts the wait as contended only
         // once an ask finds the primitive taken.
         let unasked = !tries_first && !queued;
+        let first_ask = unasked.then_some(acquisition);
         if tries_first {
             // Boxed, as is the head's part below: a task waiting behind the head then
             // keeps only this function's small state, not an attempt's or the head's (a
@@ -412,14 +413,7 @@ where
             return Err(Error::Shutdown);
         }
         if spec.shared {
-            return Box::pin(wait_as_head(
-                waits,
-                spec,
-                ticket.slot(),
-                attempt,
-                unasked.then_some(acquisition),
-            ))
-            .await;
+            return Box::pin(wait_as_head(waits, spec, ticket.slot(), attempt, first_ask)).await;
         }
         // A task waiting behind the head keeps only this: the head's permit, and a timer
         // when it has a deadline. A head that fails records the failure before it lets
@@ -457,14 +451,7 @@ where
         if waits.is_shut_down() {
             return Err(Error::Shutdown);
         }
-        let result = Box::pin(wait_as_head(
-            waits,
-            spec,
-            ticket.slot(),
-            attempt,
-            unasked.then_some(acquisition),
-        ))
-        .await;
+        let result = Box::pin(wait_as_head(waits, spec, ticket.slot(), attempt, first_ask)).await;
         if let Err(err) = &result {
             // Only an unreachable Redis (or a shutdown) concerns the waiters behind; an
             // error about this caller's own request (an upgrade refused, a bad argument)
