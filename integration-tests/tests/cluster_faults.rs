@@ -23,6 +23,15 @@ use redisync_test_harness::{wait_until, RedisCluster};
 /// How long a condition that should hold "soon" may take before the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
 
+/// Two clients with a 1 s command timeout and a 30 s watchdog lease: a waiter of one can only
+/// be woken in time by a message, not by the other's hold running out.
+async fn two_long_lease_clients(cluster: &RedisCluster) -> (Client, Client) {
+    (
+        cluster_client(cluster, ms(1000), ms(30_000)).await,
+        cluster_client(cluster, ms(1000), ms(30_000)).await,
+    )
+}
+
 /// A cluster client with the given command timeout and watchdog lease.
 async fn cluster_client(
     cluster: &RedisCluster,
@@ -735,8 +744,7 @@ async fn a_waiter_follows_a_graceful_failover_to_the_new_primary() {
     let name = "handover";
     let old_master = cluster.master_for_key(&lock_key(name));
     let replica = cluster.replica_of(old_master).expect("a replica");
-    let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
-    let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let (a, b) = two_long_lease_clients(&cluster).await;
     let channel = wake_channel(name, &b);
     let guard = a.lock(name).lock().await.expect("lock");
     let waiter = spawn_lock_waiter(&b, name);
@@ -991,9 +999,7 @@ async fn a_waiter_and_a_hold_follow_a_slot_migration() {
     assert_eq!(cluster.slot_of(&lock_key(held_name)), slot);
     let (source, target) = owner_and_another(&cluster, slot);
 
-    // Long leases: the waiter can only be woken in time by a message.
-    let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
-    let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let (a, b) = two_long_lease_clients(&cluster).await;
     let channel = wake_channel(name, &b);
     let short_lease = ms(1000);
     let c = cluster_client(&cluster, ms(1000), short_lease).await;
@@ -1225,8 +1231,7 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     let slot = cluster.slot_of(&latch_channel);
     let (source, target) = owner_and_another(&cluster, slot);
 
-    let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
-    let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let (a, b) = two_long_lease_clients(&cluster).await;
     // A semaphore waiter listens on its client's own channel.
     let sem_channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
     assert_eq!(cluster.slot_of(&sem_channel), slot);
@@ -1300,8 +1305,7 @@ async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
     let slot = cluster.slot_of(&channel);
     let (source, target) = owner_and_another(&cluster, slot);
 
-    let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
-    let b = cluster_client(&cluster, ms(1000), ms(30_000)).await;
+    let (a, b) = two_long_lease_clients(&cluster).await;
     let limiter = a.rate_limiter(name);
     assert!(limiter.try_set_rate(Rate::per_hour(1)).await.expect("set"));
     assert!(limiter.try_acquire(1).await.expect("take").allowed);
