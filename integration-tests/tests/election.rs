@@ -429,6 +429,40 @@ async fn campaigners_of_one_client_register_once_and_take_turns() {
     .await;
 }
 
+/// The crate's table of round trips and commands: an uncontended campaign and its
+/// resignation are one script each, and run exactly the commands listed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_campaign_and_resignation_run_the_commands_the_crate_lists() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let election = c.leader_election("counted");
+    // Warm up: the scripts are loaded, and the lost-notice channel, which the watchdog
+    // subscribes in the background once it keeps a lease, is subscribed before counting.
+    let warm = election.campaign("warm").await.unwrap();
+    common::lost_notices_subscribed(&server, &c).await;
+    warm.resign().await.unwrap();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    let scripts = c.stats().scripts_sent;
+    let leadership = election.campaign("counted").await.unwrap();
+    leadership.resign().await.unwrap();
+    assert_eq!(c.stats().scripts_sent - scripts, 2, "one round trip each");
+    let expected = common::command_counts(&[
+        ("evalsha", 2),
+        // The campaign: EXISTS (attempt record), HLEN, INCR (term), HSET, PEXPIRE, PUBLISH.
+        ("exists", 1),
+        ("incr", 1),
+        ("hset", 1),
+        ("pexpire", 1),
+        // The resignation: HLEN, HMGET, DEL, PUBLISH (change), ZRANGE (nobody waits).
+        ("hmget", 1),
+        ("del", 1),
+        ("zrange", 1),
+        ("hlen", 2),
+        ("publish", 2),
+    ]);
+    assert_eq!(common::operation_stats(&server), expected);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_surface_campaigns_with_the_client_id() {
     let server = RedisServer::start();

@@ -456,6 +456,37 @@ async fn idle_state_expires_when_the_bucket_is_full_again_and_the_rate_stays() {
     assert!(ttl > 0 && ttl <= 100, "state PTTL {ttl}");
 }
 
+/// The crate's table of round trips and commands: a decision is one script, and runs exactly
+/// the commands listed there, allowed or refused.
+#[tokio::test]
+async fn a_decision_runs_the_commands_the_crate_lists() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let limiter = c.rate_limiter("counted");
+    // A full limiter admits burst + 1 = 2 units at once, then none for half an hour.
+    limiter.set_rate(Rate::per_hour(2).burst(1)).await.unwrap();
+    // Warm up: the script is loaded before counting.
+    assert!(limiter.try_acquire(1).await.unwrap().allowed);
+    for (verdict, allowed, writes) in [("allowed", true, 1), ("refused", false, 0)] {
+        server.cmd(&["CONFIG", "RESETSTAT"]);
+        let scripts = c.stats().scripts_sent;
+        let decision = limiter.try_acquire(1).await.unwrap();
+        assert_eq!(decision.allowed, allowed, "{verdict}: {decision:?}");
+        assert_eq!(c.stats().scripts_sent - scripts, 1, "{verdict}: one round trip");
+        // The rate and the state (HMGET each) and Redis's clock; an allowed decision also
+        // writes the state and its expiry.
+        let mut expected = vec![("evalsha", 1), ("hmget", 2), ("time", 1)];
+        if writes == 1 {
+            expected.extend([("hset", 1), ("pexpire", 1)]);
+        }
+        assert_eq!(
+            common::operation_stats(&server),
+            common::command_counts(&expected),
+            "{verdict}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_cancelled_decision_gives_its_units_back() {
     let server = RedisServer::start();

@@ -216,7 +216,10 @@ async fn main() {
         "1b. Every primitive: one uncontended operation cycle",
         "One task, one client, a free primitive; columns as in 1. The latch cycle arms the \
          latch and opens it again (count 1, one count-down); the semaphores have 1,000 \
-         permits; the watchdog keeps the read, write and expirable holds.",
+         permits; the watchdog keeps the read, write and expirable holds. The election's \
+         cycle is a campaign that wins at once and its resignation; a rate limiter's \
+         \"cycle\" is one `try_acquire(1)`, on a limiter that allows every decision or on \
+         one that refuses every one (a decision leaves nothing to give back).",
     );
     let mut contended = Scenario::new(
         "contended",

@@ -9,6 +9,7 @@ use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
 use crate::commands::Pass;
+use crate::ratelimit::Verdict;
 use crate::report::{percentile, Figures};
 use crate::scenarios::{add_counts, redis_footprint};
 
@@ -223,10 +224,15 @@ pub enum Op {
     Expirable,
     Latch,
     Multi(usize),
+    /// A campaign that wins at once, then its resignation.
+    Election,
+    /// One rate-limiter decision, with the given verdict (not a cycle: a decision leaves
+    /// nothing to give back).
+    Decision(Verdict),
 }
 
 impl Op {
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 10] = [
         Op::RwRead,
         Op::RwWrite,
         Op::Semaphore,
@@ -234,6 +240,9 @@ impl Op {
         Op::Latch,
         Op::Multi(2),
         Op::Multi(8),
+        Op::Election,
+        Op::Decision(Verdict::Allowed),
+        Op::Decision(Verdict::Refused),
     ];
 
     pub fn name(self) -> String {
@@ -244,6 +253,8 @@ impl Op {
             Op::Expirable => "expirable semaphore acquire + release".to_owned(),
             Op::Latch => "latch try_set_count(1) + count_down".to_owned(),
             Op::Multi(n) => format!("multi-lock of {n} locks, lock + unlock"),
+            Op::Election => "leader election campaign + resign".to_owned(),
+            Op::Decision(verdict) => format!("rate limiter {}", verdict.decision()),
         }
     }
 }
@@ -255,6 +266,8 @@ enum Handle {
     Expirable(ExpirableSemaphore),
     Latch(CountDownLatch),
     Multi(MultiLock),
+    Election(LeaderElection),
+    Limiter(RateLimiter),
 }
 
 impl Handle {
@@ -277,6 +290,13 @@ impl Handle {
             Op::Multi(n) => Handle::Multi(
                 client.multi_lock((0..n).map(|i| client.lock(format!("bench:op:multi:{n}:{i}")))),
             ),
+            Op::Election => {
+                Handle::Election(client.leader_election(format!("bench:op:election:{round}")))
+            }
+            Op::Decision(verdict) => {
+                let name = format!("bench:op:rate:{}:{round}", verdict.decision());
+                Handle::Limiter(crate::ratelimit::limiter(client, &name, verdict).await?)
+            }
         })
     }
 
@@ -299,6 +319,18 @@ impl Handle {
                 latch.count_down().await.map_err(e)
             }
             (Handle::Multi(multi), _) => multi.lock().await.map_err(e)?.unlock().await.map_err(e),
+            (Handle::Election(election), _) => {
+                let leadership = election.campaign("bench").await.map_err(e)?;
+                leadership.resign().await.map_err(e)
+            }
+            (Handle::Limiter(limiter), Op::Decision(verdict)) => {
+                let decision = limiter.try_acquire(1).await.map_err(e)?;
+                match (verdict, decision.allowed) {
+                    (Verdict::Allowed, true) | (Verdict::Refused, false) => Ok(()),
+                    _ => Err(format!("the limiter answered {decision:?}")),
+                }
+            }
+            (Handle::Limiter(_), op) => Err(format!("{op:?} is not a rate-limiter decision")),
         }
     }
 }

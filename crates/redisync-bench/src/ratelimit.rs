@@ -33,6 +33,32 @@ impl Verdict {
             Verdict::Refused => "redisync try_acquire, refused",
         }
     }
+
+    /// The decision, without the contender: `try_acquire, allowed` or `try_acquire, refused`.
+    pub fn decision(self) -> &'static str {
+        self.name().trim_start_matches("redisync ")
+    }
+}
+
+/// A limiter named `name` that answers every decision with `verdict`: a rate far above what
+/// a run can ask, or one spent unit per hour, already spent.
+pub async fn limiter(client: &Client, name: &str, verdict: Verdict) -> Result<RateLimiter, String> {
+    let e = |e: Error| e.to_string();
+    let limiter = client.rate_limiter(name);
+    limiter.delete().await.map_err(e)?;
+    match verdict {
+        Verdict::Allowed => limiter
+            .set_rate(Rate::per_second(1 << 30).burst(1 << 20))
+            .await
+            .map_err(e)?,
+        Verdict::Refused => {
+            limiter.set_rate(Rate::per_hour(1)).await.map_err(e)?;
+            if !limiter.try_acquire(1).await.map_err(e)?.allowed {
+                return Err("the only unit of the hour was not allowed".to_owned());
+            }
+        }
+    }
+    Ok(limiter)
 }
 
 /// `tasks` tasks of one client (its default pool of connections) deciding for `duration`.
@@ -46,18 +72,7 @@ pub async fn decisions(
 ) {
     let client = Client::connect(server.url()).await.expect("connect");
     let name = format!("bench:rate:{}:{round}", verdict.name().len());
-    let limiter = client.rate_limiter(name.as_str());
-    limiter.delete().await.expect("delete");
-    match verdict {
-        Verdict::Allowed => limiter
-            .set_rate(Rate::per_second(1 << 30).burst(1 << 20))
-            .await
-            .expect("rate"),
-        Verdict::Refused => {
-            limiter.set_rate(Rate::per_hour(1)).await.expect("rate");
-            assert!(limiter.try_acquire(1).await.expect("spend").allowed);
-        }
-    }
+    let limiter = limiter(&client, &name, verdict).await.expect("limiter");
     let scripts_before = client.stats().scripts_sent;
     let (allowed, refused) = decide_for(tasks, duration, out, |_| {
         let limiter = limiter.clone();
