@@ -472,7 +472,11 @@ async fn a_decision_runs_the_commands_the_crate_lists() {
         let scripts = c.stats().scripts_sent;
         let decision = limiter.try_acquire(1).await.unwrap();
         assert_eq!(decision.allowed, allowed, "{verdict}: {decision:?}");
-        assert_eq!(c.stats().scripts_sent - scripts, 1, "{verdict}: one round trip");
+        assert_eq!(
+            c.stats().scripts_sent - scripts,
+            1,
+            "{verdict}: one round trip"
+        );
         // The rate and the state (HMGET each) and Redis's clock; an allowed decision also
         // writes the state and its expiry.
         let mut expected = vec![("evalsha", 1), ("hmget", 2), ("time", 1)];

@@ -16,7 +16,7 @@ use crate::report::Figures;
 pub const FLOOR: &str = "floor: fixed window (INCR + PEXPIRE)";
 
 /// What the limiter under test answers.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// A rate far above what the run can ask: every decision allows.
     Allowed,

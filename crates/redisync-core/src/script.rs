@@ -1,7 +1,9 @@
 //! Scripts: every state change in redisync is one Lua script, sent with EVALSHA.
 //!
-//! [`LuaScript`] wraps [`redis::Script`], which sends `EVALSHA` and, when Redis answers
-//! `NOSCRIPT` (after `SCRIPT FLUSH` or a restart), loads the script and sends it again. A
+//! [`LuaScript`] holds a script's source and its SHA1 (through [`redis::Script`]). A call
+//! is sent as `EVALSHA`; when Redis answers `NOSCRIPT` (after `SCRIPT FLUSH` or a restart),
+//! the client loads the script (`SCRIPT LOAD`; on a cluster, `EVAL` with the source) and
+//! sends the call again. A
 //! [`ScriptCall`] is one invocation with its keys and arguments, owned so that the call can
 //! outlive the caller's future (see [`Toolkit::eval`](crate::toolkit::Toolkit::eval)).
 //!
@@ -136,9 +138,18 @@ struct Payload {
 impl ScriptCall {
     /// Starts an invocation of `script` with no keys and no arguments.
     pub fn new(script: &'static LuaScript) -> Self {
+        Self::with_capacity(script, 0, 0)
+    }
+
+    /// Starts an invocation of `script` with room for `keys` keys and `args` arguments, so
+    /// that adding them does not reallocate (a typed call knows both counts).
+    pub fn with_capacity(script: &'static LuaScript, keys: usize, args: usize) -> Self {
         ScriptCall {
             script,
-            payload: std::sync::Arc::default(),
+            payload: std::sync::Arc::new(Payload {
+                keys: Vec::with_capacity(keys),
+                args: Vec::with_capacity(args),
+            }),
             rollback_unreplicated: false,
         }
     }
@@ -172,43 +183,36 @@ impl ScriptCall {
         self.rollback_unreplicated
     }
 
-    /// The `EVALSHA` command of this call, for sending it in a pipeline.
+    /// The `EVALSHA` command of this call.
     pub(crate) fn evalsha_cmd(&self, sharded: bool) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.compiled(sharded).get_hash());
-        self.keys_and_args(cmd)
+        self.command("EVALSHA", self.script.compiled(sharded).get_hash())
     }
 
     /// The `EVAL` command of this call, carrying the script's source: for a node that does
     /// not know the script yet.
     pub(crate) fn eval_cmd(&self, sharded: bool) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(self.script.source(sharded).as_ref());
-        self.keys_and_args(cmd)
+        self.command("EVAL", &self.script.source(sharded))
     }
 
-    fn keys_and_args(&self, mut cmd: redis::Cmd) -> redis::Cmd {
-        cmd.arg(self.payload.keys.len());
-        for key in &self.payload.keys {
+    /// `<verb> <script> <number of keys> <keys> <args>`, built in buffers sized up front: a
+    /// command grown argument by argument reallocates several times, on every request.
+    fn command(&self, verb: &str, script: &str) -> redis::Cmd {
+        let Payload { keys, args } = &*self.payload;
+        // The key count is at most 20 digits.
+        let bytes = verb.len()
+            + script.len()
+            + 20
+            + keys.iter().map(String::len).sum::<usize>()
+            + args.iter().map(Vec::len).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+        cmd.arg(verb).arg(script).arg(keys.len());
+        for key in keys {
             cmd.arg(key.as_str());
         }
-        for arg in &self.payload.args {
+        for arg in args {
             cmd.arg(arg.as_slice());
         }
         cmd
-    }
-
-    /// This call as redis-rs runs a script on a single server (`EVALSHA`, loading it on
-    /// `NOSCRIPT`); a cluster client runs scripts through `crate::cluster` instead.
-    pub(crate) fn invocation(&self) -> redis::ScriptInvocation<'static> {
-        let mut invocation = self.script.compiled(false).prepare_invoke();
-        for key in &self.payload.keys {
-            invocation.key(key.as_str());
-        }
-        for arg in &self.payload.args {
-            invocation.arg(arg.as_slice());
-        }
-        invocation
     }
 }
 
@@ -275,7 +279,11 @@ macro_rules! lua_script {
 
             /// The request: the script with these keys and arguments, in the script's order.
             $vis fn call(&self) -> $crate::ScriptCall {
-                $crate::ScriptCall::new(Self::script())
+                $crate::ScriptCall::with_capacity(
+                    Self::script(),
+                    <[&str]>::len(&[$(stringify!($key)),*]),
+                    <[&str]>::len(&[$(stringify!($arg)),*]),
+                )
                     $(.key(self.$key))*
                     $(.arg(&self.$arg))*
             }

@@ -465,11 +465,22 @@ pub(crate) async fn send<T: FromRedisValue>(
                     .unwrap_or(redis::Value::Nil);
                 Ok(T::from_redis_value(reply).map_err(redis::RedisError::from)?)
             }
-            (connection @ Connection::Single(_), None) => call
-                .invocation()
-                .invoke_async::<T>(connection)
-                .await
-                .map_err(Error::from),
+            (connection @ Connection::Single(_), None) => {
+                // Built straight from the call: one copy of its keys and arguments. A server
+                // that does not know the script loads it with `SCRIPT LOAD`, as redis-rs
+                // would, not `EVAL`: DEPLOYMENT.md's ACL grants only `EVALSHA` and that.
+                let evalsha = call.evalsha_cmd(false);
+                match evalsha.query_async(connection).await {
+                    Err(err)
+                        if err.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        call.script().compiled(false).load_async(connection).await?;
+                        Ok(evalsha.query_async(connection).await?)
+                    }
+                    other => Ok(other?),
+                }
+            }
         }
     }
     .instrument(span)

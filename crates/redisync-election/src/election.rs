@@ -116,7 +116,7 @@ pub(crate) struct ElectionKeys {
 
 impl ElectionKeys {
     fn attempt_record(&self, attempt: &str) -> String {
-        format!("{}{attempt}", self.attempt_prefix)
+        [self.attempt_prefix.as_str(), attempt].concat()
     }
 }
 

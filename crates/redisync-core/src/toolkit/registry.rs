@@ -160,6 +160,11 @@ impl ClientRegistration {
         list: &L,
         others_wait: impl FnOnce(&ScriptCall) -> bool,
     ) {
+        // Most waits end with the client not registered (every uncontended acquire): they
+        // need no call, so none is built.
+        if !self.registered.load(Ordering::Acquire) {
+            return;
+        }
         let client = list.client();
         let Ok(call) = list.withdraw_call() else {
             return;
