@@ -150,6 +150,19 @@ fn spawn_wait(latch: &CountDownLatch) -> JoinHandle<(Result<()>, Instant)> {
     })
 }
 
+/// [`assert_idle`] once the clients' background withdrawals are over: a waiter that leaves
+/// while its client is registered among the latch's waiters withdraws the client in the
+/// background, and keeps trying through an outage for a few command timeouts.
+async fn assert_settled(clients: &[&Client]) {
+    eventually("the background withdrawals are over", SETTLE, || {
+        clients
+            .iter()
+            .all(|client| client.local_state().pending_releases == 0)
+    })
+    .await;
+    assert_idle(clients);
+}
+
 /// Awaits a waiter task, failing the test if it takes longer than `within`.
 async fn finish<T>(what: &str, within: Duration, task: JoinHandle<T>) -> T {
     tokio::time::timeout(within, task)
@@ -238,7 +251,7 @@ async fn wait_for_returns_once_another_task_counts_down_to_zero() {
         server.numsub(&latch_channel(name)) == 0
     })
     .await;
-    assert_idle(&[&c, &other]);
+    assert_settled(&[&c, &other]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,7 +288,7 @@ async fn count_down_and_delete_wake_waiters_by_message_not_by_the_recheck() {
             "round {round}: the waiter returned {latency:?} after the {how}"
         );
         subscribed(&server, name, 0).await;
-        assert_idle(&[&waiter_client, &opener_client]);
+        assert_settled(&[&waiter_client, &opener_client]).await;
     }
     println!("wake-up latencies: {latencies:?}");
 }
@@ -304,7 +317,7 @@ async fn a_silent_opening_is_found_by_the_periodic_recheck() {
         );
         subscribed(&server, name, 0).await;
     }
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,7 +365,7 @@ async fn wait_for_returns_false_after_about_the_timeout() {
     latch.count_down().await.expect("count_down");
     assert!(latch.wait_for(Duration::ZERO).await.expect("wait_for(0)"));
     assert!(latch.wait_for(ms(300)).await.expect("wait_for"));
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -413,7 +426,7 @@ async fn five_waiters_on_three_clients_return_after_the_last_count_down_only() {
     }
     assert_eq!(counter.count().await.expect("count"), 0);
     subscribed(&server, name, 0).await;
-    assert_idle(&[&clients[0], &clients[1], &clients[2], &counter_client]);
+    assert_settled(&[&clients[0], &clients[1], &clients[2], &counter_client]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -486,7 +499,7 @@ async fn the_count_never_goes_below_zero() {
     );
     let mut all = vec![&c];
     all.extend(clients.iter());
-    assert_idle(&all);
+    assert_settled(&all).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -513,7 +526,7 @@ async fn a_never_armed_latch_is_open() {
     assert_eq!(server.command_calls("subscribe"), 0);
     assert_eq!(int(&server, &["DBSIZE"]), 0);
     assert!(!latch.delete().await.expect("delete"));
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -557,7 +570,7 @@ async fn delete_opens_the_latch_and_wakes_every_waiter() {
     assert!(latch.try_set_count(1).await.expect("re-arm"));
     assert_eq!(latch.count().await.expect("count"), 1);
     subscribed(&server, name, 0).await;
-    assert_idle(&[&a, &b]);
+    assert_settled(&[&a, &b]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -602,7 +615,7 @@ async fn waiters_return_after_their_subscriber_connection_is_killed() {
         );
     }
     subscribed(&server, name, 0).await;
-    assert_idle(&[&a, &b, &counter_client]);
+    assert_settled(&[&a, &b, &counter_client]).await;
 
     // The opening message is lost for sure: the connections die in the same transaction
     // that opens the latch.
@@ -636,7 +649,7 @@ async fn waiters_return_after_their_subscriber_connection_is_killed() {
         );
     }
     subscribed(&server, name, 0).await;
-    assert_idle(&[&a, &b, &counter_client]);
+    assert_settled(&[&a, &b, &counter_client]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -691,7 +704,7 @@ async fn eight_waiters_and_eight_count_downs_from_eight_clients() {
     assert_eq!(remembered(&server, &opened_key(name)).len(), N);
     subscribed(&server, name, 0).await;
     let all: Vec<&Client> = clients.iter().collect();
-    assert_idle(&all);
+    assert_settled(&all).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -738,7 +751,7 @@ async fn an_open_latch_can_be_armed_again_and_an_armed_one_is_left_alone() {
         latch.count_down().await.expect("count_down");
     }
     assert!(latch.wait_for(ms(100)).await.expect("wait_for"));
-    assert_idle(&[&c, &other]);
+    assert_settled(&[&c, &other]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -840,7 +853,7 @@ async fn a_waiter_returns_when_the_latch_is_opened_and_re_armed_at_once() {
         other.count_down().await.expect("count_down");
         subscribed(&server, name, 0).await;
     }
-    assert_idle(&[&waiter_client, &other_client, &third_client]);
+    assert_settled(&[&waiter_client, &other_client, &third_client]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -931,7 +944,7 @@ async fn bad_input_is_an_invalid_argument_and_touches_nothing() {
     );
     assert_eq!(keys(&server, "*"), vec![latch_key(name)]);
     assert_eq!(remembered(&server, &latch_key(name)).len(), 1);
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 /// What lies under a key, for comparing before and after.
@@ -986,7 +999,7 @@ async fn foreign_data_under_the_key_is_wrong_type_and_left_alone() {
         assert_eq!(server.numsub(&latch_channel(name)), 0);
         assert_eq!(server.command_calls("publish"), 0);
     }
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1045,7 +1058,7 @@ async fn a_waiter_fails_within_a_few_command_timeouts_when_redis_stops() {
         "{:?}",
         started.elapsed()
     );
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 
     // After a restart (without persistence the latch is open) the client works again.
     server.restart();
@@ -1071,7 +1084,7 @@ async fn a_waiter_fails_within_a_few_command_timeouts_when_redis_stops() {
     outcome.expect("wait after the restart");
     let after = returned_at.duration_since(opened_at);
     assert!(after < BY_MESSAGE, "returned {after:?} after opening");
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1102,7 +1115,7 @@ async fn a_waiter_fails_with_a_timeout_when_redis_is_paused() {
         after < command_timeout * 8,
         "the waiter failed only {after:?} after the pause"
     );
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 
     // Resumed, everything works again.
     let deadline = Instant::now() + SETTLE;
@@ -1125,7 +1138,7 @@ async fn a_waiter_fails_with_a_timeout_when_redis_is_paused() {
     outcome.expect("wait after the pause");
     let after = returned_at.duration_since(opened_at);
     assert!(after < BY_MESSAGE, "returned {after:?} after opening");
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1231,7 +1244,7 @@ async fn a_cancelled_wait_leaves_no_subscription_or_queue() {
         "the remaining waiter returned {after:?} after opening"
     );
     subscribed(&server, name, 0).await;
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1334,7 +1347,7 @@ async fn each_count_down_applies_once_and_is_remembered_by_its_arming() {
         !exists(&server, &opened_key(name))
     })
     .await;
-    assert_idle(&[&c]);
+    assert_settled(&[&c]).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1381,7 +1394,7 @@ async fn a_latch_wait_is_not_counted_as_an_acquire() {
     );
     assert!(after.scripts_sent > before.scripts_sent, "{after:?}");
     assert_eq!(other.stats().acquires, 0);
-    assert_idle(&[&c, &other]);
+    assert_settled(&[&c, &other]).await;
 }
 
 /// Once Redis was unreachable for a command timeout, the client's pub/sub hub counts the

@@ -2,13 +2,14 @@
 
 use redisync_core::toolkit::Toolkit;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{redis_millis, wait_deadline};
 use redisync_core::toolkit::{
-    async_trait, Abandonable, Attempt, Client, DistributedPrimitive, Error, Result, Retry, WaitSpec,
+    async_trait, Abandonable, Attempt, Client, ClientRegistration, DistributedPrimitive, Error,
+    Result, Retry, ScriptCall, WaitSpec, Waitlist,
 };
 use tracing::Instrument;
 
@@ -67,6 +68,11 @@ struct LatchCore {
     keys: Result<LatchKeys>,
     /// What this client's waiters of the latch share, across all its handles.
     openings: Arc<Openings>,
+    /// Whether this client may be registered among the latch's waiters in Redis, and the
+    /// order of its registering reads and withdrawals on the wire: a withdrawal landing after
+    /// a newer registration would take it out, and the opening would then not wake the
+    /// client (its waiters would see it only at their next re-check).
+    registration: Arc<ClientRegistration>,
 }
 
 /// What this client's waiters of one latch share: the armings a waiter has seen open (most
@@ -78,8 +84,6 @@ struct Openings {
     armings: Mutex<VecDeque<String>>,
     /// Tasks of this client waiting on the latch.
     waiting: AtomicUsize,
-    /// Whether the client may be registered among the latch's waiters in Redis.
-    registered: AtomicBool,
 }
 
 impl Openings {
@@ -135,38 +139,53 @@ impl LatchCore {
                 arming,
             }
             .call();
-            let core = self.clone();
+            (call, self.clone())
+        });
+        async move {
+            let (call, core) = request?;
+            // Not alongside a withdrawal on the wire, which could land after it. Nothing is
+            // sent if the caller goes away while this waits.
+            core.registration.registering(&core.client).await;
+            let send = core.client.eval::<(String, String)>(call);
             // Not `eval_undoable`: registering is no acquire, and needs no replica's
             // acknowledgement (with replica sync on, an unacknowledged one stands).
-            Abandonable::new(
-                self.client.eval::<(String, String)>(call),
-                move |_| async move {
-                    if core.openings.waiting.load(Ordering::Acquire) == 0 {
-                        core.withdraw();
-                    }
-                },
-            )
-        });
-        async move { parse_status(request?.await?) }
+            let reply = Abandonable::new(send, move |_| async move {
+                core.withdraw_late_registration();
+            })
+            .await?;
+            parse_status(reply)
+        }
     }
 
-    /// Takes the client out of the latch's waiters in the background, once: if that fails,
-    /// the entry goes with the next opening or the registry's expiry.
+    /// Withdraws the client from the latch's waiters in the background if it may be
+    /// registered and none of its tasks waits any more (see [`ClientRegistration::withdraw`]:
+    /// a registering read sent later makes the withdrawal moot, and it is not sent after one).
     fn withdraw(&self) {
-        let (Ok(keys), Ok(runtime)) = (self.keys(), tokio::runtime::Handle::try_current()) else {
-            return;
-        };
-        let call = scripts::Withdraw {
+        self.registration
+            .withdraw(self, |_| self.openings.waiting.load(Ordering::Acquire) > 0);
+    }
+
+    /// A registering read whose caller went away may have registered the client after its
+    /// task withdrew it: withdraws it again, unless another task of the client waits.
+    fn withdraw_late_registration(&self) {
+        self.registration.registered_late();
+        self.withdraw();
+    }
+}
+
+impl Waitlist for LatchCore {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The call that takes this client out of the latch's waiters.
+    fn withdraw_call(&self) -> Result<ScriptCall> {
+        let keys = self.keys()?;
+        Ok(scripts::Withdraw {
             waiters: &keys.registry,
             client: self.client.id(),
         }
-        .call();
-        let request = self.client.eval::<i64>(call);
-        runtime.spawn(async move {
-            if let Err(err) = request.await {
-                tracing::debug!(error = %err, "withdrawing a latch waiter failed");
-            }
-        });
+        .call())
     }
 }
 
@@ -271,9 +290,12 @@ impl CountDownLatch {
             channel: space.key("latch:wake"),
             queue: space.key("latch:queue"),
         });
-        let openings = match &keys {
-            Ok(keys) => client.local_cell::<Openings>(&keys.latch),
-            Err(_) => Arc::default(),
+        let (openings, registration) = match &keys {
+            Ok(keys) => (
+                client.local_cell::<Openings>(&keys.latch),
+                ClientRegistration::of(client, &keys.registry),
+            ),
+            Err(_) => (Arc::default(), Arc::default()),
         };
         CountDownLatch {
             core: Arc::new(LatchCore {
@@ -281,6 +303,7 @@ impl CountDownLatch {
                 name,
                 keys,
                 openings,
+                registration,
             }),
         }
     }
@@ -467,7 +490,6 @@ impl CountDownLatch {
                     if look {
                         Box::pin(core.status())
                     } else {
-                        core.openings.registered.store(true, Ordering::Release);
                         Box::pin(
                             core.registering_status(waiting_on.get().map_or("", String::as_str)),
                         )
@@ -475,6 +497,7 @@ impl CountDownLatch {
                 });
                 let waiting_on = waiting_on.clone();
                 let openings = core.openings.clone();
+                let registration = core.registration.clone();
                 async move {
                     let Some(status) = status else {
                         return Ok(Attempt::Acquired(()));
@@ -487,7 +510,7 @@ impl CountDownLatch {
                         if !first.is_empty() {
                             openings.insert(first);
                         }
-                        openings.registered.store(false, Ordering::Release);
+                        registration.unregistered();
                         Ok(Attempt::Acquired(()))
                     } else {
                         Ok(Attempt::Busy {
@@ -519,9 +542,8 @@ impl LatchWaiter {
 
 impl Drop for LatchWaiter {
     fn drop(&mut self) {
-        let openings = &self.core.openings;
-        let last = openings.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last && openings.registered.swap(false, Ordering::AcqRel) {
+        let last = self.core.openings.waiting.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
             self.core.withdraw();
         }
     }
