@@ -14,6 +14,8 @@
 
 use std::sync::OnceLock;
 
+mod unused;
+
 use redis::ToRedisArgs;
 
 /// A Lua script embedded in the binary, compiled into a [`redis::Script`] on first use.
@@ -33,6 +35,8 @@ pub struct LuaScript {
     kind: &'static str,
     source: &'static str,
     read_only: bool,
+    /// The source without the prelude functions it never calls (see `script::unused`).
+    sent: OnceLock<String>,
     compiled: OnceLock<redis::Script>,
     sharded: OnceLock<redis::Script>,
 }
@@ -50,6 +54,7 @@ impl LuaScript {
             kind: "",
             source,
             read_only: false,
+            sent: OnceLock::new(),
             compiled: OnceLock::new(),
             sharded: OnceLock::new(),
         }
@@ -63,6 +68,7 @@ impl LuaScript {
             kind: "",
             source,
             read_only: true,
+            sent: OnceLock::new(),
             compiled: OnceLock::new(),
             sharded: OnceLock::new(),
         }
@@ -95,12 +101,16 @@ impl LuaScript {
         self.compiled(false).get_hash()
     }
 
-    /// The script's source as sent: with `sharded`, publishing with `SPUBLISH`.
-    pub(crate) fn source(&self, sharded: bool) -> std::borrow::Cow<'static, str> {
+    /// The script's source as sent: without the prelude functions it never calls, and with
+    /// `sharded`, publishing with `SPUBLISH`.
+    pub(crate) fn source(&self, sharded: bool) -> std::borrow::Cow<'_, str> {
+        let sent = self
+            .sent
+            .get_or_init(|| unused::without_unused_functions(self.source));
         if sharded {
-            self.source.replace(PUBLISH, SHARDED_PUBLISH).into()
+            sent.replace(PUBLISH, SHARDED_PUBLISH).into()
         } else {
-            self.source.into()
+            sent.as_str().into()
         }
     }
 
@@ -111,7 +121,7 @@ impl LuaScript {
                 .get_or_init(|| redis::Script::new(&self.source(true)))
         } else {
             self.compiled
-                .get_or_init(|| redis::Script::new(self.source))
+                .get_or_init(|| redis::Script::new(&self.source(false)))
         }
     }
 }
