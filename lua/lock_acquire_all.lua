@@ -33,7 +33,8 @@ for i = 1, n do
         reenter(hash, ARGV[1], ARGV[2])
         reply[i + 1] = tonumber(holders[i][2])
     else
-        reply[i + 1] = grant(hash, KEYS[3 * i - 1], ARGV[2 + i], ARGV[1], ARGV[2])
+        -- Without the lock's registry of waiting clients at hand: its release looks.
+        reply[i + 1] = grant(hash, KEYS[3 * i - 1], ARGV[2 + i], ARGV[1], ARGV[2], true)
     end
 end
 return reply

@@ -2,9 +2,12 @@
 -- it, so this logic lives once. Not an operation of its own.
 --
 -- Layout of the lock hash: owner = <owner id>, count = <holds>, token = <fencing token>,
--- a:<attempt id> = 1 for every live hold ('fixed' once lock_set_lease fixed its lease). The
--- hash exists exactly while the lock is held: the last release deletes it. The fence is a
--- counter that never expires.
+-- a:<attempt id> = 1 for every live hold ('fixed' once lock_set_lease fixed its lease), and
+-- w = 1 while clients may be registered as waiting for the plain lock (wake_prelude's
+-- registry; a fair lock's hash never has it): the release that frees the lock looks for one
+-- to wake only then, so an uncontended release touches no other key. Every script that may
+-- leave a client registered while the lock is held sets it. The hash exists exactly while the
+-- lock is held: the last release deletes it. The fence is a counter that never expires.
 
 -- Reads who holds `hash`: nil when the lock is free, else {owner, token}. One read answers
 -- both "is it free" and "is it a lock": HLEN fails with WRONGTYPE on a key of another type,
@@ -23,23 +26,28 @@ end
 -- Reads who holds `hash` for an acquire whose attempt record is `record`: false when the
 -- attempt was given back before it ran (the record exists: its caller gave up, so it must not
 -- grant), else as lock_holder. One EXISTS answers the common case, a free lock and an attempt
--- never given back; when it finds one key, the hash's read tells which.
-local function holder_for_attempt(hash, record)
-    local found = redis.call('EXISTS', record, hash)
+-- never given back; when it finds one key, the hash's read tells which. `found` is the number
+-- of the two that exist, if the caller already knows it (nil: asked here).
+local function holder_for_attempt(hash, record, found)
+    found = found or redis.call('EXISTS', record, hash)
     if found == 0 then
         return nil
     end
     return found == 1 and lock_holder(hash) or false
 end
 
--- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token.
--- Returns the token.
-local function grant(hash, fence, owner, lease_ms, attempt)
+-- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token;
+-- `waiting`: clients may be registered as waiting (see the layout). Returns the token.
+local function grant(hash, fence, owner, lease_ms, attempt, waiting)
     local token = redis.call('INCR', fence)
     -- Strings, not Lua numbers: Redis 7.0 turns a number argument into text with a costly
     -- floating-point format; '%d' is an integer's.
-    redis.call('HSET', hash, 'owner', owner, 'count', '1', 'token', string.format('%d', token),
-        'a:' .. attempt, '1')
+    local fields = {'owner', owner, 'count', '1', 'token', string.format('%d', token),
+        'a:' .. attempt, '1'}
+    if waiting then
+        fields[9], fields[10] = 'w', '1'
+    end
+    redis.call('HSET', hash, unpack(fields))
     redis.call('PEXPIRE', hash, lease_ms)
     return token
 end
@@ -56,16 +64,17 @@ end
 
 -- Gives back the hold of attempt `attempt`. Returns 1 when the lock became free (the hash is
 -- deleted), 0 when the owner still holds it through other holds, -1 when the attempt holds
--- nothing (its hold expired or was force-unlocked, or it never got one).
+-- nothing (its hold expired or was force-unlocked, or it never got one); and, with 1, whether
+-- clients may be registered as waiting (see the layout).
 local function release_hold(hash, attempt)
     local field = 'a:' .. attempt
-    local hold = redis.call('HMGET', hash, field, 'count')
+    local hold = redis.call('HMGET', hash, field, 'count', 'w')
     if not hold[1] then
         return -1
     end
     if tonumber(hold[2]) <= 1 then
         redis.call('DEL', hash)
-        return 1
+        return 1, hold[3] ~= false
     end
     redis.call('HDEL', hash, field)
     redis.call('HINCRBY', hash, 'count', -1)

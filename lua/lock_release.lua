@@ -16,7 +16,7 @@
 --          hot path leaves nothing in Redis, whatever the rate of releases.
 --
 -- Returns 1 when the lock became free (the client that has waited longest is woken, if any
--- waits), 0 when the hold was given back and the owner still holds the lock through other
+-- may wait: the hash says so, see lock_prelude), 0 when the hold was given back and the owner still holds the lock through other
 -- holds, -1 when the attempt holds nothing (its hold expired or was force-unlocked, it never
 -- got one, or this is a repeat of a release without a record).
 
@@ -24,8 +24,8 @@ local recorded = recorded_outcome(KEYS[2], ARGV[2])
 if recorded then
     return tonumber(recorded)
 end
-local result = release_hold(KEYS[1], ARGV[1])
-if result == 1 then
+local result, waiting = release_hold(KEYS[1], ARGV[1])
+if waiting then
     wake_next_waiter(KEYS[3], 16)
 end
 record_outcome(KEYS[2], ARGV[2], result)

@@ -47,10 +47,11 @@ fn spawn_waiting(lock: ReentrantLock) -> tokio::task::JoinHandle<Result<()>> {
     tokio::spawn(async move { lock.lock().await.map(|_| ()) })
 }
 
-/// The lock crate documents these for an uncontended `lock` + `unlock`: two scripts, seven
-/// commands inside them, no PUBLISH, no record left behind.
+/// The lock crate documents these for an uncontended `lock` + `unlock`: two scripts, six
+/// commands inside them, no PUBLISH, no record left behind. The release does not look for
+/// waiting clients: the lock's hash says nobody registered.
 #[tokio::test]
-async fn an_uncontended_cycle_runs_two_scripts_of_seven_commands_and_publishes_nothing() {
+async fn an_uncontended_cycle_runs_two_scripts_of_six_commands_and_publishes_nothing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let lock = c.lock("lean");
@@ -72,7 +73,6 @@ async fn an_uncontended_cycle_runs_two_scripts_of_seven_commands_and_publishes_n
         ("pexpire", 10),
         ("hmget", 10),
         ("del", 10),
-        ("zrange", 10),
     ]);
     assert_eq!(run, expected, "commands run by 10 uncontended cycles");
     // Nothing is left but the fencing counter.
@@ -80,6 +80,72 @@ async fn an_uncontended_cycle_runs_two_scripts_of_seven_commands_and_publishes_n
     assert_eq!(
         common::strings(&keys),
         vec!["redisync:{lean}:fence".to_owned()]
+    );
+}
+
+/// A release looks for a client to wake only when the lock's hash says clients may be
+/// registered. Clients registered under a holder whose lease then ran out (its hash gone,
+/// and with it what it said) are still woken: the acquire that takes the expired lock finds
+/// the registry and says so in the new hash. Here the second waiter, left waiting when the
+/// first takes the expired lock, must be woken by that one's release, not by its own
+/// re-check a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_left_by_an_expired_hold_are_woken_by_the_next_release() {
+    let name = "expired";
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    // A fixed lease that runs out: nothing releases it, nothing publishes.
+    let lapsing = holder.lock(name).lock_with_lease(ms(400)).await.unwrap();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let (first_tx, mut first_rx) = tokio::sync::mpsc::unbounded_channel();
+    let order = Arc::new(AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for c in [&a, &b] {
+        let lock = c.lock(name);
+        let first_tx = first_tx.clone();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let got = Instant::now();
+            // The first to get it holds it until told to let go; the second lets go at once.
+            if order.fetch_add(1, Ordering::SeqCst) == 0 {
+                let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+                let _ = first_tx.send(release_tx);
+                let _ = release_rx.await;
+            }
+            guard.unlock().await.unwrap();
+            got
+        }));
+    }
+    drop(first_tx);
+    eventually("both clients registered as waiting", SETTLE, || {
+        is_registered(&server, name, &a) && is_registered(&server, name, &b)
+    })
+    .await;
+    // Not released: its lease runs out, and one waiter takes the lock at its own re-check.
+    std::mem::forget(lapsing);
+    let let_go = tokio::time::timeout(SETTLE, first_rx.recv())
+        .await
+        .expect("a waiter takes the expired lock")
+        .expect("a waiter");
+    let released = Instant::now();
+    let _ = let_go.send(());
+    let mut times = Vec::new();
+    for waiter in waiters {
+        times.push(
+            tokio::time::timeout(SETTLE, waiter)
+                .await
+                .expect("both waiters get the lock")
+                .unwrap(),
+        );
+    }
+    let second_got = times.iter().copied().max().unwrap();
+    let after = second_got.saturating_duration_since(released);
+    println!("the second waiter got the lock {after:?} after the first let go");
+    assert!(
+        after < ms(600),
+        "the second waiter was not woken by the release ({after:?} after it; its own \
+         re-check comes a second after it last asked)"
     );
 }
 
