@@ -84,67 +84,51 @@ async fn an_uncontended_cycle_runs_two_scripts_of_six_commands_and_publishes_not
 }
 
 /// A release looks for a client to wake only when the lock's hash says clients may be
-/// registered. Clients registered under a holder whose lease then ran out (its hash gone,
-/// and with it what it said) are still woken: the acquire that takes the expired lock finds
-/// the registry and says so in the new hash. Here the second waiter, left waiting when the
-/// first takes the expired lock, must be woken by that one's release, not by its own
-/// re-check a second later.
+/// registered, and a hash is new with every holder. Here two clients wait; the holder's
+/// release wakes the first, which takes the lock while the second is still registered, and
+/// lets go at once. Its release must wake the second (the acquire that took the lock found
+/// the registry and said so in the new hash), not leave it to its own re-check, a second
+/// after it last asked. The same holds when a holder's lease runs out: the acquire that takes
+/// the expired lock finds the registry the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_left_by_an_expired_hold_are_woken_by_the_next_release() {
-    let name = "expired";
-    let server = RedisServer::start();
-    let holder = client(&server).await;
-    // A fixed lease that runs out: nothing releases it, nothing publishes.
-    let lapsing = holder.lock(name).lock_with_lease(ms(400)).await.unwrap();
-    let (a, b) = (client(&server).await, client(&server).await);
-    let (first_tx, mut first_rx) = tokio::sync::mpsc::unbounded_channel();
-    let order = Arc::new(AtomicUsize::new(0));
-    let mut waiters = Vec::new();
-    for c in [&a, &b] {
-        let lock = c.lock(name);
-        let first_tx = first_tx.clone();
-        let order = order.clone();
-        waiters.push(tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let got = Instant::now();
-            // The first to get it holds it until told to let go; the second lets go at once.
-            if order.fetch_add(1, Ordering::SeqCst) == 0 {
-                let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-                let _ = first_tx.send(release_tx);
-                let _ = release_rx.await;
-            }
-            guard.unlock().await.unwrap();
-            got
-        }));
-    }
-    drop(first_tx);
-    eventually("both clients registered as waiting", SETTLE, || {
-        is_registered(&server, name, &a) && is_registered(&server, name, &b)
+async fn clients_still_registered_after_a_hand_off_are_woken_by_the_next_release() {
+    let name = "handed";
+    let (server, _holder, guard, first) = held_lock(name).await;
+    let second = client(&server).await;
+    let first_task = spawn_waiting(first.lock(name));
+    eventually("the first client is registered as waiting", SETTLE, || {
+        is_registered(&server, name, &first)
     })
     .await;
-    // Not released: its lease runs out, and one waiter takes the lock at its own re-check.
-    std::mem::forget(lapsing);
-    let let_go = tokio::time::timeout(SETTLE, first_rx.recv())
+    let second_task = tokio::spawn({
+        let lock = second.lock(name);
+        async move {
+            let guard = lock.lock().await;
+            (guard.map(|_| ()), Instant::now())
+        }
+    });
+    eventually("the second client is registered as waiting", SETTLE, || {
+        is_registered(&server, name, &second)
+    })
+    .await;
+    // The release wakes the first client, which takes the lock and lets go at once.
+    guard.unlock().await.unwrap();
+    tokio::time::timeout(SETTLE, first_task)
         .await
-        .expect("a waiter takes the expired lock")
-        .expect("a waiter");
-    let released = Instant::now();
-    let _ = let_go.send(());
-    let mut times = Vec::new();
-    for waiter in waiters {
-        times.push(
-            tokio::time::timeout(SETTLE, waiter)
-                .await
-                .expect("both waiters get the lock")
-                .unwrap(),
-        );
-    }
-    let second_got = times.iter().copied().max().unwrap();
-    let after = second_got.saturating_duration_since(released);
-    println!("the second waiter got the lock {after:?} after the first let go");
+        .expect("the first client gets the lock")
+        .unwrap()
+        .unwrap();
+    let first_let_go = Instant::now();
+    let (outcome, got) = tokio::time::timeout(SETTLE, second_task)
+        .await
+        .expect("the second client gets the lock")
+        .unwrap();
+    outcome.unwrap();
+    let after = got.saturating_duration_since(first_let_go);
+    println!("the second client got the lock {after:?} after the first let go");
     assert!(
         after < ms(600),
-        "the second waiter was not woken by the release ({after:?} after it; its own \
+        "the second client was not woken by the release ({after:?} after it; its own \
          re-check comes a second after it last asked)"
     );
 }
