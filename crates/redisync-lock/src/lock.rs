@@ -31,7 +31,7 @@ use crate::guard::LockGuard;
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it); exists exactly while the lock is held, and expires with the lease |
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it), `w` (`1` while clients may be registered as waiting: only then does the release look for one to wake); exists exactly while the lock is held, and expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); a waiting client registers again every second, and the set expires about 5 s (plus two command timeouts) after the last registration |
 /// | `<prefix>:{<name>}:attempt:<attempt>` | string | only for an acquire whose outcome was unknown and that was given back (its caller went away, or the connection broke): the give-back's outcome, kept for the lease plus two command timeouts, so that the acquire can no longer grant if Redis runs it late |
@@ -45,11 +45,11 @@ use crate::guard::LockGuard;
 ///
 /// | operation | round trips | commands run inside Redis |
 /// |---|---|---|
-/// | uncontended acquire | 1 | 4: `EXISTS` (attempt record and lock, one call), `INCR` (fence), `HSET`, `PEXPIRE` |
-/// | re-entry | 1 | 6: `EXISTS`, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
-/// | release, nobody waiting | 1 | 3: `HMGET`, `DEL`, `ZRANGE` (no `PUBLISH`) |
-/// | release with clients waiting | 1 | 5: as above, then `ZREM` and one `PUBLISH` to one client |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`); the first try, made before, does not |
+/// | uncontended acquire | 1 | 4: `EXISTS` (attempt record, lock and registry of waiters, one call), `INCR` (fence), `HSET`, `PEXPIRE` |
+/// | re-entry | 1 | 7: `EXISTS` ×2, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
+/// | release, nobody waiting | 1 | 2: `HMGET`, `DEL` (the hash says nobody registered: no look at the registry, no `PUBLISH`) |
+/// | release with clients waiting | 1 | 5: as above, then `ZRANGE`, `ZREM` and one `PUBLISH` to one client |
+/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | one more `EXISTS` than uncontended when a key exists; a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) and marks the hash (`HSET`); the first try, made before, does not |
 /// | contended acquire granted while more tasks of the client wait | as above | the grant sends the client to the back of the registry (`ZREM`, then as a registration) |
 /// | the next of those tasks | 0 before its wake-up, then as a contended acquire | |
 /// | a wait given up while its client is registered, by the client's last waiting task | + 1 in the background (`lock_withdraw`) | |
