@@ -10,6 +10,10 @@
 
 unregister_waiter(KEYS[2], ARGV[1])
 if lock_holder(KEYS[1]) then
+    -- The last client gone: the hold's release need not look for one (see lock_prelude).
+    if redis.call('EXISTS', KEYS[2]) == 0 then
+        redis.call('HDEL', KEYS[1], 'w')
+    end
     return 0
 end
 return wake_next_waiter(KEYS[2], 16)
