@@ -16,8 +16,8 @@
 --          hot path leaves nothing in Redis, whatever the rate of releases.
 --
 -- Returns 1 when the lock became free (the client that has waited longest is woken, if any
--- may wait: the hash says so, see lock_prelude), 0 when the hold was given back and the owner still holds the lock through other
--- holds, -1 when the attempt holds nothing (its hold expired or was force-unlocked, it never
+-- may wait: the hash says so, see lock_prelude), 0 when the hold was given back and the
+-- owner still holds the lock through other holds, -1 when the attempt holds nothing (its hold expired or was force-unlocked, it never
 -- got one, or this is a repeat of a release without a record).
 
 local recorded = recorded_outcome(KEYS[2], ARGV[2])

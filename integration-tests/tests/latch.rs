@@ -157,7 +157,7 @@ async fn assert_settled(clients: &[&Client]) {
     eventually("the background withdrawals are over", SETTLE, || {
         clients
             .iter()
-            .all(|client| client.local_state().pending_releases == 0)
+            .all(|client| client.local_state() == LocalState::default())
     })
     .await;
     assert_idle(clients);

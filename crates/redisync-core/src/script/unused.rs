@@ -3,7 +3,7 @@
 //! A script is its preludes followed by its own file, and a prelude defines every helper its
 //! primitive's scripts share: each script calls only some of them. Redis runs the whole text
 //! on every call, and each `local function` it meets is a closure made anew; the release of a
-//! lock, for one, made twelve to call four. So the text sent to Redis keeps only the
+//! lock, for one, made thirteen to use five. So the text sent to Redis keeps only the
 //! functions the script's own code calls, directly or through another kept function.
 //!
 //! The preludes are written so that this can be read off their text: every helper is a
@@ -184,6 +184,45 @@ end
 return used(KEYS[1])
 "
         );
+    }
+
+    /// The pass reads the form the preludes are written in (see the module docs); a file
+    /// that strayed from it could lose or merge code without a word. Every file in `lua/`:
+    /// its pieces put back together are the file, every `local function` at the start of a
+    /// line is one piece of its own, and every line starting with `end` is just `end`.
+    #[test]
+    fn every_script_file_is_in_the_form_the_pass_reads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua");
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir).expect("lua directory") {
+            let path = entry.expect("lua file").path();
+            if path.extension().is_none_or(|e| e != "lua") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).expect("readable");
+            let name = path.display();
+            let items = items(&source);
+            let joined: String = items.iter().map(|item| item.text).collect();
+            assert_eq!(joined, source, "{name}: pieces lost or doubled");
+            let definitions = source
+                .lines()
+                .filter(|line| function_name(line).is_some())
+                .count();
+            let functions = items.iter().filter(|item| item.function.is_some()).count();
+            assert_eq!(
+                functions, definitions,
+                "{name}: a definition not closed by `end`"
+            );
+            for line in source.lines().filter(|line| line.starts_with("end")) {
+                assert_eq!(
+                    line.trim_end(),
+                    "end",
+                    "{name}: a top-level `end` with more"
+                );
+            }
+            files += 1;
+        }
+        assert!(files > 50, "found {files} scripts");
     }
 
     #[test]
