@@ -404,6 +404,22 @@ const fn highest_index(source: &str, marker: &[u8]) -> usize {
     highest
 }
 
+/// Every script file of the repository's `lua/` directory: its path and its source. For the
+/// tests that check every file against a rule the client relies on.
+#[cfg(test)]
+fn lua_files() -> Vec<(std::path::PathBuf, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua");
+    std::fs::read_dir(dir)
+        .expect("lua directory")
+        .map(|entry| entry.expect("lua file").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "lua"))
+        .map(|path| {
+            let source = std::fs::read_to_string(&path).expect("lua source");
+            (path, source)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,11 +430,8 @@ mod tests {
     /// So the one spelling is in `publish_prelude`, and no other file publishes by itself.
     #[test]
     fn every_script_publishes_in_the_one_spelling_the_cluster_variant_rewrites() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua");
         let mut publishing = 0;
-        for entry in std::fs::read_dir(dir).expect("lua directory") {
-            let path = entry.expect("lua file").path();
-            let source = std::fs::read_to_string(&path).expect("lua source");
+        for (path, source) in lua_files() {
             let code: String = source
                 .lines()
                 .map(|line| line.split("--").next().unwrap_or(""))

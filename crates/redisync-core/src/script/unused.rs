@@ -192,16 +192,11 @@ return used(KEYS[1])
     /// line is one piece of its own, and every line starting with `end` is just `end`.
     #[test]
     fn every_script_file_is_in_the_form_the_pass_reads() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua");
-        let mut files = 0;
-        for entry in std::fs::read_dir(dir).expect("lua directory") {
-            let path = entry.expect("lua file").path();
-            if path.extension().is_none_or(|e| e != "lua") {
-                continue;
-            }
-            let source = std::fs::read_to_string(&path).expect("readable");
+        let files = super::super::lua_files();
+        for (path, source) in &files {
+            let source = source.as_str();
             let name = path.display();
-            let items = items(&source);
+            let items = items(source);
             let joined: String = items.iter().map(|item| item.text).collect();
             assert_eq!(joined, source, "{name}: pieces lost or doubled");
             let definitions = source
@@ -220,9 +215,8 @@ return used(KEYS[1])
                     "{name}: a top-level `end` with more"
                 );
             }
-            files += 1;
         }
-        assert!(files > 50, "found {files} scripts");
+        assert!(files.len() > 50, "found {} scripts", files.len());
     }
 
     #[test]
