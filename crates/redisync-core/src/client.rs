@@ -242,6 +242,11 @@ impl Client {
         self.shared().config.command_timeout
     }
 
+    /// How waiters learn that a primitive was released: by pub/sub wake-ups, or by polling.
+    pub fn wait_strategy(&self) -> crate::WaitStrategy {
+        self.shared().config.wait_strategy
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
     }

@@ -426,11 +426,29 @@ pub trait Toolkit: sealed::Sealed {
         args: Vec<String>,
         sent_at: Instant,
     ) -> crate::HoldLease {
+        let lease = self.client().shared().config.watchdog_timeout;
+        self.watch_short_lease(renew, keys, args, sent_at, lease)
+    }
+
+    /// Registers a hold with the watchdog, as [`watch_lease`](Self::watch_lease) does, whose
+    /// lease in Redis may be shorter than the watchdog timeout: `lease` from `sent_at` at the
+    /// least. If that is less than the watchdog timeout, the watchdog renews the hold (to the
+    /// watchdog timeout) once half of what is left of it has passed, without waiting for its
+    /// next round: for a hold granted short on purpose, so that a holder that cannot act
+    /// (stopped, cut off) keeps it only briefly.
+    fn watch_short_lease(
+        &self,
+        renew: &'static crate::LuaScript,
+        keys: Vec<String>,
+        args: Vec<String>,
+        sent_at: Instant,
+        lease: Duration,
+    ) -> crate::HoldLease {
         let shared = self.client().shared();
-        let lease =
-            shared
-                .watchdog
-                .register(renew, keys, args, sent_at, shared.config.watchdog_timeout);
+        let full = shared.config.watchdog_timeout;
+        let lease = shared
+            .watchdog
+            .register(renew, keys, args, sent_at, lease.min(full), lease < full);
         // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
         // this check sees the shutdown.
         if shared.shutdown.is_set() {

@@ -89,6 +89,9 @@ struct Entry {
     script: &'static LuaScript,
     /// Shared with the guard: the deadline moves with each confirmed renewal.
     state: Arc<LeaseState>,
+    /// For a hold registered with a short lease: when to renew it, ahead of the next round
+    /// (cleared by its first confirmed renewal).
+    renew_by: Option<Instant>,
 }
 
 /// The registry of holds the watchdog renews, by registration serial.
@@ -105,6 +108,9 @@ pub(crate) struct Watchdog {
     had_hold: std::sync::atomic::AtomicBool,
     /// Signalled once, with `had_hold`, to wake the watchdog task for that subscription.
     first_hold: tokio::sync::Notify,
+    /// Signalled when a hold with a short lease is registered: the task, asleep until its
+    /// next round, looks again at when it must wake.
+    renew_soon: tokio::sync::Notify,
     /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
     /// made: one channel per client, not a leak of any call).
     pub(crate) listens_for_notices: std::sync::atomic::AtomicBool,
@@ -150,9 +156,11 @@ impl Watchdog {
         }
     }
 
-    /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`.
-    /// Every registration has its own state and renewal, even for a hold registered before
-    /// (a re-entry): see the module docs.
+    /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`;
+    /// `short`: the lease is shorter than the watchdog timeout, and the hold is renewed once
+    /// half of what is left of it has passed, ahead of the next round. Every registration has
+    /// its own state and renewal, even for a hold registered before (a re-entry): see the
+    /// module docs.
     pub(crate) fn register(
         self: &Arc<Self>,
         script: &'static LuaScript,
@@ -160,13 +168,19 @@ impl Watchdog {
         args: Vec<String>,
         sent_at: Instant,
         lease: Duration,
+        short: bool,
     ) -> HoldLease {
         let id = HoldId {
             script: script.name(),
             keys,
             args,
         };
-        let state = LeaseState::new(crate::watchdog::lease::deadline(sent_at, lease));
+        let expires_at = crate::watchdog::lease::deadline(sent_at, lease);
+        let state = LeaseState::new(expires_at);
+        let renew_by = short.then(|| {
+            let now = Instant::now();
+            now + expires_at.saturating_duration_since(now) / 2
+        });
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let mut entries = lock(&self.entries);
         entries.insert(
@@ -175,9 +189,14 @@ impl Watchdog {
                 id,
                 script,
                 state: state.clone(),
+                renew_by,
             },
         );
         drop(entries);
+        if renew_by.is_some() {
+            // The task may be asleep until its next round, which could be too late.
+            self.renew_soon.notify_one();
+        }
         // Only the first hold wakes the task. Waking it whenever a hold found the registry
         // empty cost every such acquire a task wake-up (often another thread's), and a task
         // that woke after a short hold was already gone did not subscribe, so the next
@@ -207,7 +226,8 @@ impl Watchdog {
     }
 
     /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
-    /// by themselves); returns how many, and when the next one would run out.
+    /// by themselves); returns how many, and when the next one would run out or is due for a
+    /// renewal ahead of the rounds (see [`register`](Self::register)).
     fn expire(&self) -> (u64, Option<Instant>) {
         let metrics = self.metrics;
         let mut entries = lock(&self.entries);
@@ -224,8 +244,21 @@ impl Watchdog {
                 true
             }
         });
-        let next = entries.values().map(|e| e.state.expires_at()).min();
+        let next = entries
+            .values()
+            .map(|e| {
+                let expires_at = e.state.expires_at();
+                e.renew_by.map_or(expires_at, |at| at.min(expires_at))
+            })
+            .min();
         (expired, next)
+    }
+
+    /// Whether a hold registered with a short lease is due for its renewal.
+    fn renewal_due(&self, now: Instant) -> bool {
+        lock(&self.entries)
+            .values()
+            .any(|e| e.renew_by.is_some_and(|at| at <= now))
     }
 }
 
@@ -284,7 +317,7 @@ impl Notices {
             watchdog.listens_for_notices.store(true, Ordering::Relaxed);
             let subscription = self.hub.subscribe(&self.channel);
             let mut watcher = subscription.watcher();
-            let state = *watcher.borrow_and_update();
+            let state = watcher.borrow_and_update().clone();
             self.generation = state.generation;
             self.confirmed = state.subscribed;
             self.subscribed = Some((subscription, watcher));
@@ -301,7 +334,7 @@ impl Notices {
             if watcher.changed().await.is_err() {
                 return std::future::pending().await;
             }
-            let state = *watcher.borrow_and_update();
+            let state = watcher.borrow_and_update().clone();
             let bumped = state.generation != self.generation;
             self.generation = state.generation;
             let notice = bumped && self.confirmed;
@@ -340,10 +373,12 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
             }
             _ = tokio::time::sleep_until(wake.into()) => false,
             _ = watchdog.first_hold.notified(), if waiting_for_first_hold => continue,
+            _ = watchdog.renew_soon.notified() => continue,
             _ = notice => true,
         };
         // A notice: some hold of this client was taken, and the round finds which.
-        if !notified && Instant::now() < next_tick {
+        let now = Instant::now();
+        if !notified && now < next_tick && !watchdog.renewal_due(now) {
             continue;
         }
         let started = Instant::now();
@@ -499,6 +534,7 @@ fn settle(
                 .state
                 .extend(crate::watchdog::lease::deadline(sent_at, lease))
         {
+            entry.renew_by = None;
             Counters::bump(&transport.counters.renewals, 1);
             metrics.renewal(entry.script.kind(), id.key(), "renewed");
         } else {

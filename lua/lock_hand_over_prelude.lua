@@ -1,0 +1,92 @@
+-- lock_hand_over_prelude: a release that hands the plain lock to the next waiting client in
+-- the wake-up itself, so that the woken task holds it without asking Redis; prepended (after
+-- lock_prelude and wake_prelude) to the plain lock's scripts that register, wake or withdraw
+-- waiting clients. Not an operation of its own.
+--
+--   offers  hash: wake-up channel of a registered client -> '<owner> <attempt> <ms>': the
+--           waiting task at the head of that client's local queue offered to take the lock
+--           in its wake-up (its owner id and the id of the attempt that offered, made when
+--           the watchdog keeps its hold), and when, in server milliseconds. Written by the
+--           acquire that finds the lock taken; gone when the client is woken, granted or
+--           withdraws. It expires with the registry.
+--
+-- The release that frees the lock grants it to the offer of the client that has waited
+-- longest, under the offering attempt's id and with a short lease (the hand-over lease, which
+-- the client passes: its re-check period), and publishes 'g <attempt> <token>' to that client instead of 'w'. The
+-- client's task takes the hold from the message if the attempt is its own, and the watchdog
+-- lengthens the lease before half of it is over; if the task is gone, the client's next
+-- acquire or its withdrawal names the attempt, and takes the hold over or gives it back.
+--
+-- Why a dead, stopped or cancelled designee cannot stall the lock longer than without
+-- hand-overs: a client whose connections are gone receives nothing, and the grant is undone
+-- at once (PUBLISH reached nobody); a client that cannot act (stopped, cut off) keeps the
+-- lock at most the hand-over lease, which is the re-check period of a waiting client, the
+-- time a swallowed wake-up costs the others without hand-overs; a cancelled task's client
+-- gives the hold back with its withdrawal or takes it over with its next acquire. An offer
+-- older than half the hand-over lease is not taken (its task re-asks at least once per
+-- re-check period, so it may have stopped since): such a client is woken with 'w', as before.
+
+-- The server clock in milliseconds.
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Records that the client listening on `channel` offers to take the lock in its wake-up for
+-- the waiting task `offer` ('<owner> <attempt>'), or withdraws its offer (`offer` false).
+-- `ttl_ms` as the registry's (see wake_prelude).
+local function offer_hand_over(offers, channel, offer, ttl_ms)
+    if offer then
+        redis.call('HSET', offers, channel, offer .. ' ' .. now_ms())
+        redis.call('PEXPIRE', offers, ttl_ms)
+    else
+        redis.call('HDEL', offers, channel)
+    end
+end
+
+-- Takes over, for attempt `attempt` of `owner` with a lease of `lease_ms`, the hold handed
+-- over to one of the earlier attempts `offered` (attempt ids, separated by spaces) whose
+-- client never took it. Returns the hold's token, or nil if none of them holds the lock.
+local function take_over(hash, offered, owner, lease_ms, attempt)
+    for earlier in string.gmatch(offered, '%S+') do
+        local field = 'a:' .. earlier
+        if redis.call('HEXISTS', hash, field) == 1 then
+            redis.call('HDEL', hash, field)
+            redis.call('HSET', hash, 'owner', owner, 'a:' .. attempt, '1')
+            redis.call('PEXPIRE', hash, lease_ms)
+            return tonumber(redis.call('HGET', hash, 'token'))
+        end
+    end
+end
+
+-- For a release that freed the lock: wakes the client that has waited longest and is still
+-- listening, taking it out of the registry, and hands it the lock in the wake-up if it
+-- offered in the last `hand_over_ms` / 2 (the hold then lasts `hand_over_ms`). Entries nobody
+-- listens on any more are dropped on the way, at most `tries` of them per call (a grant that
+-- reached nobody is undone). Returns 1 if a client was woken, 0 if nobody waits.
+local function hand_over_or_wake(waiters, offers, hash, fence, hand_over_ms, tries)
+    for _ = 1, tries do
+        local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
+        if not next_waiter then
+            return 0
+        end
+        redis.call('ZREM', waiters, next_waiter)
+        local message = 'w'
+        local offer = redis.call('HGET', offers, next_waiter)
+        if offer then
+            redis.call('HDEL', offers, next_waiter)
+            local owner, attempt, at = string.match(offer, '^(%S+) (%S+) (%d+)$')
+            if at and now_ms() - tonumber(at) <= tonumber(hand_over_ms) / 2 then
+                local token = grant(hash, fence, owner, hand_over_ms, attempt, true)
+                message = 'g ' .. attempt .. ' ' .. string.format('%d', token)
+            end
+        end
+        if publish(next_waiter, message) > 0 then
+            return 1
+        end
+        if message ~= 'w' then
+            redis.call('DEL', hash)
+        end
+    end
+    return 0
+end
