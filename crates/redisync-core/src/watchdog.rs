@@ -108,12 +108,24 @@ pub(crate) struct Watchdog {
     had_hold: std::sync::atomic::AtomicBool,
     /// Signalled once, with `had_hold`, to wake the watchdog task for that subscription.
     first_hold: tokio::sync::Notify,
-    /// Signalled when a hold with a short lease is registered: the task, asleep until its
-    /// next round, looks again at when it must wake.
+    /// Signalled when a hold with a short lease is registered that the task, as planned,
+    /// would wake too late to renew: it looks again at when it must wake.
     renew_soon: tokio::sync::Notify,
+    /// When the task plans to wake next, and the latest short lease registered.
+    plan: Mutex<WakePlan>,
     /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
     /// made: one channel per client, not a leak of any call).
     pub(crate) listens_for_notices: std::sync::atomic::AtomicBool,
+}
+
+/// When the watchdog task wakes next, as it planned before it slept.
+#[derive(Default)]
+struct WakePlan {
+    at: Option<Instant>,
+    /// The latest hold registered with a short lease: when, and its lease. While such holds
+    /// come, the task wakes at least every eighth of that lease, so that registering one
+    /// seldom needs to wake it (a task wake-up on every acquire showed in hand-off times).
+    short: Option<(Instant, Duration)>,
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
@@ -193,9 +205,14 @@ impl Watchdog {
             },
         );
         drop(entries);
-        if renew_by.is_some() {
-            // The task may be asleep until its next round, which could be too late.
-            self.renew_soon.notify_one();
+        if let Some(renew_by) = renew_by {
+            let mut plan = lock(&self.plan);
+            plan.short = Some((Instant::now(), lease));
+            let too_late = plan.at.is_none_or(|at| at > renew_by);
+            drop(plan);
+            if too_late {
+                self.renew_soon.notify_one();
+            }
         }
         // Only the first hold wakes the task. Waking it whenever a hold found the registry
         // empty cost every such acquire a task wake-up (often another thread's), and a task
@@ -354,7 +371,17 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
     loop {
         let (expired, next_expiry) = watchdog.expire();
         Counters::bump(&transport.counters.lost_leases, expired);
-        let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
+        let mut wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
+        {
+            let mut plan = lock(&watchdog.plan);
+            let now = Instant::now();
+            if let Some((seen, short)) = plan.short {
+                if now.saturating_duration_since(seen) < lease {
+                    wake = wake.min(now + short / 8);
+                }
+            }
+            plan.at = Some(wake);
+        }
         if let Some(notices) = &mut notices {
             notices.subscribe_if_needed(&watchdog);
         }
