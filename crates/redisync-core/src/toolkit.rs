@@ -446,9 +446,10 @@ pub trait Toolkit: sealed::Sealed {
     ) -> crate::HoldLease {
         let shared = self.client().shared();
         let full = shared.config.watchdog_timeout;
-        let lease = shared
-            .watchdog
-            .register(renew, keys, args, sent_at, lease.min(full), lease < full);
+        let lease =
+            shared
+                .watchdog
+                .register(renew, keys, args, sent_at, lease.min(full), lease < full);
         // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
         // this check sees the shutdown.
         if shared.shutdown.is_set() {

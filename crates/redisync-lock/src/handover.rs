@@ -67,7 +67,9 @@ pub(crate) struct Offers(Mutex<Vec<Offer>>);
 
 impl Offers {
     fn offers(&self) -> std::sync::MutexGuard<'_, Vec<Offer>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// An acquire of `owner` under `attempt`, about to be sent, offers to take the lock in
@@ -157,7 +159,16 @@ mod tests {
     #[test]
     fn messages_parse_strictly() {
         assert_eq!(parse("g c:7 42"), Some(("c:7", 42)));
-        for bad in ["w", "g", "g c:7", "g c:7 0", "g c:7 -1", "g c:7 42 1", "g  42", "x c:7 4"] {
+        for bad in [
+            "w",
+            "g",
+            "g c:7",
+            "g c:7 0",
+            "g c:7 -1",
+            "g c:7 42 1",
+            "g  42",
+            "x c:7 4",
+        ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
     }
@@ -184,7 +195,11 @@ mod tests {
         };
         offers.offering("c:7", "c:1", long_ago);
         assert_eq!(offers.claim("g c:7 42", "c:1"), None);
-        assert_eq!(offers.spend(), "c:7", "left for the next acquire to take over");
+        assert_eq!(
+            offers.spend(),
+            "c:7",
+            "left for the next acquire to take over"
+        );
     }
 
     #[test]
@@ -193,7 +208,11 @@ mod tests {
         offers.offering("c:7", "c:1", Instant::now());
         offers.offering("c:8", "c:1", Instant::now());
         assert_eq!(offers.withdrawing(), "c:7 c:8");
-        assert_eq!(offers.claim("g c:8 42", "c:1"), None, "after a withdrawal named it");
+        assert_eq!(
+            offers.claim("g c:8 42", "c:1"),
+            None,
+            "after a withdrawal named it"
+        );
         assert_eq!(offers.spend(), "c:7 c:8", "still named by the next acquire");
         assert_eq!(offers.spend(), "", "spent");
         offers.offering("c:9", "c:1", Instant::now());
