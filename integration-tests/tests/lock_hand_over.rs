@@ -93,6 +93,11 @@ async fn a_release_hands_the_lock_to_the_waiting_task_in_its_wake_up() {
     load_scripts(&server).await;
     let holder = client(&server).await;
     let waiting = client(&server).await;
+    // The waiting client's watchdog has had a hold, and sleeps until its next round: the
+    // hand-over's hold must wake it earlier.
+    let earlier = waiting.lock("earlier").lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &waiting).await;
+    earlier.unlock().await.unwrap();
     let guard = holder.lock(name).lock().await.unwrap();
     common::lost_notices_subscribed(&server, &holder).await;
     let lock = waiting.lock(name);
@@ -255,6 +260,11 @@ async fn a_hand_over_nobody_hears_goes_to_the_next_client() {
         .unwrap();
     assert_eq!(handed.fencing_token(), released_token + 2);
     assert_eq!(holder_of(&server, name), owner);
+    let fields = common::strings(&server.cmd(&["HKEYS", &lock_key(name)]));
+    assert!(
+        !fields.contains(&"a:ghost:2".to_owned()),
+        "the undone grant left a hold behind: {fields:?}"
+    );
     handed.unlock().await.unwrap();
 }
 
