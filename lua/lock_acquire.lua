@@ -19,8 +19,9 @@
 --          have registered it, and no other task waits), '2' keep it, at the back (clients
 --          take turns), unless ARGV[5] is 0: other tasks of the client wait behind the
 --          caller, and the next wake-up is theirs
--- ARGV[7]  '1': if the caller must wait, it offers to take the lock in its wake-up (its hold
---          is the watchdog's, which lengthens a hand-over's short lease); '0': it does not
+-- ARGV[7]  if the caller must wait, the hand-over lease in ms it asks for when it offers to
+--          take the lock in its wake-up (its hold is the watchdog's, which lengthens that
+--          short lease); '0': it does not offer
 -- ARGV[8]  earlier attempts of the client's waiting tasks that offered and whose hand-over the
 --          client has not taken (attempt ids separated by spaces; '' none): a hold handed
 --          over to one of them is taken over by this attempt
@@ -58,7 +59,8 @@ else
     if ARGV[5] ~= '0' then
         register_waiter(KEYS[4], ARGV[4], ARGV[5])
         redis.call('HSET', KEYS[1], 'w', '1')
-        offer_hand_over(KEYS[5], ARGV[4], ARGV[7] == '1' and ARGV[1] .. ' ' .. ARGV[3], ARGV[5])
+        local offer = ARGV[7] ~= '0' and ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. ARGV[7]
+        offer_hand_over(KEYS[5], ARGV[4], offer, ARGV[5])
     end
     return {0, redis.call('PTTL', KEYS[1])}
 end

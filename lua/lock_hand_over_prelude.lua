@@ -3,16 +3,18 @@
 -- lock_prelude and wake_prelude) to the plain lock's scripts that register, wake or withdraw
 -- waiting clients. Not an operation of its own.
 --
---   offers  hash: wake-up channel of a registered client -> '<owner> <attempt> <ms>': the
---           waiting task at the head of that client's local queue offered to take the lock
---           in its wake-up (its owner id and the id of the attempt that offered, made when
---           the watchdog keeps its hold), and when, in server milliseconds. Written by the
+--   offers  hash: wake-up channel of a registered client ->
+--           '<owner> <attempt> <lease ms> <server ms>': the waiting task at the head of that
+--           client's local queue offered to take the lock in its wake-up (its owner id, the
+--           id of the attempt that offered, made when the watchdog keeps its hold, and the
+--           hand-over lease it asks for), and when, in server milliseconds. Written by the
 --           acquire that finds the lock taken; gone when the client is woken, granted or
 --           withdraws. It expires with the registry.
 --
 -- The release that frees the lock grants it to the offer of the client that has waited
--- longest, under the offering attempt's id and with a short lease (the hand-over lease, which
--- the client passes: its re-check period), and publishes 'g <attempt> <token>' to that client instead of 'w'. The
+-- longest, under the offering attempt's id and with the short lease the offer asks for (the
+-- hand-over lease: the client's re-check period, or its watchdog lease if shorter), and
+-- publishes 'g <attempt> <token>' to that client instead of 'w'. The
 -- client's task takes the hold from the message if the attempt is its own, and the watchdog
 -- lengthens the lease before half of it is over; if the task is gone, the client's next
 -- acquire or its withdrawal names the attempt, and takes the hold over or gives it back.
@@ -33,7 +35,8 @@ local function now_ms()
 end
 
 -- Records that the client listening on `channel` offers to take the lock in its wake-up for
--- the waiting task `offer` ('<owner> <attempt>'), or withdraws its offer (`offer` false).
+-- the waiting task `offer` ('<owner> <attempt> <lease ms>'), or withdraws its offer (`offer`
+-- false).
 -- `ttl_ms` as the registry's (see wake_prelude).
 local function offer_hand_over(offers, channel, offer, ttl_ms)
     if offer then
@@ -61,10 +64,11 @@ end
 
 -- For a release that freed the lock: wakes the client that has waited longest and is still
 -- listening, taking it out of the registry, and hands it the lock in the wake-up if it
--- offered in the last `hand_over_ms` / 2 (the hold then lasts `hand_over_ms`). Entries nobody
--- listens on any more are dropped on the way, at most `tries` of them per call (a grant that
--- reached nobody is undone). Returns 1 if a client was woken, 0 if nobody waits.
-local function hand_over_or_wake(waiters, offers, hash, fence, hand_over_ms, tries)
+-- offered within the last half of the hand-over lease it asked for (the hold then lasts that
+-- lease). Entries nobody listens on any more are dropped on the way, at most `tries` of them
+-- per call (a grant that reached nobody is undone). Returns 1 if a client was woken, 0 if
+-- nobody waits.
+local function hand_over_or_wake(waiters, offers, hash, fence, tries)
     for _ = 1, tries do
         local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
         if not next_waiter then
@@ -75,9 +79,9 @@ local function hand_over_or_wake(waiters, offers, hash, fence, hand_over_ms, tri
         local offer = redis.call('HGET', offers, next_waiter)
         if offer then
             redis.call('HDEL', offers, next_waiter)
-            local owner, attempt, at = string.match(offer, '^(%S+) (%S+) (%d+)$')
-            if at and now_ms() - tonumber(at) <= tonumber(hand_over_ms) / 2 then
-                local token = grant(hash, fence, owner, hand_over_ms, attempt, true)
+            local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
+            if at and now_ms() - tonumber(at) <= tonumber(lease_ms) / 2 then
+                local token = grant(hash, fence, owner, lease_ms, attempt, true)
                 message = 'g ' .. attempt .. ' ' .. string.format('%d', token)
             end
         end

@@ -16,7 +16,6 @@
 --          none: its acquire was answered, so no late acquire of the attempt exists, and the
 --          client judges a repeat that finds nothing (see Confirmed in redisync-core). So the
 --          hot path leaves nothing in Redis, whatever the rate of releases.
--- ARGV[3]  the hand-over lease in ms (see lock_hand_over_prelude)
 --
 -- Returns 1 when the lock became free (the client that has waited longest is woken, or handed
 -- the lock, if any may wait: the hash says so, see lock_prelude), 0 when the hold was given
@@ -30,7 +29,7 @@ if recorded then
 end
 local result, waiting = release_hold(KEYS[1], ARGV[1])
 if waiting then
-    hand_over_or_wake(KEYS[3], KEYS[4], KEYS[1], KEYS[5], ARGV[3], 16)
+    hand_over_or_wake(KEYS[3], KEYS[4], KEYS[1], KEYS[5], 16)
 end
 record_outcome(KEYS[2], ARGV[2], result)
 return result

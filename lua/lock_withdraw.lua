@@ -11,7 +11,6 @@
 -- ARGV[2]  attempts of the client's waiting tasks that offered and whose hand-over the client
 --          has not taken (attempt ids separated by spaces; '' none): a hold handed over to
 --          one of them is given back
--- ARGV[3]  the hand-over lease in ms (see lock_hand_over_prelude)
 --
 -- Returns 1 if another client was woken (the lock is free and someone waits), else 0.
 
@@ -30,4 +29,4 @@ if held then
     end
     return 0
 end
-return hand_over_or_wake(KEYS[2], KEYS[3], KEYS[1], KEYS[4], ARGV[3], 16)
+return hand_over_or_wake(KEYS[2], KEYS[3], KEYS[1], KEYS[4], 16)

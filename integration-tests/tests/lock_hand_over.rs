@@ -36,7 +36,13 @@ fn offered(server: &RedisServer, name: &str, client: &Client) -> bool {
 /// are not counted twice for a `NOSCRIPT` answer.
 async fn load_scripts(server: &RedisServer) {
     let c = client(server).await;
-    c.lock("warm-up").lock().await.unwrap().unlock().await.unwrap();
+    c.lock("warm-up")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
 }
 
 /// Scripts Redis ran since the last `CONFIG RESETSTAT`.
@@ -317,7 +323,8 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
 }
 
 /// Registers a made-up client at the head of lock `name`'s waiting clients, listening on
-/// `channel`, with a fresh offer for its task `ghost:1` (attempt `ghost:2`).
+/// `channel`, with a fresh offer for its task `ghost:1` (attempt `ghost:2`, a hand-over lease
+/// of 1 s).
 fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
     let time = common::strings(&server.cmd(&["TIME"]));
     let now_ms: u64 =
@@ -328,6 +335,6 @@ fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
         "HSET",
         &offers_key(name),
         channel,
-        &format!("ghost:1 ghost:2 {now_ms}"),
+        &format!("ghost:1 ghost:2 1000 {now_ms}"),
     ]);
 }

@@ -426,7 +426,6 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
         .key("redisync:{pass}:fence")
         .arg(gone)
         .arg("")
-        .arg(1000)
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(woke, 1);
@@ -452,7 +451,6 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
         .key("redisync:{pass}:fence")
         .arg(gone)
         .arg("")
-        .arg(1000)
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(woke, 0);

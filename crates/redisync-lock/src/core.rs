@@ -16,7 +16,7 @@ use redisync_core::toolkit::{
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::handover::{Claimed, Offers, HAND_OVER_LEASE};
+use crate::handover::{hand_over_lease, Claimed, Offers};
 use crate::scripts::{self, decode_acquire_all, decode_status, AcquireReply};
 
 /// A fair waiter that misses this many heartbeats in a row loses its place...
@@ -223,7 +223,6 @@ impl LockCore {
                 fence: &keys.fence,
                 attempt,
                 remember_ms: remember,
-                hand_over_ms: redis_millis(HAND_OVER_LEASE),
             }
             .call(),
             Waiting::Queue {
@@ -338,8 +337,8 @@ impl LockCore {
             };
             // The guard counts the hold among the owner's live guards before the grant stops.
             let lease = match granted.handed_over {
-                true => GuardLease::HandedOver,
-                false => lease.map_or(GuardLease::Watchdog, GuardLease::Fixed),
+                Some(short) => GuardLease::HandedOver(short),
+                None => lease.map_or(GuardLease::Watchdog, GuardLease::Fixed),
             };
             self.guard(&granted.attempt, granted.token, granted.sent_at, lease)
                 .map(Some)
@@ -367,12 +366,12 @@ impl LockCore {
                 self.client
                     .watch_lease(&scripts::RENEW, hold.keys(), hold.args(), sent_at)
             }
-            GuardLease::HandedOver => self.client.watch_short_lease(
+            GuardLease::HandedOver(short) => self.client.watch_short_lease(
                 &scripts::RENEW,
                 hold.keys(),
                 hold.args(),
                 sent_at,
-                HAND_OVER_LEASE,
+                short,
             ),
         };
         // The acquire was answered, so no late acquire of this attempt exists to refuse, and
@@ -665,10 +664,11 @@ impl LockCore {
             // A hold handed over to an earlier offer of this client that no task took is
             // this attempt's to take over.
             let offered = self.names.offers.spend();
-            if offers {
+            let hand_over = offers.then(|| hand_over_lease(&self.client));
+            if let Some(lease) = hand_over {
                 self.names
                     .offers
-                    .offering(&attempt, &self.owner, Instant::now());
+                    .offering(&attempt, &self.owner, Instant::now(), lease);
             }
             let call = scripts::Acquire {
                 hash: &keys.hash,
@@ -682,7 +682,7 @@ impl LockCore {
                 registration_ms: registration,
                 on_grant: on_grant.as_arg(),
                 offers: offer_key,
-                offer: if offers { "1" } else { "0" },
+                hand_over_ms: hand_over.map_or(0, redis_millis),
                 offered: &offered,
             }
             .call();
@@ -699,7 +699,7 @@ impl LockCore {
             attempt: claimed.attempt,
             token: claimed.token,
             sent_at: claimed.sent_at,
-            handed_over: true,
+            handed_over: Some(claimed.lease),
             _counted: LiveCount::new(&self.live_guards),
         })
     }
@@ -728,7 +728,6 @@ impl Waitlist for LockCore {
             fence: &keys.fence,
             channel,
             offered: &self.names.offers.withdrawing(),
-            hand_over_ms: redis_millis(HAND_OVER_LEASE),
         }
         .call())
     }
@@ -834,7 +833,7 @@ impl LockCore {
                         attempt,
                         token,
                         sent_at,
-                        handed_over: false,
+                        handed_over: None,
                         _counted: LiveCount::new(&core.live_guards),
                     };
                     match kept {
@@ -881,7 +880,7 @@ enum GuardLease {
     /// The watchdog's.
     Watchdog,
     /// The watchdog's, after a hand-over's short lease (see `crate::handover`).
-    HandedOver,
+    HandedOver(Duration),
 }
 
 /// The wait whose registration an acquire request may change, and what its grant does with
@@ -893,9 +892,9 @@ pub(crate) struct Granted {
     attempt: String,
     token: u64,
     sent_at: Instant,
-    /// Handed over in a wake-up, with the hand-over's short lease from `sent_at` (the
-    /// watchdog lengthens it).
-    handed_over: bool,
+    /// Handed over in a wake-up, with this short lease from `sent_at` (the watchdog
+    /// lengthens it).
+    handed_over: Option<Duration>,
     /// Counts the hold among its owner's live guards from the reply on, before its guard
     /// does: the next head of the local queue may start its turn in between, and must see
     /// that this owner holds the lock (see `LockCore::acquire_registered`).

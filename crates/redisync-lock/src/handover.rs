@@ -2,7 +2,7 @@
 //!
 //! When the head of this client's local queue finds the plain lock taken, its acquire offers
 //! to take the lock in its wake-up: the release that frees the lock may then grant it to that
-//! attempt (with a short lease, [`HAND_OVER_LEASE`]) and say so in the message, and the
+//! attempt (with a short lease, [`hand_over_lease`]) and say so in the message, and the
 //! woken task holds the lock without a request of its own; the watchdog lengthens the lease
 //! before half of it is over.
 //!
@@ -25,28 +25,33 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redisync_core::toolkit::RECHECK;
+use redisync_core::toolkit::{Client, RECHECK};
 
-/// The lease a hand-over grants, until the watchdog lengthens it: the re-check period of a
-/// waiting client, so that a designee that cannot act stalls the lock no longer than a
-/// swallowed wake-up stalls the others (see `lua/lock_hand_over_prelude.lua`).
-pub(crate) const HAND_OVER_LEASE: Duration = RECHECK;
+/// The lease a hand-over to a task of `client` grants, until the watchdog lengthens it: the
+/// re-check period of a waiting client, so that a designee that cannot act stalls the lock
+/// no longer than a swallowed wake-up stalls the others (see
+/// `lua/lock_hand_over_prelude.lua`), or the client's watchdog lease if that is shorter.
+pub(crate) fn hand_over_lease(client: &Client) -> Duration {
+    RECHECK.min(client.watchdog_timeout())
+}
 
-/// A hold is taken from a message only if at least this much of its hand-over lease is
-/// surely left: the watchdog lengthens it once half of what is left has passed, which must
-/// leave it time for a request.
-const LEAST_LEFT: Duration = Duration::from_millis(250);
+/// A hold is taken from a message only if at least this share (one in so many) of its
+/// hand-over lease is surely left: the watchdog lengthens it once half of what is left has
+/// passed, which must leave it time for a request.
+const LEAST_LEFT: u32 = 4;
 
 /// Offers kept at most; older ones are forgotten (an offer is only ever granted while it is
 /// its client's latest in Redis, so a forgotten one was almost surely replaced).
 const KEPT: usize = 4;
 
-/// One offer: the acquire attempt that made it, its owner, and when it was sent.
+/// One offer: the acquire attempt that made it, its owner, when it was sent, and the
+/// hand-over lease it asked for.
 #[derive(Debug)]
 struct Offer {
     attempt: String,
     owner: String,
     sent_at: Instant,
+    lease: Duration,
     /// Not named by a withdrawal yet (one that may give its hold back).
     claimable: bool,
 }
@@ -59,6 +64,8 @@ pub(crate) struct Claimed {
     pub(crate) token: u64,
     /// When the offering request was sent: the hand-over lease runs at least from then.
     pub(crate) sent_at: Instant,
+    /// The hand-over lease.
+    pub(crate) lease: Duration,
 }
 
 /// The offers of this client's waiting tasks for one lock that no task has taken yet.
@@ -73,8 +80,8 @@ impl Offers {
     }
 
     /// An acquire of `owner` under `attempt`, about to be sent, offers to take the lock in
-    /// its wake-up if it finds it taken.
-    pub(crate) fn offering(&self, attempt: &str, owner: &str, sent_at: Instant) {
+    /// its wake-up, with a hand-over lease of `lease`, if it finds it taken.
+    pub(crate) fn offering(&self, attempt: &str, owner: &str, sent_at: Instant, lease: Duration) {
         let mut offers = self.offers();
         if offers.len() >= KEPT {
             offers.remove(0);
@@ -83,6 +90,7 @@ impl Offers {
             attempt: attempt.to_owned(),
             owner: owner.to_owned(),
             sent_at,
+            lease,
             claimable: true,
         });
     }
@@ -100,9 +108,9 @@ impl Offers {
         let mut offers = self.offers();
         let at = offers.iter().position(|offer| offer.attempt == attempt)?;
         let offer = &offers[at];
-        let lapses = offer.sent_at.checked_add(HAND_OVER_LEASE)?;
+        let lapses = offer.sent_at.checked_add(offer.lease)?;
         let left = lapses.saturating_duration_since(Instant::now());
-        if !offer.claimable || offer.owner != owner || left < LEAST_LEFT {
+        if !offer.claimable || offer.owner != owner || left < offer.lease / LEAST_LEFT {
             return None;
         }
         let offer = offers.remove(at);
@@ -110,6 +118,7 @@ impl Offers {
             attempt: offer.attempt,
             token,
             sent_at: offer.sent_at,
+            lease: offer.lease,
         })
     }
 
@@ -156,6 +165,8 @@ fn parse(message: &str) -> Option<(&str, u64)> {
 mod tests {
     use super::*;
 
+    const LEASE: Duration = Duration::from_secs(1);
+
     #[test]
     fn messages_parse_strictly() {
         assert_eq!(parse("g c:7 42"), Some(("c:7", 42)));
@@ -177,7 +188,7 @@ mod tests {
     fn only_the_offering_owner_claims_only_once() {
         let offers = Offers::default();
         let sent = Instant::now();
-        offers.offering("c:7", "c:1", sent);
+        offers.offering("c:7", "c:1", sent, LEASE);
         assert_eq!(offers.claim("g c:7 42", "c:2"), None, "another owner");
         assert_eq!(offers.claim("g c:8 42", "c:1"), None, "another attempt");
         let claimed = offers.claim("g c:7 42", "c:1").expect("its own offer");
@@ -190,10 +201,10 @@ mod tests {
     #[test]
     fn a_hand_over_whose_lease_may_be_nearly_over_is_not_claimed() {
         let offers = Offers::default();
-        let Some(long_ago) = Instant::now().checked_sub(HAND_OVER_LEASE - LEAST_LEFT / 2) else {
+        let Some(long_ago) = Instant::now().checked_sub(LEASE - LEASE / LEAST_LEFT / 2) else {
             return; // a clock this young cannot say
         };
-        offers.offering("c:7", "c:1", long_ago);
+        offers.offering("c:7", "c:1", long_ago, LEASE);
         assert_eq!(offers.claim("g c:7 42", "c:1"), None);
         assert_eq!(
             offers.spend(),
@@ -205,8 +216,8 @@ mod tests {
     #[test]
     fn named_offers_are_never_claimed() {
         let offers = Offers::default();
-        offers.offering("c:7", "c:1", Instant::now());
-        offers.offering("c:8", "c:1", Instant::now());
+        offers.offering("c:7", "c:1", Instant::now(), LEASE);
+        offers.offering("c:8", "c:1", Instant::now(), LEASE);
         assert_eq!(offers.withdrawing(), "c:7 c:8");
         assert_eq!(
             offers.claim("g c:8 42", "c:1"),
@@ -215,7 +226,7 @@ mod tests {
         );
         assert_eq!(offers.spend(), "c:7 c:8", "still named by the next acquire");
         assert_eq!(offers.spend(), "", "spent");
-        offers.offering("c:9", "c:1", Instant::now());
+        offers.offering("c:9", "c:1", Instant::now(), LEASE);
         offers.granted("c:9");
         assert_eq!(offers.spend(), "", "granted: a guard's hold");
     }
@@ -224,7 +235,7 @@ mod tests {
     fn only_the_latest_offers_are_kept() {
         let offers = Offers::default();
         for n in 0..6 {
-            offers.offering(&format!("c:{n}"), "c:1", Instant::now());
+            offers.offering(&format!("c:{n}"), "c:1", Instant::now(), LEASE);
         }
         assert_eq!(offers.spend(), "c:2 c:3 c:4 c:5");
     }

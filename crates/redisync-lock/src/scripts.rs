@@ -17,7 +17,7 @@ redisync_core::toolkit::lua_script! {
             channel: &'a str,
             registration_ms: u64,
             on_grant: &'a str,
-            offer: &'a str,
+            hand_over_ms: u64,
             offered: &'a str,
         }
     }
@@ -29,7 +29,7 @@ redisync_core::toolkit::lua_script! {
     pub(crate) struct Release = new "lock_release" for "lock"
         after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
         keys { hash, attempt_record, waiters, offers, fence }
-        args { attempt: &'a str, remember_ms: u64, hand_over_ms: u64 }
+        args { attempt: &'a str, remember_ms: u64 }
     }
 }
 
@@ -38,7 +38,7 @@ redisync_core::toolkit::lua_script! {
     pub(crate) struct Withdraw = new "lock_withdraw" for "lock"
         after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
         keys { hash, waiters, offers, fence }
-        args { channel: &'a str, offered: &'a str, hand_over_ms: u64 }
+        args { channel: &'a str, offered: &'a str }
     }
 }
 
