@@ -314,7 +314,7 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
         .await
         .expect("the next client gets the lock")
         .unwrap();
-    guard.unwrap();
+    guard.unwrap().unlock().await.unwrap();
     let waited = acquired_at.duration_since(handed_at);
     assert!(
         waited < HAND_OVER_LEASE * 2 + ms(500),
