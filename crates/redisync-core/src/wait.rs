@@ -27,6 +27,12 @@
 //!    ([`Turn::handed_over`]): a lock held by another owner then answers busy without asking
 //!    Redis, and a hand-off costs the release and one acquire.
 //!
+//! 6. A wake-up may carry what the release did for the head: the head's attempt gets the
+//!    message that woke it ([`Turn::message`]), and a primitive whose releases hand it over in
+//!    the wake-up (the plain lock) can then answer without a request. Messages are advice:
+//!    two that arrive close together leave only the second, so a primitive must also get
+//!    what the first carried by asking.
+//!
 //! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) nothing here changes: the hub then
 //! reports every subscription confirmed at once and ticks each wanted channel once per poll
 //! interval, which wakes the head as a message would (see [`pubsub`]).

@@ -21,6 +21,13 @@
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
 //! hold that is not ours.
 //!
+//! **Short leases.** A hold granted with a lease shorter than the watchdog timeout on purpose
+//! (a lock handed over in a wake-up, whose designee might not be able to act) is registered
+//! with [`Toolkit::watch_short_lease`](crate::toolkit::Toolkit::watch_short_lease): the task
+//! renews it once half of what was left of it at registration has passed, ahead of its
+//! rounds (a round renews every hold, batched as ever). While such holds come, the task wakes
+//! at least every eighth of their lease, so that registering one seldom has to wake it.
+//!
 //! Every registration is its own: two guards of one owner on one lock (a re-entry) each have
 //! their own deadline and their own place in the registry, so fixing one's lease or dropping
 //! it never changes the other, and a registration is removed only by its own [`Renewal`].
