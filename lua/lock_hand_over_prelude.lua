@@ -47,18 +47,22 @@ local function offer_hand_over(offers, channel, offer, ttl_ms)
     end
 end
 
--- Takes over, for attempt `attempt` of `owner` with a lease of `lease_ms`, the hold handed
--- over to one of the earlier attempts `offered` (attempt ids, separated by spaces) whose
--- client never took it. Returns the hold's token, or nil if none of them holds the lock.
+-- Takes over, for attempt `attempt` of `owner` with a lease of `lease_ms`, a hold handed over
+-- in a wake-up to one of the earlier attempts `offered` (attempt ids, separated by spaces)
+-- whose client never took it. Only a hand-over's hold ('h') is taken, never one an attempt was
+-- granted by its own request, and only if it is the lock's one hold; one that its owner has
+-- re-entered meanwhile (a multi-lock's acquire, which names no offers) is given back instead,
+-- the other holds standing. Returns the hold's token, or nil if none was taken.
 local function take_over(hash, offered, owner, lease_ms, attempt)
     for earlier in string.gmatch(offered, '%S+') do
         local field = 'a:' .. earlier
-        -- HGET, not HEXISTS: the ACL DEPLOYMENT.md documents grants no more commands.
-        if redis.call('HGET', hash, field) then
+        if redis.call('HGET', hash, field) == 'h' then
             redis.call('HDEL', hash, field)
-            redis.call('HSET', hash, 'owner', owner, 'a:' .. attempt, '1')
-            redis.call('PEXPIRE', hash, lease_ms)
-            return tonumber(redis.call('HGET', hash, 'token'))
+            if redis.call('HINCRBY', hash, 'count', -1) == 0 then
+                redis.call('HSET', hash, 'owner', owner, 'count', '1', 'a:' .. attempt, '1')
+                redis.call('PEXPIRE', hash, lease_ms)
+                return tonumber(redis.call('HGET', hash, 'token'))
+            end
         end
     end
 end
@@ -82,7 +86,7 @@ local function hand_over_or_wake(waiters, offers, hash, fence, tries)
             redis.call('HDEL', offers, next_waiter)
             local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
             if at and now_ms() - tonumber(at) <= tonumber(lease_ms) / 2 then
-                local token = grant(hash, fence, owner, lease_ms, attempt, true)
+                local token = grant(hash, fence, owner, lease_ms, attempt, true, 'h')
                 message = 'g ' .. attempt .. ' ' .. string.format('%d', token)
             end
         end

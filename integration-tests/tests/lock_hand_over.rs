@@ -338,3 +338,116 @@ fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
         &format!("ghost:1 ghost:2 1000 {now_ms}"),
     ]);
 }
+
+/// A `try_lock` of a client whose task waits for the lock names none of its offers: it cannot
+/// replace the client's offer in Redis, which may still be handed the lock, and the waiting
+/// task must then be able to take that hold from its wake-up (before, the `try_lock` used
+/// the offer up, and the waiting task re-entered the hold handed to it, leaving a second hold
+/// behind that kept the lock for a whole watchdog lease).
+#[tokio::test]
+async fn a_try_lock_leaves_the_offer_of_its_clients_waiting_task_alone() {
+    let name = "tried";
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    let guard = holder.lock(name).lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &holder).await;
+    let lock = waiting.lock(name);
+    let task = tokio::spawn(async move { lock.lock().await });
+    eventually("the waiting client offered", SETTLE, || {
+        offered(&server, name, &waiting)
+    })
+    .await;
+    assert!(waiting.lock(name).try_lock().await.unwrap().is_none());
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    let handed = tokio::time::timeout(SETTLE, task)
+        .await
+        .expect("the waiting task gets the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(scripts_run(&server), 1, "only the release ran a script");
+    assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
+    handed.unlock().await.unwrap();
+    assert!(!common::exists(&server, &lock_key(name)));
+}
+
+/// What an acquire that names earlier offers may take (`take_over` in
+/// `lua/lock_hand_over_prelude.lua`), run on the script itself: only a hold handed over in a
+/// wake-up (`h`), never one an attempt got by its own request; and only while it is the
+/// lock's one hold (one its owner re-entered is given back, the other hold standing).
+#[tokio::test]
+async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
+    let server = RedisServer::start();
+    let acquire = redis::Script::new(concat!(
+        include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/lock_prelude.lua"),
+        include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/lock_hand_over_prelude.lua"),
+        include_str!("../../lua/lock_acquire.lua")
+    ));
+    let hash = "redisync:{over}:lock";
+    let mut conn = server.connection();
+    let mut ask = |attempt: &str| -> Vec<i64> {
+        acquire
+            .key(hash)
+            .key("redisync:{over}:fence")
+            .key(format!("redisync:{{over}}:attempt:{attempt}"))
+            .key("redisync:{over}:waiters")
+            .key("redisync:{over}:offers")
+            .arg("other")
+            .arg(30_000)
+            .arg(attempt)
+            .arg("redisync:{over}:wake:other")
+            .arg(0)
+            .arg("0")
+            .arg("0")
+            .arg("mine")
+            .invoke(&mut conn)
+            .unwrap()
+    };
+    let hold = |fields: &[&str]| {
+        server.cmd(&["DEL", hash]);
+        let mut args = vec!["HSET", hash, "owner", "holder", "token", "7"];
+        args.extend(fields);
+        server.cmd(&args);
+        server.cmd(&["PEXPIRE", hash, "30000"]);
+    };
+    let field = |name: &str| match server.cmd(&["HGET", hash, name]) {
+        redis::Value::Nil => String::new(),
+        value => text(&value),
+    };
+
+    // Granted by its own request: not taken.
+    hold(&["count", "1", "a:mine", "1"]);
+    assert_eq!(ask("z1")[0], 0, "busy");
+    assert_eq!(
+        (field("owner"), field("a:mine")),
+        ("holder".into(), "1".into())
+    );
+
+    // Handed over, the lock's one hold: taken over, with its token.
+    hold(&["count", "1", "a:mine", "h"]);
+    assert_eq!(ask("z2"), vec![1, 7, 1]);
+    assert_eq!(
+        (field("owner"), field("count")),
+        ("other".into(), "1".into())
+    );
+    assert_eq!(
+        (field("a:z2"), field("a:mine")),
+        ("1".into(), String::new())
+    );
+
+    // Handed over and re-entered by its owner since: given back, the re-entry stands.
+    hold(&["count", "2", "a:mine", "h", "a:again", "1"]);
+    assert_eq!(ask("z3")[0], 0, "busy: the owner's other hold stands");
+    assert_eq!(
+        (field("owner"), field("count")),
+        ("holder".into(), "1".into())
+    );
+    assert_eq!(
+        (field("a:again"), field("a:mine")),
+        ("1".into(), String::new())
+    );
+}

@@ -247,6 +247,12 @@ impl Client {
         self.shared().config.wait_strategy
     }
 
+    /// Whether changes wait for replicas to acknowledge them
+    /// ([`ClientBuilder::replica_sync`](crate::ClientBuilder::replica_sync)).
+    pub fn syncs_replicas(&self) -> bool {
+        self.shared().config.replica_sync.is_some()
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
     }

@@ -250,9 +250,9 @@ impl Watchdog {
     }
 
     /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
-    /// by themselves); returns how many, and when the next one would run out or is due for a
-    /// renewal ahead of the rounds (see [`register`](Self::register)).
-    fn expire(&self) -> (u64, Option<Instant>) {
+    /// by themselves); returns how many, when the next one would run out, and when the first
+    /// is due for a renewal ahead of the rounds (see [`register`](Self::register)).
+    fn expire(&self) -> (u64, Option<Instant>, Option<Instant>) {
         let metrics = self.metrics;
         let mut entries = lock(&self.entries);
         let mut expired = 0;
@@ -268,21 +268,9 @@ impl Watchdog {
                 true
             }
         });
-        let next = entries
-            .values()
-            .map(|e| {
-                let expires_at = e.state.expires_at();
-                e.renew_by.map_or(expires_at, |at| at.min(expires_at))
-            })
-            .min();
-        (expired, next)
-    }
-
-    /// Whether a hold registered with a short lease is due for its renewal.
-    fn renewal_due(&self, now: Instant) -> bool {
-        lock(&self.entries)
-            .values()
-            .any(|e| e.renew_by.is_some_and(|at| at <= now))
+        let next = entries.values().map(|e| e.state.expires_at()).min();
+        let renew_by = entries.values().filter_map(|e| e.renew_by).min();
+        (expired, next, renew_by)
     }
 }
 
@@ -375,10 +363,17 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
     let period = lease / 3;
     let hedge_after = (period / 2).min(transport.config.command_timeout);
     let mut next_tick = Instant::now() + period;
+    // A round renews every hold, so an early renewal waits at least this long after the
+    // previous round: a round that failed is retried at the pace of failures, not at once.
+    let mut next_round_at = Instant::now();
     loop {
-        let (expired, next_expiry) = watchdog.expire();
+        let (expired, next_expiry, renew_by) = watchdog.expire();
         Counters::bump(&transport.counters.lost_leases, expired);
-        let mut wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
+        let renewal_due_at = renew_by.map(|at| at.max(next_round_at));
+        let mut wake = [next_expiry, renewal_due_at]
+            .into_iter()
+            .flatten()
+            .fold(next_tick, Instant::min);
         {
             let mut plan = lock(&watchdog.plan);
             let now = Instant::now();
@@ -412,10 +407,12 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
         };
         // A notice: some hold of this client was taken, and the round finds which.
         let now = Instant::now();
-        if !notified && now < next_tick && !watchdog.renewal_due(now) {
+        let renewal_due = renewal_due_at.is_some_and(|at| at <= now);
+        if !notified && now < next_tick && !renewal_due {
             continue;
         }
         let started = Instant::now();
+        next_round_at = started + RETRY_AFTER_FAILURE;
         let all_renewed = renew_all(&transport, &watchdog, lease, hedge_after).await;
         // Counted from the round's start, so that rounds keep their rhythm however long the
         // renewal calls take.
@@ -555,7 +552,8 @@ fn settle(
         };
         if result < 0 {
             // Its lease was fixed meanwhile: the fixed deadline stands, and the guard must not
-            // believe in a later one.
+            // believe in a later one. Nothing is left for an early renewal to do.
+            entry.renew_by = None;
             let left = Duration::from_millis(result.saturating_add(1).unsigned_abs());
             entry
                 .state

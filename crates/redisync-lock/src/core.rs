@@ -578,9 +578,12 @@ impl LockCore {
             // The release that frees the lock may hand it to this wait's head in the wake-up
             // (see `crate::handover`): for holds the watchdog keeps, which lengthens the
             // hand-over's short lease, and for clients that hear wake-ups.
+            // Not with replica sync either: a hold taken from a message was acknowledged by no
+            // replica, and nothing would roll it back.
             let offers = lease_is_watchdogs
                 && !registration.is_zero()
-                && self.client.wait_strategy() == redisync_core::WaitStrategy::PubSub;
+                && self.client.wait_strategy() == redisync_core::WaitStrategy::PubSub
+                && !self.client.syncs_replicas();
             let withdraw = withdrawal.withdraw();
             let spec = WaitSpec {
                 kind: "lock",
@@ -602,12 +605,12 @@ impl LockCore {
                 // It asks by the time that hold lapses unrenewed, which publishes nothing.
                 let busy = (turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0)
                     .then(|| self.names.handed_over_hold_lapses_in());
-                // Woken by a release that handed this caller the lock: it holds it already.
-                let claimed = match &turn.message {
-                    Some(message) if offers => self.names.offers.claim(message, &self.owner),
-                    _ => None,
-                };
+                let message = turn.message.clone().filter(|_| offers);
                 withdraw.attempt(turn, move |withdraw, on_grant| {
+                    // Woken by a release that handed this caller the lock: it holds it
+                    // already. Taken here, where nothing is awaited before the caller has it.
+                    let claimed =
+                        message.and_then(|message| core.names.offers.claim(&message, &core.owner));
                     let request = match (busy, claimed) {
                         (_, Some(claimed)) => Err(core.handed_over(claimed)),
                         (Some(busy), None) => Err(Attempt::Busy {
@@ -662,8 +665,12 @@ impl LockCore {
                 false => redis_millis(withdraw.registration()),
             };
             // A hold handed over to an earlier offer of this client that no task took is
-            // this attempt's to take over.
-            let offered = self.names.offers.spend();
+            // this attempt's to take over, if it may register the client (it then replaces
+            // the client's offer in Redis, or takes it out; see `crate::handover`).
+            let offered = match registration {
+                0 => String::new(),
+                _ => self.names.offers.name(),
+            };
             let hand_over = offers.then(|| hand_over_lease(&self.client));
             if let Some(lease) = hand_over {
                 self.names
@@ -710,6 +717,10 @@ impl Waitlist for LockCore {
         &self.client
     }
 
+    fn waiting_queue(&self) -> Option<String> {
+        self.keys().ok().map(|keys| keys.hash.clone())
+    }
+
     /// The call that takes this client out of the lock's registry of waiters.
     fn withdraw_call(&self) -> Result<ScriptCall> {
         let keys = self.keys()?;
@@ -727,7 +738,7 @@ impl Waitlist for LockCore {
             offers,
             fence: &keys.fence,
             channel,
-            offered: &self.names.offers.withdrawing(),
+            offered: &self.names.offers.name(),
         }
         .call())
     }
@@ -841,7 +852,13 @@ impl LockCore {
                         false => Attempt::Acquired(granted),
                     }
                 }
-                AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
+                AcquireReply::Busy { pttl } => {
+                    if offers {
+                        // Its offer is in Redis: a hand-over to it may come.
+                        core.names.offers.confirmed(&attempt);
+                    }
+                    Attempt::Busy { retry_in: pttl }
+                }
                 // Only an attempt given back before it ran says this, and nobody awaits those.
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })

@@ -9,18 +9,27 @@
 //! [`Offers`] keeps the offers no task has taken yet. What a caller may rely on:
 //!
 //! * A hold is taken from a message ([`Offers::claim`]) only by the owner that offered, only
-//!   once, and only while the lease the hand-over gave it is sure to run for a while yet,
-//!   counted from when the offering request was *sent* (a lower bound on when Redis granted
-//!   it): the client never believes it holds longer than Redis does.
-//! * An offer no task took is named by the next acquire of the client's waiting tasks
-//!   ([`Offers::spend`]), which takes a hold handed over to it, or by the client's withdrawal
-//!   ([`Offers::withdrawing`]), which gives it back. Once named, an offer is never claimed
-//!   from a message: the hold may have been taken over or given back meanwhile.
+//!   once, only if the offering request's own reply said it found the lock taken (so its
+//!   offer was written; an attempt whose outcome is unknown is given back, never claimed), only
+//!   if no request has named the offer since, and only while the lease the hand-over gave it
+//!   is sure to run for a while yet, counted from when the offering request was *sent* (a
+//!   lower bound on when Redis granted it): the client never believes it holds longer than
+//!   Redis does.
+//! * An offer no task took is named ([`Offers::name`]) by the next acquire of the client's
+//!   waiting head, which takes a hold handed over to it (if it is the lock's one hold; it is
+//!   given back if its owner re-entered it meanwhile), and by the client's withdrawal, which
+//!   gives it back. Only a hand-over's hold is ever taken or given back this way (its field
+//!   in the lock's hash says so), never one an attempt got by its own request. Once named, an
+//!   offer is never claimed: the hold may have been taken over or given back meanwhile.
+//! * Acquires that cannot register the client (a `try_lock`, a first try) name no offer: they
+//!   do not replace the client's offer in Redis, which could still be handed the lock.
 //! * An acquire that was granted under an id it had offered with removes the offer
-//!   ([`Offers::granted`]): that id is now a guard's hold, never to be taken over.
+//!   ([`Offers::granted`]): that id is now a guard's hold.
 //!
-//! Offers lost from this bookkeeping (more than [`KEPT`] at once, or named by a request that
-//! found nothing) cost at most the hand-over lease: an unclaimed hold expires by itself.
+//! Offers are forgotten only when claimed, granted, or when more than [`KEPT`] are kept (the
+//! oldest first). An offer is handed the lock only while it is its client's latest in Redis,
+//! and each acquire of the head replaces it, so a forgotten one was almost surely replaced; if
+//! not, its hold expires by itself after the hand-over lease.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -52,8 +61,10 @@ struct Offer {
     owner: String,
     sent_at: Instant,
     lease: Duration,
-    /// Not named by a withdrawal yet (one that may give its hold back).
-    claimable: bool,
+    /// The offering request's reply said the lock was taken: the offer is in Redis.
+    confirmed: bool,
+    /// A request named the offer (see [`Offers::name`]).
+    named: bool,
 }
 
 /// A hold handed over in a wake-up, taken by its owner.
@@ -91,8 +102,16 @@ impl Offers {
             owner: owner.to_owned(),
             sent_at,
             lease,
-            claimable: true,
+            confirmed: false,
+            named: false,
         });
+    }
+
+    /// The offering request under `attempt` found the lock taken: its offer is in Redis.
+    pub(crate) fn confirmed(&self, attempt: &str) {
+        if let Some(offer) = self.offers().iter_mut().find(|o| o.attempt == attempt) {
+            offer.confirmed = true;
+        }
     }
 
     /// The acquire under `attempt` was granted (it found the lock free, or took a hand-over
@@ -110,7 +129,8 @@ impl Offers {
         let offer = &offers[at];
         let lapses = offer.sent_at.checked_add(offer.lease)?;
         let left = lapses.saturating_duration_since(Instant::now());
-        if !offer.claimable || offer.owner != owner || left < offer.lease / LEAST_LEFT {
+        let claimable = offer.confirmed && !offer.named;
+        if !claimable || offer.owner != owner || left < offer.lease / LEAST_LEFT {
             return None;
         }
         let offer = offers.remove(at);
@@ -122,21 +142,14 @@ impl Offers {
         })
     }
 
-    /// The offers for an acquire to name (ids separated by spaces): it takes over a hold
-    /// handed over to one of them. They are forgotten: whatever the acquire's outcome, none
-    /// can be claimed afterwards.
-    pub(crate) fn spend(&self) -> String {
-        let offers = std::mem::take(&mut *self.offers());
-        join(&offers)
-    }
-
-    /// The offers for a withdrawal to name: it gives back a hold handed over to one of them.
-    /// They stay for a later acquire to name (the withdrawal may not be sent), but can no
-    /// longer be claimed.
-    pub(crate) fn withdrawing(&self) -> String {
+    /// The offers for a request to name (ids separated by spaces): an acquire of the waiting
+    /// head takes over a hold handed over to one of them, a withdrawal gives it back. They are
+    /// kept for later requests to name (a hand-over may still come to one, and a withdrawal
+    /// may not be sent after all), but are never claimed from here on.
+    pub(crate) fn name(&self) -> String {
         let mut offers = self.offers();
         for offer in offers.iter_mut() {
-            offer.claimable = false;
+            offer.named = true;
         }
         join(&offers)
     }
@@ -189,13 +202,15 @@ mod tests {
         let offers = Offers::default();
         let sent = Instant::now();
         offers.offering("c:7", "c:1", sent, LEASE);
+        assert_eq!(offers.claim("g c:7 42", "c:1"), None, "not confirmed yet");
+        offers.confirmed("c:7");
         assert_eq!(offers.claim("g c:7 42", "c:2"), None, "another owner");
         assert_eq!(offers.claim("g c:8 42", "c:1"), None, "another attempt");
         let claimed = offers.claim("g c:7 42", "c:1").expect("its own offer");
         assert_eq!((claimed.attempt.as_str(), claimed.token), ("c:7", 42));
-        assert_eq!(claimed.sent_at, sent);
+        assert_eq!((claimed.sent_at, claimed.lease), (sent, LEASE));
         assert_eq!(offers.claim("g c:7 42", "c:1"), None, "twice");
-        assert_eq!(offers.spend(), "");
+        assert_eq!(offers.name(), "");
     }
 
     #[test]
@@ -205,30 +220,32 @@ mod tests {
             return; // a clock this young cannot say
         };
         offers.offering("c:7", "c:1", long_ago, LEASE);
+        offers.confirmed("c:7");
         assert_eq!(offers.claim("g c:7 42", "c:1"), None);
         assert_eq!(
-            offers.spend(),
+            offers.name(),
             "c:7",
             "left for the next acquire to take over"
         );
     }
 
     #[test]
-    fn named_offers_are_never_claimed() {
+    fn named_offers_are_never_claimed_and_granted_ones_never_named() {
         let offers = Offers::default();
         offers.offering("c:7", "c:1", Instant::now(), LEASE);
         offers.offering("c:8", "c:1", Instant::now(), LEASE);
-        assert_eq!(offers.withdrawing(), "c:7 c:8");
+        offers.confirmed("c:8");
+        assert_eq!(offers.name(), "c:7 c:8");
+        offers.confirmed("c:8");
         assert_eq!(
             offers.claim("g c:8 42", "c:1"),
             None,
-            "after a withdrawal named it"
+            "after a request named it"
         );
-        assert_eq!(offers.spend(), "c:7 c:8", "still named by the next acquire");
-        assert_eq!(offers.spend(), "", "spent");
+        assert_eq!(offers.name(), "c:7 c:8", "still named by later requests");
         offers.offering("c:9", "c:1", Instant::now(), LEASE);
         offers.granted("c:9");
-        assert_eq!(offers.spend(), "", "granted: a guard's hold");
+        assert_eq!(offers.name(), "c:7 c:8", "granted: a guard's hold");
     }
 
     #[test]
@@ -237,6 +254,6 @@ mod tests {
         for n in 0..6 {
             offers.offering(&format!("c:{n}"), "c:1", Instant::now(), LEASE);
         }
-        assert_eq!(offers.spend(), "c:2 c:3 c:4 c:5");
+        assert_eq!(offers.name(), "c:2 c:3 c:4 c:5");
     }
 }
