@@ -67,6 +67,19 @@ local function take_over(hash, offered, owner, lease_ms, attempt)
     end
 end
 
+-- Gives back a hold handed over in a wake-up to one of the attempts `offered` (attempt ids,
+-- separated by spaces) whose client never took it: only a hand-over's hold ('h'), never one an
+-- attempt got by its own request (an offering attempt may have been granted meanwhile, and
+-- its guard holds that). Returns true if the lock became free.
+local function give_back_handed_over(hash, offered)
+    for earlier in string.gmatch(offered, '%S+') do
+        if redis.call('HGET', hash, 'a:' .. earlier) == 'h' and release_hold(hash, earlier) == 1 then
+            return true
+        end
+    end
+    return false
+end
+
 -- For a release that freed the lock: wakes the client that has waited longest and is still
 -- listening, taking it out of the registry, and hands it the lock in the wake-up if it
 -- offered within the last half of the hand-over lease it asked for (the hold then lasts that

@@ -16,12 +16,7 @@
 
 unregister_waiter(KEYS[2], ARGV[1])
 offer_hand_over(KEYS[3], ARGV[1], false)
-local held = lock_holder(KEYS[1])
-for offered in string.gmatch(ARGV[2], '%S+') do
-    if held and release_hold(KEYS[1], offered) == 1 then
-        held = nil
-    end
-end
+local held = lock_holder(KEYS[1]) and not give_back_handed_over(KEYS[1], ARGV[2])
 if held then
     -- The last client gone: the hold's release need not look for one (see lock_prelude).
     if redis.call('EXISTS', KEYS[2]) == 0 then

@@ -451,3 +451,45 @@ async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
         ("1".into(), String::new())
     );
 }
+
+/// The withdrawal gives back only a hold handed over in a wake-up (`h`), never one that an
+/// offering attempt got by its own request: that attempt may have been granted while the
+/// withdrawal was decided, and its guard holds the lock (a review found a withdrawal freeing
+/// such a hold, letting another client in while the guard's owner still believed it held).
+#[tokio::test]
+async fn a_withdrawal_gives_back_only_a_hand_over() {
+    let server = RedisServer::start();
+    let withdraw = redis::Script::new(concat!(
+        include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/lock_prelude.lua"),
+        include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/lock_hand_over_prelude.lua"),
+        include_str!("../../lua/lock_withdraw.lua")
+    ));
+    let hash = "redisync:{gone}:lock";
+    let mut conn = server.connection();
+    let mut withdraw = |offered: &str| -> i64 {
+        withdraw
+            .key(hash)
+            .key("redisync:{gone}:waiters")
+            .key("redisync:{gone}:offers")
+            .key("redisync:{gone}:fence")
+            .arg("redisync:{gone}:wake:me")
+            .arg(offered)
+            .invoke(&mut conn)
+            .unwrap()
+    };
+    for (value, given_back) in [("1", false), ("h", true)] {
+        server.cmd(&["DEL", hash]);
+        server.cmd(&[
+            "HSET", hash, "owner", "me:1", "count", "1", "token", "3", "a:n1", value,
+        ]);
+        server.cmd(&["PEXPIRE", hash, "30000"]);
+        assert_eq!(withdraw("a1 n1"), 0);
+        assert_eq!(
+            common::exists(&server, hash),
+            !given_back,
+            "a hold marked {value:?}"
+        );
+    }
+}

@@ -176,8 +176,8 @@ impl Watchdog {
     }
 
     /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`;
-    /// `short`: the lease is shorter than the watchdog timeout, and the hold is renewed once
-    /// half of what is left of it has passed, ahead of the next round. Every registration has
+    /// `short`: the lease was granted short on purpose, and the hold is renewed once half of
+    /// what is left of it has passed, ahead of the next round. Every registration has
     /// its own state and renewal, even for a hold registered before (a re-entry): see the
     /// module docs.
     pub(crate) fn register(
@@ -363,8 +363,8 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
     let period = lease / 3;
     let hedge_after = (period / 2).min(transport.config.command_timeout);
     let mut next_tick = Instant::now() + period;
-    // A round renews every hold, so an early renewal waits at least this long after the
-    // previous round: a round that failed is retried at the pace of failures, not at once.
+    // An early renewal waits at least this long: after a round that failed, it is retried at
+    // the pace of failures, not at once.
     let mut next_round_at = Instant::now();
     loop {
         let (expired, next_expiry, renew_by) = watchdog.expire();
@@ -412,8 +412,10 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
             continue;
         }
         let started = Instant::now();
-        next_round_at = started + RETRY_AFTER_FAILURE;
         let all_renewed = renew_all(&transport, &watchdog, lease, hedge_after).await;
+        if !all_renewed {
+            next_round_at = started + RETRY_AFTER_FAILURE;
+        }
         // Counted from the round's start, so that rounds keep their rhythm however long the
         // renewal calls take.
         next_tick = started

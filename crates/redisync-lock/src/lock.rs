@@ -58,7 +58,8 @@ use crate::guard::LockGuard;
 /// | introspection, `force_unlock` | 1 | |
 ///
 /// A contended hand-off costs two scripts whatever the number of waiting clients. With the
-/// watchdog's lease (`lock()`, `try_lock_for`), the first task of each waiting client offers
+/// watchdog's lease (`lock()`, `try_lock_for`) on a client that hears wake-ups by pub/sub and
+/// does not wait for replicas, the first task of each waiting client offers
 /// to take the lock in its wake-up when it finds it taken, and the release that frees the lock
 /// grants it to the offer of the client that has waited longest, with a short lease (a
 /// second, or the client's watchdog lease if shorter), and says so in the wake-up: the woken
@@ -71,9 +72,10 @@ use crate::guard::LockGuard;
 /// the hold back with its withdrawal, or its next waiting task takes it over with its next
 /// acquire; one that is stopped keeps the lock for the short lease at most. A task that reads
 /// its wake-up too late to be sure of that lease asks instead, and its acquire takes the hold
-/// over.
+/// over. Only the owner whose attempt offered takes the hold, and only while enough of the
+/// short lease is surely left, counted from when its offering request was sent.
 ///
-/// With a fixed lease, the woken client asks: the two scripts are the release and that
+/// With a fixed lease (or polling, or replica sync), the woken client asks: the two scripts are the release and that
 /// acquire. When more tasks of that client wait, its grant keeps the client registered for
 /// them, at the back, so the next of them waits for its wake-up without asking Redis first;
 /// it asks all the same if a wake-up came between the grant and its turn, and at the latest a

@@ -49,8 +49,9 @@ pub trait Waitlist: Send + Sync + 'static {
     /// The client of the primitive's handle.
     fn client(&self) -> &Client;
     /// The call that takes this client out of the primitive's registry of waiting clients
-    /// (passing on a wake-up it may have swallowed). Built only once the client is to
-    /// withdraw, so it may note what it names.
+    /// (passing on a wake-up it may have swallowed). [`ClientRegistration::withdraw`] builds
+    /// it only once the client is to withdraw; a primitive whose call notes what it names
+    /// overrides [`waiting_queue`](Self::waiting_queue), whose default builds it too.
     fn withdraw_call(&self) -> Result<ScriptCall>;
 
     /// The local queue of the primitive's waiting tasks ([`WaitSpec::queue`]), if it has
