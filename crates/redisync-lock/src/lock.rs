@@ -31,7 +31,7 @@ use crate::guard::LockGuard;
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it), `w` (`1` while clients may be registered as waiting: only then does the release look for one to wake); exists exactly while the lock is held, and expires with the lease |
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, `h` for a hold handed over in a wake-up, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it), `w` (`1` while clients may be registered as waiting: only then does the release look for one to wake); exists exactly while the lock is held, and expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); a waiting client registers again every second, and the set expires about 5 s (plus two command timeouts) after the last registration |
 /// | `<prefix>:{<name>}:offers` | hash | one entry per waiting client whose head task offered to take the lock in its wake-up (it waits with the watchdog's lease): its wake-up channel → the task's owner id, the id of the attempt that offered, the hand-over lease it asks for, and when (server ms); expires with the registry |
