@@ -81,34 +81,23 @@ local function give_back_handed_over(hash, offered)
 end
 
 -- For a release that freed the lock: wakes the client that has waited longest and is still
--- listening, taking it out of the registry, and hands it the lock in the wake-up if it
--- offered within the last half of the hand-over lease it asked for (the hold then lasts that
--- lease). Entries nobody listens on any more are dropped on the way, at most `tries` of them
--- per call (a grant that reached nobody is undone). Returns 1 if a client was woken, 0 if
--- nobody waits.
+-- listening (see wake_prelude), and hands it the lock in the wake-up if it offered within the
+-- last half of the hand-over lease it asked for (the hold then lasts that lease; a grant
+-- that reached nobody is undone). Returns 1 if a client was woken, 0 if nobody waits.
 local function hand_over_or_wake(waiters, offers, hash, fence, tries)
-    for _ = 1, tries do
-        local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
-        if not next_waiter then
-            return 0
+    return wake_next_waiter(waiters, tries, function(channel)
+        local offer = redis.call('HGET', offers, channel)
+        if not offer then
+            return 'w'
         end
-        redis.call('ZREM', waiters, next_waiter)
-        local message = 'w'
-        local offer = redis.call('HGET', offers, next_waiter)
-        if offer then
-            redis.call('HDEL', offers, next_waiter)
-            local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
-            if at and now_ms() - tonumber(at) <= tonumber(lease_ms) / 2 then
-                local token = grant(hash, fence, owner, lease_ms, attempt, true, 'h')
-                message = 'g ' .. attempt .. ' ' .. string.format('%d', token)
-            end
+        redis.call('HDEL', offers, channel)
+        local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
+        if not at or now_ms() - tonumber(at) > tonumber(lease_ms) / 2 then
+            return 'w'
         end
-        if publish(next_waiter, message) > 0 then
-            return 1
-        end
-        if message ~= 'w' then
+        local token = grant(hash, fence, owner, lease_ms, attempt, true, 'h')
+        return 'g ' .. attempt .. ' ' .. string.format('%d', token), function()
             redis.call('DEL', hash)
         end
-    end
-    return 0
+    end)
 end

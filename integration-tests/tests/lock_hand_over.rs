@@ -16,6 +16,19 @@ use redisync_test_harness::RedisServer;
 
 const SETTLE: Duration = Duration::from_secs(10);
 
+/// One of the plain lock's scripts, `lua/<file>`, with the preludes it is sent with.
+macro_rules! lock_script {
+    ($file:literal) => {
+        redis::Script::new(concat!(
+            include_str!("../../lua/publish_prelude.lua"),
+            include_str!("../../lua/lock_prelude.lua"),
+            include_str!("../../lua/wake_prelude.lua"),
+            include_str!("../../lua/lock_hand_over_prelude.lua"),
+            include_str!(concat!("../../lua/", $file))
+        ))
+    };
+}
+
 /// The lease a hand-over grants until the designee's watchdog lengthens it (the lock
 /// crate's `HAND_OVER_LEASE`: a waiting client's re-check period).
 const HAND_OVER_LEASE: Duration = Duration::from_secs(1);
@@ -380,13 +393,7 @@ async fn a_try_lock_leaves_the_offer_of_its_clients_waiting_task_alone() {
 #[tokio::test]
 async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
     let server = RedisServer::start();
-    let acquire = redis::Script::new(concat!(
-        include_str!("../../lua/publish_prelude.lua"),
-        include_str!("../../lua/lock_prelude.lua"),
-        include_str!("../../lua/wake_prelude.lua"),
-        include_str!("../../lua/lock_hand_over_prelude.lua"),
-        include_str!("../../lua/lock_acquire.lua")
-    ));
+    let acquire = lock_script!("lock_acquire.lua");
     let hash = "redisync:{over}:lock";
     let mut conn = server.connection();
     let mut ask = |attempt: &str| -> Vec<i64> {
@@ -459,13 +466,7 @@ async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
 #[tokio::test]
 async fn a_withdrawal_gives_back_only_a_hand_over() {
     let server = RedisServer::start();
-    let withdraw = redis::Script::new(concat!(
-        include_str!("../../lua/publish_prelude.lua"),
-        include_str!("../../lua/lock_prelude.lua"),
-        include_str!("../../lua/wake_prelude.lua"),
-        include_str!("../../lua/lock_hand_over_prelude.lua"),
-        include_str!("../../lua/lock_withdraw.lua")
-    ));
+    let withdraw = lock_script!("lock_withdraw.lua");
     let hash = "redisync:{gone}:lock";
     let mut conn = server.connection();
     let mut withdraw = |offered: &str| -> i64 {
