@@ -1,11 +1,12 @@
 -- lock_acquire: take a lock, or re-enter it if the caller already holds it. (Prefixed with
--- lock_prelude.lua and wake_prelude.lua.)
+-- lock_prelude.lua, wake_prelude.lua and lock_hand_over_prelude.lua.)
 --
 -- KEYS[1]  lock hash (layout in lock_prelude)
 -- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted
 -- KEYS[3]  attempt record of this attempt; exists only if the attempt was already given back
 --          (lock_release ran for it first: its caller gave up), so it must not grant
 -- KEYS[4]  waiting clients (see wake_prelude)
+-- KEYS[5]  hand-over offers (see lock_hand_over_prelude)
 -- ARGV[1]  owner id of the caller
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id, unique per acquire request
@@ -18,6 +19,12 @@
 --          have registered it, and no other task waits), '2' keep it, at the back (clients
 --          take turns), unless ARGV[5] is 0: other tasks of the client wait behind the
 --          caller, and the next wake-up is theirs
+-- ARGV[7]  if the caller must wait, the hand-over lease in ms it asks for when it offers to
+--          take the lock in its wake-up (its hold is the watchdog's, which lengthens that
+--          short lease); '0': it does not offer
+-- ARGV[8]  earlier attempts of the client's waiting tasks that offered and whose hand-over the
+--          client has not taken (attempt ids separated by spaces; '' none): a hold handed
+--          over to one of them is taken over by this attempt
 --
 -- Returns {1, token, count} when acquired (count > 1 on a re-entry, which keeps the token of
 -- the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's remaining
@@ -36,8 +43,11 @@ end
 -- The client stays registered if it is granted while other tasks of it wait: registering it
 -- for them here spares the next of them a request of its own before it waits.
 local requeue = ARGV[6] == '2' and ARGV[5] ~= '0'
+local taken = holder and ARGV[8] ~= '' and take_over(KEYS[1], ARGV[8], ARGV[1], ARGV[2], ARGV[3])
 local reply
-if not holder then
+if taken then
+    reply = {1, taken, 1}
+elseif not holder then
     local waiting = found > found_lock or requeue
     reply = {1, grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], waiting), 1}
 elseif holder[1] == ARGV[1] then
@@ -49,13 +59,19 @@ else
     if ARGV[5] ~= '0' then
         register_waiter(KEYS[4], ARGV[4], ARGV[5])
         redis.call('HSET', KEYS[1], 'w', '1')
+        local offer = ARGV[7] ~= '0' and ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. ARGV[7]
+        offer_hand_over(KEYS[5], ARGV[4], offer, ARGV[5])
     end
     return {0, redis.call('PTTL', KEYS[1])}
 end
--- Got it. The client waits no more, unless other tasks of it wait.
+-- Got it. The client waits no more, unless other tasks of it wait; an offer an earlier
+-- attempt made is moot either way (the next task to wait makes its own).
 if ARGV[6] == '1' then
     unregister_waiter(KEYS[4], ARGV[4])
 elseif requeue then
     requeue_waiter(KEYS[4], ARGV[4], ARGV[5])
+end
+if ARGV[6] ~= '0' then
+    offer_hand_over(KEYS[5], ARGV[4], false)
 end
 return reply

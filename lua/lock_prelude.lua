@@ -2,7 +2,8 @@
 -- it, so this logic lives once. Not an operation of its own.
 --
 -- Layout of the lock hash: owner = <owner id>, count = <holds>, token = <fencing token>,
--- a:<attempt id> = 1 for every live hold ('fixed' once lock_set_lease fixed its lease), and
+-- a:<attempt id> = 1 for every live hold ('fixed' once lock_set_lease fixed its lease, 'h'
+-- for a hold handed over in a wake-up, see lock_hand_over_prelude), and
 -- w = 1 while clients may be registered as waiting for the plain lock (wake_prelude's
 -- registry; a fair lock's hash never has it): the release that frees the lock looks for one
 -- to wake only then, so an uncontended release touches no other key. Every script that may
@@ -37,13 +38,15 @@ local function holder_for_attempt(hash, record, found)
 end
 
 -- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token;
--- `waiting`: clients may be registered as waiting (see the layout). Returns the token.
-local function grant(hash, fence, owner, lease_ms, attempt, waiting)
+-- `waiting`: clients may be registered as waiting (see the layout); `hold`: the value of the
+-- attempt's field ('1', or 'h' for a hold handed over in a wake-up, see
+-- lock_hand_over_prelude). Returns the token.
+local function grant(hash, fence, owner, lease_ms, attempt, waiting, hold)
     local token = redis.call('INCR', fence)
     -- Strings, not Lua numbers: Redis 7.0 turns a number argument into text with a costly
     -- floating-point format; '%d' is an integer's.
     local fields = {'owner', owner, 'count', '1', 'token', string.format('%d', token),
-        'a:' .. attempt, '1'}
+        'a:' .. attempt, hold or '1'}
     if waiting then
         fields[9], fields[10] = 'w', '1'
     end

@@ -1,5 +1,5 @@
 -- lock_release: give back the hold one acquire attempt got, if it got one. (Prefixed with
--- lock_prelude.lua and wake_prelude.lua.)
+-- lock_prelude.lua, wake_prelude.lua and lock_hand_over_prelude.lua.)
 --
 -- Used by unlock and by a dropped guard (with no record: ARGV[2] = 0), and by an acquire whose
 -- caller went away, whether or not Redis has run that acquire yet (with a record).
@@ -9,16 +9,19 @@
 --          gets the same answer; its existence also forbids a late acquire of this attempt
 --          from granting (see lock_acquire). Only written when ARGV[2] > 0.
 -- KEYS[3]  waiting clients (see wake_prelude)
+-- KEYS[4]  hand-over offers (see lock_hand_over_prelude)
+-- KEYS[5]  fence: the counter of fencing tokens, for a hand-over's grant
 -- ARGV[1]  attempt id whose hold to give back
 -- ARGV[2]  how long to keep the attempt record, in ms; 0 = keep none. A guard's release needs
 --          none: its acquire was answered, so no late acquire of the attempt exists, and the
 --          client judges a repeat that finds nothing (see Confirmed in redisync-core). So the
 --          hot path leaves nothing in Redis, whatever the rate of releases.
 --
--- Returns 1 when the lock became free (the client that has waited longest is woken, if any
--- may wait: the hash says so, see lock_prelude), 0 when the hold was given back and the
--- owner still holds the lock through other holds, -1 when the attempt holds nothing (its hold expired or was force-unlocked, it never
--- got one, or this is a repeat of a release without a record).
+-- Returns 1 when the lock became free (the client that has waited longest is woken, or handed
+-- the lock, if any may wait: the hash says so, see lock_prelude), 0 when the hold was given
+-- back and the owner still holds the lock through other holds, -1 when the attempt holds
+-- nothing (its hold expired or was force-unlocked, it never got one, or this is a repeat of a
+-- release without a record).
 
 local recorded = recorded_outcome(KEYS[2], ARGV[2])
 if recorded then
@@ -26,7 +29,7 @@ if recorded then
 end
 local result, waiting = release_hold(KEYS[1], ARGV[1])
 if waiting then
-    wake_next_waiter(KEYS[3], 16)
+    hand_over_or_wake(KEYS[3], KEYS[4], KEYS[1], KEYS[5], 16)
 end
 record_outcome(KEYS[2], ARGV[2], result)
 return result

@@ -51,17 +51,26 @@ end
 
 -- Wakes the client that has waited longest and is still listening, taking it out of the
 -- registry (it registers again if it finds the primitive taken). Entries nobody listens on
--- any more are dropped on the way, at most `tries` of them per call. Returns 1 if a client
--- was woken, 0 if nobody waits.
-local function wake_next_waiter(waiters, tries)
+-- any more are dropped on the way, at most `tries` of them per call. `hand_over`, if given,
+-- is asked for each client before its wake-up: it may give the client what it waits for, and
+-- returns the message saying so and a function that undoes it if nobody hears the message
+-- (else the wake-up is 'w'). Returns 1 if a client was woken, 0 if nobody waits.
+local function wake_next_waiter(waiters, tries, hand_over)
     for _ = 1, tries do
         local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
         if not next_waiter then
             return 0
         end
         redis.call('ZREM', waiters, next_waiter)
-        if publish(next_waiter, 'w') > 0 then
+        local message, undo = 'w', nil
+        if hand_over then
+            message, undo = hand_over(next_waiter)
+        end
+        if publish(next_waiter, message) > 0 then
             return 1
+        end
+        if undo then
+            undo()
         end
     end
     return 0

@@ -192,20 +192,31 @@ impl ShardListener {
         }
     }
 
-    /// Waits (blocking the thread) at most `within` for the next message on the channel.
-    fn expect_message(&mut self, within: Duration) {
+    /// Waits (blocking the thread) at most `within` for the next message on the channel, and
+    /// returns it.
+    fn expect_message(&mut self, within: Duration) -> String {
         self.con
             .set_read_timeout(Some(within))
             .expect("read timeout");
         let reply = self.con.recv_response();
-        assert!(
-            matches!(&reply, Ok(Value::Array(items))
+        match &reply {
+            Ok(Value::Array(items))
                 if items.first() == Some(&bulk("smessage"))
-                    && items.get(1) == Some(&bulk(&self.channel))),
-            "expected a message on {} within {within:?}, got {reply:?}",
-            self.channel
-        );
+                    && items.get(1) == Some(&bulk(&self.channel)) =>
+            {
+                common::text(&items[2])
+            }
+            _ => panic!(
+                "expected a message on {} within {within:?}, got {reply:?}",
+                self.channel
+            ),
+        }
     }
+}
+
+/// The attempt id a hand-over message (`g <attempt> <token>`) names.
+fn message_attempt(message: &str) -> &str {
+    message.split(' ').nth(1).unwrap_or_default()
 }
 
 /// `calls` of a command on every node (`INFO commandstats`), in node order.
@@ -264,16 +275,19 @@ async fn reentrant_lock_reenters_and_hands_over_between_clients_on_every_master(
         let first_token = first.fencing_token();
         let released = Instant::now();
         first.unlock().await.expect("unlock");
-        listener.expect_message(WAKE);
+        // The waiting task offered to take the lock in its wake-up (over sharded pub/sub),
+        // and the release handed it over.
+        let message = listener.expect_message(WAKE);
         let taken = finish("the other client's waiter", WAKE, waiter)
             .await
             .expect("the waiter's lock");
         eprintln!("{name}: handed over in {:?}", released.elapsed());
-        assert!(
-            taken.fencing_token() > first_token,
-            "fencing tokens increase: {first_token} then {}",
-            taken.fencing_token()
+        assert_eq!(
+            message,
+            format!("g {} {}", message_attempt(&message), first_token + 1),
+            "a hand-over, with the next fencing token"
         );
+        assert_eq!(taken.fencing_token(), first_token + 1);
         taken.unlock().await.expect("unlock");
         assert!(!a.lock(&name).is_locked().await.expect("is_locked"));
     }

@@ -415,13 +415,17 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
         include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/lock_hand_over_prelude.lua"),
         include_str!("../../lua/lock_withdraw.lua")
     ));
     let mut conn = server.connection();
     let woke: i64 = withdraw
         .key("redisync:{pass}:lock")
         .key(waiters)
+        .key("redisync:{pass}:offers")
+        .key("redisync:{pass}:fence")
         .arg(gone)
+        .arg("")
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(woke, 1);
@@ -443,7 +447,10 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     let woke: i64 = withdraw
         .key("redisync:{pass}:lock")
         .key(waiters)
+        .key("redisync:{pass}:offers")
+        .key("redisync:{pass}:fence")
         .arg(gone)
+        .arg("")
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(woke, 0);

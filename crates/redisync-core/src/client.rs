@@ -242,6 +242,17 @@ impl Client {
         self.shared().config.command_timeout
     }
 
+    /// How waiters learn that a primitive was released: by pub/sub wake-ups, or by polling.
+    pub fn wait_strategy(&self) -> crate::WaitStrategy {
+        self.shared().config.wait_strategy
+    }
+
+    /// Whether changes wait for replicas to acknowledge them
+    /// ([`ClientBuilder::replica_sync`](crate::ClientBuilder::replica_sync)).
+    pub fn syncs_replicas(&self) -> bool {
+        self.shared().config.replica_sync.is_some()
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
     }

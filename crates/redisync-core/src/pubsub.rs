@@ -39,16 +39,34 @@ use crate::transport::Transport;
 mod sharded;
 
 /// What a waiter can observe about its channel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChannelState {
     /// Whether Redis has confirmed the subscription on the current connection.
     pub subscribed: bool,
     /// Bumped on every message, and after every reconnect.
     pub generation: u64,
+    /// The message that last bumped the generation, if a message did (not a reconnect, a
+    /// poll tick or a shutdown). Messages that arrive close together replace each other: a
+    /// waiter may see only the last, so a message can only ever be advice.
+    pub message: Option<Arc<str>>,
     /// The hub could not reach Redis for a whole command timeout: reconnecting kept failing,
     /// or the connection stopped answering pings. Cleared once the subscription is confirmed
     /// again. Waiters give up on seeing it instead of sleeping through an outage.
     pub unreachable: bool,
+}
+
+impl ChannelState {
+    /// Something other than a message happened that waiters must re-check for.
+    pub(crate) fn bump(&mut self) {
+        self.generation += 1;
+        self.message = None;
+    }
+
+    /// A message arrived.
+    pub(crate) fn deliver(&mut self, message: Arc<str>) {
+        self.generation += 1;
+        self.message = Some(message);
+    }
 }
 
 struct ChannelSlot {
@@ -189,7 +207,7 @@ impl Hub {
 /// nothing would send a useless request.
 fn notify_if_changed(state: &watch::Sender<ChannelState>, change: &impl Fn(&mut ChannelState)) {
     state.send_if_modified(|s| {
-        let before = *s;
+        let before = s.clone();
         change(s);
         *s != before
     });
@@ -338,7 +356,7 @@ async fn run(
             hub.update(channel, |s| {
                 s.subscribed = true;
                 s.unreachable = false;
-                s.generation += 1;
+                s.bump();
             });
         }
         let ping_every = ping_interval(timeout);
@@ -347,12 +365,16 @@ async fn run(
             let ping_due = !on_server.is_empty();
             tokio::select! {
                 _ = transport.shutdown.wait() => {
-                    hub.update_all(|s| s.generation += 1);
+                    hub.update_all(|s| s.bump());
                     return;
                 }
                 message = stream.next() => match message {
                     Some(message) => {
-                        hub.update(message.get_channel_name(), |s| s.generation += 1);
+                        let payload: Arc<str> = message
+                            .get_payload::<String>()
+                            .unwrap_or_default()
+                            .into();
+                        hub.update(message.get_channel_name(), |s| s.deliver(payload.clone()));
                     }
                     None => break,
                 },
@@ -387,10 +409,10 @@ async fn run(
         down_since.get_or_insert_with(tokio::time::Instant::now);
         hub.update_all(|s| {
             s.subscribed = false;
-            s.generation += 1;
+            s.bump();
         });
     }
-    hub.update_all(|s| s.generation += 1);
+    hub.update_all(|s| s.bump());
 }
 
 /// The hub of a polling client: wakes the waiters of every wanted channel once per jittered
@@ -415,12 +437,12 @@ async fn poll(
             // Only wakes the loop: whether a channel is wanted is the hub's to say.
             Some(_) = changes.recv() => {}
             _ = sleep_until_some(next_tick) => {
-                hub.update_all(|s| s.generation += 1);
+                hub.update_all(|s| s.bump());
                 next_tick = None;
             }
         }
     }
-    hub.update_all(|s| s.generation += 1);
+    hub.update_all(|s| s.bump());
 }
 
 /// Sleeps until `at`; for ever when `None`.

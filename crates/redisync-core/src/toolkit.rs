@@ -426,17 +426,32 @@ pub trait Toolkit: sealed::Sealed {
         args: Vec<String>,
         sent_at: Instant,
     ) -> crate::HoldLease {
-        let shared = self.client().shared();
-        let lease =
-            shared
-                .watchdog
-                .register(renew, keys, args, sent_at, shared.config.watchdog_timeout);
-        // Checked after registering: either the watchdog's shutdown sweep saw this hold, or
-        // this check sees the shutdown.
-        if shared.shutdown.is_set() {
-            lease.mark_lost();
-        }
-        lease
+        let lease = self.client().shared().config.watchdog_timeout;
+        register_hold(self.client(), (renew, keys, args), sent_at, lease, false)
+    }
+
+    /// Registers a hold with the watchdog, as [`watch_lease`](Self::watch_lease) does, whose
+    /// lease in Redis was granted short on purpose: `lease` from `sent_at` at the least (at
+    /// most the watchdog timeout is believed). The watchdog renews the hold (to the watchdog
+    /// timeout) once half of what is left of it has passed, without waiting for its next
+    /// round: for a hold that a holder that cannot act (stopped, cut off) should keep only
+    /// briefly.
+    fn watch_short_lease(
+        &self,
+        renew: &'static crate::LuaScript,
+        keys: Vec<String>,
+        args: Vec<String>,
+        sent_at: Instant,
+        lease: Duration,
+    ) -> crate::HoldLease {
+        let full = self.client().shared().config.watchdog_timeout;
+        register_hold(
+            self.client(),
+            (renew, keys, args),
+            sent_at,
+            lease.min(full),
+            true,
+        )
     }
 
     /// For a script that takes holds from their owners (`force_unlock`, `delete`): the prefix
@@ -537,3 +552,25 @@ pub trait Toolkit: sealed::Sealed {
 }
 
 impl Toolkit for Client {}
+
+/// Registers a hold (its renewal script, keys and arguments) with the client's watchdog; see
+/// [`Toolkit::watch_short_lease`] for `short`. A hold registered while the client shuts down
+/// is lost at once: nothing will renew it.
+fn register_hold(
+    client: &Client,
+    (renew, keys, args): (&'static crate::LuaScript, Vec<String>, Vec<String>),
+    sent_at: Instant,
+    lease: Duration,
+    short: bool,
+) -> crate::HoldLease {
+    let shared = client.shared();
+    let hold = shared
+        .watchdog
+        .register(renew, keys, args, sent_at, lease, short);
+    // Checked after registering: either the watchdog's shutdown sweep saw this hold, or this
+    // check sees the shutdown.
+    if shared.shutdown.is_set() {
+        hold.mark_lost();
+    }
+    hold
+}

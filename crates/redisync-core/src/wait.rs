@@ -27,6 +27,12 @@
 //!    ([`Turn::handed_over`]): a lock held by another owner then answers busy without asking
 //!    Redis, and a hand-off costs the release and one acquire.
 //!
+//! 6. A wake-up may carry what the release did for the head: the head's attempt gets the
+//!    message that woke it ([`Turn::message`]), and a primitive whose releases hand it over in
+//!    the wake-up (the plain lock) can then answer without a request. Messages are advice:
+//!    two that arrive close together leave only the second, so a primitive must also get
+//!    what the first carried by asking.
+//!
 //! With [`WaitStrategy::Poll`](crate::WaitStrategy::Poll) nothing here changes: the hub then
 //! reports every subscription confirmed at once and ticks each wanted channel once per poll
 //! interval, which wakes the head as a message would (see [`pubsub`]).
@@ -84,7 +90,7 @@ impl<T> Attempt<T> {
 }
 
 /// What the waiting loop tells an attempt about its caller's place.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Turn {
     /// The caller's first try, made before it queues or subscribes: unless other tasks of
@@ -105,6 +111,13 @@ pub struct Turn {
     /// per hand-off; one that may have room for it (a semaphore with permits left, a lock
     /// its owner holds) asks as usual.
     pub handed_over: bool,
+    /// The message on the primitive's channel that woke the caller, if a message did (the
+    /// latest one since the caller's previous attempt; see [`ChannelState::message`]). A
+    /// primitive whose releases hand it over in the wake-up itself may take what the message
+    /// grants without asking Redis, if it can tell that the grant is its own and still live.
+    ///
+    /// [`ChannelState::message`]: crate::pubsub::ChannelState::message
+    pub message: Option<std::sync::Arc<str>>,
 }
 
 /// How long to wait when an attempt reports no bound, and the longest single sleep: a waiter
@@ -393,7 +406,7 @@ where
             let turn = Turn {
                 first_try: true,
                 others_waiting: queued,
-                handed_over: false,
+                ..Turn::default()
             };
             if let Some(held) = Box::pin(attempt(turn)).await?.held() {
                 return Ok(Some(held));
@@ -499,6 +512,9 @@ where
     // The caller's own try just failed; after that, every wake-up retries.
     let mut retry_before_subscribed = false;
     let mut handover = lock(&slot.handover).take();
+    // The generation the latest attempt saw: a message is news to the next attempt only if
+    // it came after.
+    let mut asked_at = None;
     loop {
         if !watcher.borrow().subscribed {
             // Not subscribed: the first time round, or the hub lost its connection. After
@@ -555,14 +571,16 @@ where
             }
         }
         retry_before_subscribed = true;
-        let (generation, subscribed) = {
+        let (generation, subscribed, message) = {
             let state = watcher.borrow_and_update();
-            (state.generation, state.subscribed)
+            (state.generation, state.subscribed, state.message.clone())
         };
         // Only the first attempt after becoming head can be handed over.
         let unmoved = handover.take() == Some(generation);
+        let news = asked_at.replace(generation) != Some(generation);
         let turn = Turn {
             handed_over: subscribed && unmoved,
+            message: message.filter(|_| news),
             ..turn_of_head(waits, spec)
         };
         let retry_in = match attempt(turn).await? {
@@ -603,8 +621,7 @@ where
 /// The head's turn: whether tasks of its client wait behind it.
 fn turn_of_head<W: Waits + ?Sized>(waits: &W, spec: &WaitSpec<'_>) -> Turn {
     Turn {
-        first_try: false,
         others_waiting: !spec.shared && waits.queues().queued(spec.queue) > 1,
-        handed_over: false,
+        ..Turn::default()
     }
 }

@@ -21,6 +21,13 @@
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
 //! hold that is not ours.
 //!
+//! **Short leases.** A hold granted with a lease shorter than the watchdog timeout on purpose
+//! (a lock handed over in a wake-up, whose designee might not be able to act) is registered
+//! with [`Toolkit::watch_short_lease`](crate::toolkit::Toolkit::watch_short_lease): the task
+//! renews it once half of what was left of it at registration has passed, ahead of its
+//! rounds (a round renews every hold, batched as ever). While such holds come, the task wakes
+//! at least every eighth of their lease, so that registering one seldom has to wake it.
+//!
 //! Every registration is its own: two guards of one owner on one lock (a re-entry) each have
 //! their own deadline and their own place in the registry, so fixing one's lease or dropping
 //! it never changes the other, and a registration is removed only by its own [`Renewal`].
@@ -89,6 +96,9 @@ struct Entry {
     script: &'static LuaScript,
     /// Shared with the guard: the deadline moves with each confirmed renewal.
     state: Arc<LeaseState>,
+    /// For a hold registered with a short lease: when to renew it, ahead of the next round
+    /// (cleared by its first confirmed renewal).
+    renew_by: Option<Instant>,
 }
 
 /// The registry of holds the watchdog renews, by registration serial.
@@ -105,9 +115,24 @@ pub(crate) struct Watchdog {
     had_hold: std::sync::atomic::AtomicBool,
     /// Signalled once, with `had_hold`, to wake the watchdog task for that subscription.
     first_hold: tokio::sync::Notify,
+    /// Signalled when a hold with a short lease is registered that the task, as planned,
+    /// would wake too late to renew: it looks again at when it must wake.
+    renew_soon: tokio::sync::Notify,
+    /// When the task plans to wake next, and the latest short lease registered.
+    plan: Mutex<WakePlan>,
     /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
     /// made: one channel per client, not a leak of any call).
     pub(crate) listens_for_notices: std::sync::atomic::AtomicBool,
+}
+
+/// When the watchdog task wakes next, as it planned before it slept.
+#[derive(Default)]
+struct WakePlan {
+    at: Option<Instant>,
+    /// The latest hold registered with a short lease: when, and its lease. While such holds
+    /// come, the task wakes at least every eighth of that lease, so that registering one
+    /// seldom needs to wake it (a task wake-up on every acquire showed in hand-off times).
+    short: Option<(Instant, Duration)>,
 }
 
 /// Keeps one hold registered with the watchdog; dropping it stops renewal at once.
@@ -150,9 +175,11 @@ impl Watchdog {
         }
     }
 
-    /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`.
-    /// Every registration has its own state and renewal, even for a hold registered before
-    /// (a re-entry): see the module docs.
+    /// Registers a hold acquired by a request sent at `sent_at` with a lease of `lease`;
+    /// `short`: the lease was granted short on purpose, and the hold is renewed once half of
+    /// what is left of it has passed, ahead of the next round. Every registration has
+    /// its own state and renewal, even for a hold registered before (a re-entry): see the
+    /// module docs.
     pub(crate) fn register(
         self: &Arc<Self>,
         script: &'static LuaScript,
@@ -160,13 +187,19 @@ impl Watchdog {
         args: Vec<String>,
         sent_at: Instant,
         lease: Duration,
+        short: bool,
     ) -> HoldLease {
         let id = HoldId {
             script: script.name(),
             keys,
             args,
         };
-        let state = LeaseState::new(crate::watchdog::lease::deadline(sent_at, lease));
+        let expires_at = crate::watchdog::lease::deadline(sent_at, lease);
+        let state = LeaseState::new(expires_at);
+        let renew_by = short.then(|| {
+            let now = Instant::now();
+            now + expires_at.saturating_duration_since(now) / 2
+        });
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let mut entries = lock(&self.entries);
         entries.insert(
@@ -175,9 +208,19 @@ impl Watchdog {
                 id,
                 script,
                 state: state.clone(),
+                renew_by,
             },
         );
         drop(entries);
+        if let Some(renew_by) = renew_by {
+            let mut plan = lock(&self.plan);
+            plan.short = Some((Instant::now(), lease));
+            let too_late = plan.at.is_none_or(|at| at > renew_by);
+            drop(plan);
+            if too_late {
+                self.renew_soon.notify_one();
+            }
+        }
         // Only the first hold wakes the task. Waking it whenever a hold found the registry
         // empty cost every such acquire a task wake-up (often another thread's), and a task
         // that woke after a short hold was already gone did not subscribe, so the next
@@ -207,8 +250,9 @@ impl Watchdog {
     }
 
     /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
-    /// by themselves); returns how many, and when the next one would run out.
-    fn expire(&self) -> (u64, Option<Instant>) {
+    /// by themselves); returns how many, when the next one would run out, and when the first
+    /// is due for a renewal ahead of the rounds (see [`register`](Self::register)).
+    fn expire(&self) -> (u64, Option<Instant>, Option<Instant>) {
         let metrics = self.metrics;
         let mut entries = lock(&self.entries);
         let mut expired = 0;
@@ -225,7 +269,8 @@ impl Watchdog {
             }
         });
         let next = entries.values().map(|e| e.state.expires_at()).min();
-        (expired, next)
+        let renew_by = entries.values().filter_map(|e| e.renew_by).min();
+        (expired, next, renew_by)
     }
 }
 
@@ -284,7 +329,7 @@ impl Notices {
             watchdog.listens_for_notices.store(true, Ordering::Relaxed);
             let subscription = self.hub.subscribe(&self.channel);
             let mut watcher = subscription.watcher();
-            let state = *watcher.borrow_and_update();
+            let state = watcher.borrow_and_update().clone();
             self.generation = state.generation;
             self.confirmed = state.subscribed;
             self.subscribed = Some((subscription, watcher));
@@ -301,7 +346,7 @@ impl Notices {
             if watcher.changed().await.is_err() {
                 return std::future::pending().await;
             }
-            let state = *watcher.borrow_and_update();
+            let state = watcher.borrow_and_update().clone();
             let bumped = state.generation != self.generation;
             self.generation = state.generation;
             let notice = bumped && self.confirmed;
@@ -318,10 +363,27 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
     let period = lease / 3;
     let hedge_after = (period / 2).min(transport.config.command_timeout);
     let mut next_tick = Instant::now() + period;
+    // An early renewal waits at least this long: after a round that failed, it is retried at
+    // the pace of failures, not at once.
+    let mut next_round_at = Instant::now();
     loop {
-        let (expired, next_expiry) = watchdog.expire();
+        let (expired, next_expiry, renew_by) = watchdog.expire();
         Counters::bump(&transport.counters.lost_leases, expired);
-        let wake = next_expiry.map_or(next_tick, |at| at.min(next_tick));
+        let renewal_due_at = renew_by.map(|at| at.max(next_round_at));
+        let mut wake = [next_expiry, renewal_due_at]
+            .into_iter()
+            .flatten()
+            .fold(next_tick, Instant::min);
+        {
+            let mut plan = lock(&watchdog.plan);
+            let now = Instant::now();
+            if let Some((seen, short)) = plan.short {
+                if now.saturating_duration_since(seen) < lease {
+                    wake = wake.min(now + short / 8);
+                }
+            }
+            plan.at = Some(wake);
+        }
         if let Some(notices) = &mut notices {
             notices.subscribe_if_needed(&watchdog);
         }
@@ -340,14 +402,20 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
             }
             _ = tokio::time::sleep_until(wake.into()) => false,
             _ = watchdog.first_hold.notified(), if waiting_for_first_hold => continue,
+            _ = watchdog.renew_soon.notified() => continue,
             _ = notice => true,
         };
         // A notice: some hold of this client was taken, and the round finds which.
-        if !notified && Instant::now() < next_tick {
+        let now = Instant::now();
+        let renewal_due = renewal_due_at.is_some_and(|at| at <= now);
+        if !notified && now < next_tick && !renewal_due {
             continue;
         }
         let started = Instant::now();
         let all_renewed = renew_all(&transport, &watchdog, lease, hedge_after).await;
+        if !all_renewed {
+            next_round_at = started + RETRY_AFTER_FAILURE;
+        }
         // Counted from the round's start, so that rounds keep their rhythm however long the
         // renewal calls take.
         next_tick = started
@@ -486,7 +554,8 @@ fn settle(
         };
         if result < 0 {
             // Its lease was fixed meanwhile: the fixed deadline stands, and the guard must not
-            // believe in a later one.
+            // believe in a later one. Nothing is left for an early renewal to do.
+            entry.renew_by = None;
             let left = Duration::from_millis(result.saturating_add(1).unsigned_abs());
             entry
                 .state
@@ -499,6 +568,7 @@ fn settle(
                 .state
                 .extend(crate::watchdog::lease::deadline(sent_at, lease))
         {
+            entry.renew_by = None;
             Counters::bump(&transport.counters.renewals, 1);
             metrics.renewal(entry.script.kind(), id.key(), "renewed");
         } else {

@@ -16,6 +16,7 @@ use redisync_core::toolkit::{
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
+use crate::handover::{hand_over_lease, Claimed, Offers};
 use crate::scripts::{self, decode_acquire_all, decode_status, AcquireReply};
 
 /// A fair waiter that misses this many heartbeats in a row loses its place...
@@ -49,6 +50,8 @@ pub(crate) enum Waiting {
     Clients {
         /// The registry of waiting clients.
         waiters: String,
+        /// The hand-over offers of waiting clients (see `lua/lock_hand_over_prelude.lua`).
+        offers: String,
         /// This client's wake-up channel for the lock.
         channel: String,
     },
@@ -112,6 +115,8 @@ struct LockNames {
     /// handle of the lock in this client lives (a new handle with none alive starts afresh,
     /// asking first).
     found_busy: AtomicBool,
+    /// The hand-over offers of this client's waiting tasks that no task took yet.
+    offers: Offers,
 }
 
 impl LockCore {
@@ -136,6 +141,7 @@ impl LockCore {
                             attempt_prefix: space.key("attempt:"),
                             waiting: Waiting::Clients {
                                 waiters: space.key("waiters"),
+                                offers: space.key("offers"),
                                 channel: space.key(&format!("wake:{}", client.id())),
                             },
                         },
@@ -156,6 +162,7 @@ impl LockCore {
                         registration,
                         handed_over_hold_lapses: Mutex::default(),
                         found_busy: AtomicBool::new(false),
+                        offers: Offers::default(),
                     }
                 })
             }
@@ -165,6 +172,7 @@ impl LockCore {
                 registration: Arc::default(),
                 handed_over_hold_lapses: Mutex::default(),
                 found_busy: AtomicBool::new(false),
+                offers: Offers::default(),
             }),
         };
         LockCore {
@@ -205,10 +213,14 @@ impl LockCore {
             false => redis_millis(remember),
         };
         Ok(match &keys.waiting {
-            Waiting::Clients { waiters, .. } => scripts::Release {
+            Waiting::Clients {
+                waiters, offers, ..
+            } => scripts::Release {
                 hash: &keys.hash,
                 attempt_record: &record,
                 waiters,
+                offers,
+                fence: &keys.fence,
                 attempt,
                 remember_ms: remember,
             }
@@ -305,7 +317,7 @@ impl LockCore {
             let granted = match self.kind {
                 Kind::Reentrant => {
                     Box::pin(
-                        self.acquire_registered(lease_for, wait, deadline)
+                        self.acquire_registered(lease_for, lease.is_none(), wait, deadline)
                             .instrument(tracing::debug_span!("redisync.lock", name = %self.name())),
                     )
                     .await?
@@ -324,33 +336,43 @@ impl LockCore {
                 return Ok(None);
             };
             // The guard counts the hold among the owner's live guards before the grant stops.
+            let lease = match granted.handed_over {
+                Some(short) => GuardLease::HandedOver(short),
+                None => lease.map_or(GuardLease::Watchdog, GuardLease::Fixed),
+            };
             self.guard(&granted.attempt, granted.token, granted.sent_at, lease)
                 .map(Some)
         }
     }
 
-    /// The guard of a hold granted to `attempt` by a request sent at `sent_at`: with a fixed
-    /// `lease`, or the watchdog's.
+    /// The guard of a hold granted to `attempt` by a request sent at `sent_at`, with `lease`.
     fn guard(
         self: &Arc<Self>,
         attempt: &str,
         token: u64,
         sent_at: Instant,
-        lease: Option<Duration>,
+        lease: GuardLease,
     ) -> Result<LockGuard> {
         let keys = self.keys()?;
+        let hold = scripts::RenewedHold {
+            hash: &keys.hash,
+            owner: &self.owner,
+            token,
+            attempt,
+        };
         let lease = match lease {
-            Some(lease) => HoldLease::fixed(sent_at, lease),
-            None => {
-                let hold = scripts::RenewedHold {
-                    hash: &keys.hash,
-                    owner: &self.owner,
-                    token,
-                    attempt,
-                };
+            GuardLease::Fixed(lease) => HoldLease::fixed(sent_at, lease),
+            GuardLease::Watchdog => {
                 self.client
                     .watch_lease(&scripts::RENEW, hold.keys(), hold.args(), sent_at)
             }
+            GuardLease::HandedOver(short) => self.client.watch_short_lease(
+                &scripts::RENEW,
+                hold.keys(),
+                hold.args(),
+                sent_at,
+                short,
+            ),
         };
         // The acquire was answered, so no late acquire of this attempt exists to refuse, and
         // the guard judges a repeat itself (see `LockGuard::unlock`): no record is needed.
@@ -440,6 +462,7 @@ impl LockCore {
         client.record_acquires("lock", first.keys()?.hash.as_str(), count as u64);
         let mut guards = Vec::with_capacity(count);
         for (core, token) in cores.iter().zip(tokens) {
+            let lease = lease.map_or(GuardLease::Watchdog, GuardLease::Fixed);
             guards.push(core.guard(&attempt, token, sent_at, lease)?);
         }
         Ok(Some(guards))
@@ -538,6 +561,7 @@ impl LockCore {
     fn acquire_registered(
         self: &Arc<Self>,
         lease: Duration,
+        lease_is_watchdogs: bool,
         wait: Option<Duration>,
         deadline: Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Option<Granted>>> + '_ {
@@ -551,6 +575,15 @@ impl LockCore {
             // task of it may have registered it, and this one may be the one to withdraw it.
             let withdrawal =
                 Withdraw::start(self.clone(), registration, self.names.registration.clone());
+            // The release that frees the lock may hand it to this wait's head in the wake-up
+            // (see `crate::handover`): for holds the watchdog keeps, which lengthens the
+            // hand-over's short lease, and for clients that hear wake-ups.
+            // Not with replica sync either: a hold taken from a message was acknowledged by no
+            // replica, and nothing would roll it back.
+            let offers = lease_is_watchdogs
+                && !registration.is_zero()
+                && self.client.wait_strategy() == redisync_core::WaitStrategy::PubSub
+                && !self.client.syncs_replicas();
             let withdraw = withdrawal.withdraw();
             let spec = WaitSpec {
                 kind: "lock",
@@ -572,14 +605,29 @@ impl LockCore {
                 // It asks by the time that hold lapses unrenewed, which publishes nothing.
                 let busy = (turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0)
                     .then(|| self.names.handed_over_hold_lapses_in());
+                let message = turn.message.clone().filter(|_| offers);
                 withdraw.attempt(turn, move |withdraw, on_grant| {
-                    let request = busy
-                        .is_none()
-                        .then(|| core.attempt(lease, core.client.unique_id(), withdraw, on_grant));
+                    // Woken by a release that handed this caller the lock: it holds it
+                    // already. Taken here, where nothing is awaited before the caller has it.
+                    let claimed =
+                        message.and_then(|message| core.names.offers.claim(&message, &core.owner));
+                    let request = match (busy, claimed) {
+                        (_, Some(claimed)) => Err(core.handed_over(claimed)),
+                        (Some(busy), None) => Err(Attempt::Busy {
+                            retry_in: Some(busy),
+                        }),
+                        (None, None) => Ok(core.attempt(
+                            lease,
+                            core.client.unique_id(),
+                            withdraw,
+                            on_grant,
+                            offers,
+                        )),
+                    };
                     async move {
                         match request {
-                            Some(request) => request.await,
-                            None => Ok(Attempt::Busy { retry_in: busy }),
+                            Ok(request) => request.await,
+                            Err(answered) => Ok(answered),
                         }
                     }
                 })
@@ -591,23 +639,44 @@ impl LockCore {
     /// One acquire request of the plain lock under attempt id `attempt`, for the wait whose
     /// registration `withdraw` takes back (its `registration` is how long the client's
     /// registration as a waiter lasts if the lock is taken; zero: never register);
-    /// `on_grant` says what a grant does with the client's registration. If its caller goes
-    /// away, whatever it got is given back.
+    /// `on_grant` says what a grant does with the client's registration; `offers`: if the
+    /// lock is taken, the attempt offers to take it in its wake-up (see `crate::handover`).
+    /// If its caller goes away, whatever it got is given back.
     fn attempt(
         self: &Arc<Self>,
         lease: Duration,
         attempt: String,
         withdraw: &Withdraw<LockCore>,
         on_grant: OnGrant,
+        offers: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
+        let offers = offers && !withdraw.registration().is_zero();
         let request = self.keys().and_then(|keys| {
-            let Waiting::Clients { waiters, channel } = &keys.waiting else {
+            let Waiting::Clients {
+                waiters,
+                offers: offer_key,
+                channel,
+            } = &keys.waiting
+            else {
                 return Err(Error::invalid("a fair lock waits in its queue"));
             };
             let registration = match withdraw.registration().is_zero() {
                 true => 0,
                 false => redis_millis(withdraw.registration()),
             };
+            // A hold handed over to an earlier offer of this client that no task took is
+            // this attempt's to take over, if it may register the client (it then replaces
+            // the client's offer in Redis, or takes it out; see `crate::handover`).
+            let offered = match registration {
+                0 => String::new(),
+                _ => self.names.offers.name(),
+            };
+            let hand_over = offers.then(|| hand_over_lease(&self.client));
+            if let Some(lease) = hand_over {
+                self.names
+                    .offers
+                    .offering(&attempt, &self.owner, Instant::now(), lease);
+            }
             let call = scripts::Acquire {
                 hash: &keys.hash,
                 fence: &keys.fence,
@@ -619,11 +688,27 @@ impl LockCore {
                 channel,
                 registration_ms: registration,
                 on_grant: on_grant.as_arg(),
+                offers: offer_key,
+                hand_over_ms: hand_over.map_or(0, redis_millis),
+                offered: &offered,
             }
             .call();
             Ok((call, Some((withdraw.clone(), on_grant))))
         });
-        self.send_attempt(request, attempt, lease)
+        self.send_attempt(request, attempt, lease, offers)
+    }
+
+    /// The hold a release handed over in the wake-up, as granted to the task that offered.
+    /// The push took the client out of the registry (its next waiting task asks at once).
+    fn handed_over(&self, claimed: Claimed) -> Attempt<Granted> {
+        self.names.registration.unregistered();
+        Attempt::Acquired(Granted {
+            attempt: claimed.attempt,
+            token: claimed.token,
+            sent_at: claimed.sent_at,
+            handed_over: Some(claimed.lease),
+            _counted: LiveCount::new(&self.live_guards),
+        })
     }
 }
 
@@ -632,16 +717,28 @@ impl Waitlist for LockCore {
         &self.client
     }
 
+    fn waiting_queue(&self) -> Option<String> {
+        self.keys().ok().map(|keys| keys.hash.clone())
+    }
+
     /// The call that takes this client out of the lock's registry of waiters.
     fn withdraw_call(&self) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        let Waiting::Clients { waiters, channel } = &keys.waiting else {
+        let Waiting::Clients {
+            waiters,
+            offers,
+            channel,
+        } = &keys.waiting
+        else {
             return Err(Error::invalid("a fair lock waits in its queue"));
         };
         Ok(scripts::Withdraw {
             hash: &keys.hash,
             waiters,
+            offers,
+            fence: &keys.fence,
             channel,
+            offered: &self.names.offers.name(),
         }
         .call())
     }
@@ -681,21 +778,25 @@ impl LockCore {
             .call();
             Ok((call, None))
         });
-        self.send_attempt(request, waiter, lease)
+        self.send_attempt(request, waiter, lease, false)
     }
 
     /// Sends an acquire `request` of attempt `attempt`, with the wait's withdrawal and what a
     /// grant does with the client's registration if it registers the client; if its caller
     /// goes away, whatever it got is given back, and a client it may have registered as
-    /// waiting withdraws.
+    /// waiting withdraws. `offers`: the attempt offered to take the lock in its wake-up: the
+    /// next task of the client to wait then asks at once, making an offer of its own, rather
+    /// than waiting for a wake-up that the registration kept for it (see
+    /// [`Attempt::AcquiredStillWaiting`]) would bring without one.
     fn send_attempt(
         self: &Arc<Self>,
         request: Result<(ScriptCall, Option<Registering>)>,
         attempt: String,
         lease: Duration,
+        offers: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let sent_at = Instant::now();
-        let kept = matches!(&request, Ok((_, Some((_, OnGrant::Keep)))));
+        let kept = !offers && matches!(&request, Ok((_, Some((_, OnGrant::Keep)))));
         let request = request.map(|(call, withdraw)| {
             let core = self.clone();
             let abandoned = attempt.clone();
@@ -736,10 +837,14 @@ impl LockCore {
                     if kept {
                         core.names.hold_handed_over(sent_at.checked_add(lease));
                     }
+                    if offers {
+                        core.names.offers.granted(&attempt);
+                    }
                     let granted = Granted {
                         attempt,
                         token,
                         sent_at,
+                        handed_over: None,
                         _counted: LiveCount::new(&core.live_guards),
                     };
                     match kept {
@@ -747,7 +852,13 @@ impl LockCore {
                         false => Attempt::Acquired(granted),
                     }
                 }
-                AcquireReply::Busy { pttl } => Attempt::Busy { retry_in: pttl },
+                AcquireReply::Busy { pttl } => {
+                    if offers {
+                        // Its offer is in Redis: a hand-over to it may come.
+                        core.names.offers.confirmed(&attempt);
+                    }
+                    Attempt::Busy { retry_in: pttl }
+                }
                 // Only an attempt given back before it ran says this, and nobody awaits those.
                 AcquireReply::GivenBack => Attempt::Busy { retry_in: None },
             })
@@ -779,6 +890,16 @@ impl LockNames {
     }
 }
 
+/// The lease of a guard's hold.
+enum GuardLease {
+    /// Fixed by the caller.
+    Fixed(Duration),
+    /// The watchdog's.
+    Watchdog,
+    /// The watchdog's, after a hand-over's short lease (see `crate::handover`).
+    HandedOver(Duration),
+}
+
 /// The wait whose registration an acquire request may change, and what its grant does with
 /// that registration.
 type Registering = (Withdraw<LockCore>, OnGrant);
@@ -788,6 +909,9 @@ pub(crate) struct Granted {
     attempt: String,
     token: u64,
     sent_at: Instant,
+    /// Handed over in a wake-up, with this short lease from `sent_at` (the watchdog
+    /// lengthens it).
+    handed_over: Option<Duration>,
     /// Counts the hold among its owner's live guards from the reply on, before its guard
     /// does: the next head of the local queue may start its turn in between, and must see
     /// that this owner holds the lock (see `LockCore::acquire_registered`).

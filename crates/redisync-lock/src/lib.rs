@@ -18,6 +18,7 @@
 mod core;
 mod fair;
 mod guard;
+mod handover;
 mod lock;
 mod scripts;
 

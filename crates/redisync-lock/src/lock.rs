@@ -31,11 +31,12 @@ use crate::guard::LockGuard;
 ///
 /// | key / channel | type | content |
 /// |---|---|---|
-/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it), `w` (`1` while clients may be registered as waiting: only then does the release look for one to wake); exists exactly while the lock is held, and expires with the lease |
+/// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, `h` for a hold handed over in a wake-up, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it), `w` (`1` while clients may be registered as waiting: only then does the release look for one to wake); exists exactly while the lock is held, and expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); a waiting client registers again every second, and the set expires about 5 s (plus two command timeouts) after the last registration |
+/// | `<prefix>:{<name>}:offers` | hash | one entry per waiting client whose head task offered to take the lock in its wake-up (it waits with the watchdog's lease): its wake-up channel → the task's owner id, the id of the attempt that offered, the hand-over lease it asks for, and when (server ms); expires with the registry |
 /// | `<prefix>:{<name>}:attempt:<attempt>` | string | only for an acquire whose outcome was unknown and that was given back (its caller went away, or the connection broke): the give-back's outcome, kept for the lease plus two command timeouts, so that the acquire can no longer grant if Redis runs it late |
-/// | `<prefix>:{<name>}:wake:<client id>` | channel | one per waiting client: the release that frees the lock publishes on the channel of the client that has waited longest, and only when some client waits |
+/// | `<prefix>:{<name>}:wake:<client id>` | channel | one per waiting client: the release that frees the lock publishes on the channel of the client that has waited longest, and only when some client waits: `g <attempt> <token>` when it handed the lock over to that client's offer, else `w` |
 ///
 /// A release keeps no record: a release that is sent again after a broken connection, and
 /// finds the hold already gone, is judged by the client (see [`LockGuard::unlock`]). So the
@@ -48,21 +49,39 @@ use crate::guard::LockGuard;
 /// | uncontended acquire | 1 | 4: `EXISTS` (attempt record, lock and registry of waiters, one call), `INCR` (fence), `HSET`, `PEXPIRE` |
 /// | re-entry | 1 | 7: `EXISTS` ×2, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
 /// | release, nobody waiting | 1 | 2: `HMGET`, `DEL` (the hash says nobody registered: no look at the registry, no `PUBLISH`) |
-/// | release with clients waiting | 1 | 5: as above, then `ZRANGE`, `ZREM` and one `PUBLISH` to one client |
-/// | contended acquire | 1 + 1 after subscribing + 1 per wake-up, and 1 per second of waiting (`RECHECK`) | one more `EXISTS` than uncontended when a key exists; a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`) and marks the hash (`HSET`); the first try, made before, does not |
-/// | contended acquire granted while more tasks of the client wait | as above | the grant sends the client to the back of the registry (`ZREM`, then as a registration) |
-/// | the next of those tasks | 0 before its wake-up, then as a contended acquire | |
+/// | release with clients waiting | 1 | as above, then `ZRANGE`, `ZREM`, `HGET` (its offer) and one `PUBLISH` to one client; a hand-over adds `HDEL`, `TIME`, `INCR`, `HSET`, `PEXPIRE` (a grant) |
+/// | contended acquire | 1 + 1 after subscribing, and 1 per second of waiting (`RECHECK`); 0 when a release hands the lock over in the wake-up, else 1 per wake-up | one more `EXISTS` than uncontended when a key exists; a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`), marks the hash (`HSET`) and, with the watchdog's lease, offers to take the lock in its wake-up (`HSET`, `TIME`, `PEXPIRE`); the first try, made before, does none of it |
+/// | a hold handed over in the wake-up | 0 to take it; + 1 in the background (the watchdog lengthening its short lease) if the guard lives past half of it | |
+/// | contended acquire granted while more tasks of the client wait | as above | with a fixed lease, the grant sends the client to the back of the registry (`ZREM`, then as a registration); with the watchdog's, the next task asks at once instead, offering |
+/// | the next of those tasks, with a fixed lease | 0 before its wake-up, then as a contended acquire | |
 /// | a wait given up while its client is registered, by the client's last waiting task | + 1 in the background (`lock_withdraw`) | |
 /// | introspection, `force_unlock` | 1 | |
 ///
-/// A contended hand-off costs two scripts whatever the number of waiting clients: the
-/// release, and the woken client's acquire. When more tasks of that client wait, its grant
-/// keeps the client registered for them, at the back, so the next of them waits for its
-/// wake-up without asking Redis first; it asks all the same if a wake-up came between the
-/// grant and its turn, and at the latest a second after its turn came (`RECHECK`), or when
-/// the hold just granted would lapse unrenewed, if sooner. Clients take
-/// turns in the order they registered, and within a client tasks take turns in the order
-/// they asked, so no client or task starves.
+/// A contended hand-off costs two scripts whatever the number of waiting clients. With the
+/// watchdog's lease (`lock()`, `try_lock_for`) on a client that hears wake-ups by pub/sub and
+/// does not wait for replicas, the first task of each waiting client offers
+/// to take the lock in its wake-up when it finds it taken, and the release that frees the lock
+/// grants it to the offer of the client that has waited longest, with a short lease (a
+/// second, or the client's watchdog lease if shorter), and says so in the wake-up: the woken
+/// task holds the lock as soon as the message arrives, without a request of its own, and its
+/// watchdog lengthens the lease once half of it has passed. The two scripts are then the
+/// release and the registering acquire of the client's next waiting task, made while the
+/// lock is held, off the hand-off's path. A designee that cannot take what it was handed
+/// delays the others no longer than a lost wake-up did before: a client nobody hears any more
+/// is skipped in the same script (the grant is undone); one whose task was cancelled gives
+/// the hold back with its withdrawal, or its next waiting task takes it over with its next
+/// acquire; one that is stopped keeps the lock for the short lease at most. A task that reads
+/// its wake-up too late to be sure of that lease asks instead, and its acquire takes the hold
+/// over. Only the owner whose attempt offered takes the hold, and only while enough of the
+/// short lease is surely left, counted from when its offering request was sent.
+///
+/// With a fixed lease (or polling, or replica sync), the woken client asks: the two scripts are the release and that
+/// acquire. When more tasks of that client wait, its grant keeps the client registered for
+/// them, at the back, so the next of them waits for its wake-up without asking Redis first;
+/// it asks all the same if a wake-up came between the grant and its turn, and at the latest a
+/// second after its turn came (`RECHECK`), or when the hold just granted would lapse
+/// unrenewed, if sooner. Clients take turns in the order they registered, and within a
+/// client tasks take turns in the order they asked, so no client or task starves.
 ///
 /// # Examples
 ///

@@ -8,8 +8,8 @@ redisync_core::toolkit::lua_script! {
     /// Takes a lock, or re-enters it, or registers the client as waiting
     /// (`lua/lock_acquire.lua`).
     pub(crate) struct Acquire = new "lock_acquire" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
-        keys { hash, fence, attempt_record, waiters }
+        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
+        keys { hash, fence, attempt_record, waiters, offers }
         args {
             owner: &'a str,
             lease_ms: u64,
@@ -17,16 +17,18 @@ redisync_core::toolkit::lua_script! {
             channel: &'a str,
             registration_ms: u64,
             on_grant: &'a str,
+            hand_over_ms: u64,
+            offered: &'a str,
         }
     }
 }
 
 redisync_core::toolkit::lua_script! {
-    /// Gives back one attempt's hold and wakes the next waiting client
+    /// Gives back one attempt's hold and wakes the next waiting client, or hands it the lock
     /// (`lua/lock_release.lua`).
     pub(crate) struct Release = new "lock_release" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
-        keys { hash, attempt_record, waiters }
+        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
+        keys { hash, attempt_record, waiters, offers, fence }
         args { attempt: &'a str, remember_ms: u64 }
     }
 }
@@ -34,9 +36,9 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes a client out of the lock's waiters (`lua/lock_withdraw.lua`).
     pub(crate) struct Withdraw = new "lock_withdraw" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude"] {
-        keys { hash, waiters }
-        args { channel: &'a str }
+        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
+        keys { hash, waiters, offers, fence }
+        args { channel: &'a str, offered: &'a str }
     }
 }
 

@@ -243,7 +243,7 @@ impl State {
     }
 
     fn channel(&self) -> Option<ChannelState> {
-        self.session.as_ref().map(|s| *s.watcher.borrow())
+        self.session.as_ref().map(|s| s.watcher.borrow().clone())
     }
 }
 
@@ -254,7 +254,7 @@ pub(crate) struct DrainWatch(Option<watch::Receiver<ChannelState>>);
 impl DrainWatch {
     /// The channel's generation now, if the subscription is confirmed.
     pub(crate) fn confirmed_generation(&self) -> Option<u64> {
-        let state = *self.0.as_ref()?.borrow();
+        let state = self.0.as_ref()?.borrow().clone();
         state.subscribed.then_some(state.generation)
     }
 }
@@ -571,7 +571,7 @@ async fn watch_holds(
     mut watcher: watch::Receiver<ChannelState>,
 ) {
     loop {
-        let channel = *watcher.borrow_and_update();
+        let channel = watcher.borrow_and_update().clone();
         if channel.subscribed || channel.unreachable {
             let Some(coalescer) = coalescer.upgrade() else {
                 return;

@@ -118,7 +118,7 @@ pub(super) async fn run(
         }
         let connected = tokio::select! {
             _ = transport.shutdown.wait() => {
-                hub.update_all(|s| s.generation += 1);
+                hub.update_all(|s| s.bump());
                 return;
             }
             c = tokio::time::timeout(timeout, client.get_async_connection()) => c,
@@ -130,7 +130,7 @@ pub(super) async fn run(
         }
         down_since.get_or_insert_with(Instant::now);
         if sleep_or_shutdown(&transport, &mut backoff, &mut changes).await {
-            hub.update_all(|s| s.generation += 1);
+            hub.update_all(|s| s.bump());
             return;
         }
     };
@@ -229,7 +229,7 @@ pub(super) async fn run(
             }
         }
     }
-    hub.update_all(|s| s.generation += 1);
+    hub.update_all(|s| s.bump());
 }
 
 /// Handles one push from the cluster connection; returns channels to subscribe again.
@@ -239,7 +239,13 @@ fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) -> Option<HashSe
         _ => None,
     });
     match (push.kind, channel) {
-        (PushKind::SMessage, Some(channel)) => hub.update(&channel, |s| s.generation += 1),
+        (PushKind::SMessage, Some(channel)) => {
+            let payload: std::sync::Arc<str> = match push.data.get(1) {
+                Some(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into(),
+                _ => "".into(),
+            };
+            hub.update(&channel, |s| s.deliver(payload.clone()));
+        }
         (PushKind::SSubscribe, Some(channel)) => {
             subs.unconfirmed.remove(&channel);
             if !hub.is_wanted(&channel) {
@@ -258,7 +264,7 @@ fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) -> Option<HashSe
                 s.subscribed = true;
                 s.unreachable = false;
                 if missed {
-                    s.generation += 1;
+                    s.bump();
                 }
             });
         }
@@ -270,7 +276,7 @@ fn on_push(hub: &Hub, subs: &mut Subscriptions, push: PushInfo) -> Option<HashSe
                 subs.interrupted.insert(channel.clone());
                 hub.update(&channel, |s| {
                     s.subscribed = false;
-                    s.generation += 1;
+                    s.bump();
                 });
                 schedule_retry(subs, channel, RESUBSCRIBE_AFTER);
             }
@@ -295,7 +301,7 @@ fn interrupt_all(hub: &Hub, subs: &mut Subscriptions) -> HashSet<String> {
     subs.unconfirmed.clear();
     hub.update_all(|s| {
         s.subscribed = false;
-        s.generation += 1;
+        s.bump();
     });
     hub.wanted()
 }

@@ -49,8 +49,21 @@ pub trait Waitlist: Send + Sync + 'static {
     /// The client of the primitive's handle.
     fn client(&self) -> &Client;
     /// The call that takes this client out of the primitive's registry of waiting clients
-    /// (passing on a wake-up it may have swallowed).
+    /// (passing on a wake-up it may have swallowed). [`ClientRegistration::withdraw`] builds
+    /// it only once the client is to withdraw; a primitive whose call notes what it names
+    /// overrides [`waiting_queue`](Self::waiting_queue), whose default builds it too.
     fn withdraw_call(&self) -> Result<ScriptCall>;
+
+    /// The local queue of the primitive's waiting tasks ([`WaitSpec::queue`]), if it has
+    /// one: a withdrawal is moot while tasks wait in it. By default, the first key of the
+    /// withdrawal's call.
+    ///
+    /// [`WaitSpec::queue`]: crate::wait::WaitSpec::queue
+    fn waiting_queue(&self) -> Option<String> {
+        self.withdraw_call()
+            .ok()
+            .map(|call| call.first_key().to_owned())
+    }
 }
 
 /// What an attempt's grant does with the client's registration as waiting, decided when the
@@ -149,16 +162,15 @@ impl ClientRegistration {
     }
 
     /// Withdraws the client from `list`'s registry of waiting clients in the background, if it
-    /// may be registered and `others_wait` (asked with the withdrawal's call) says no other
-    /// task of the client waits: those keep the registration, and the last of them to leave
-    /// withdraws. The withdrawal is retried for a few command timeouts at most, and only until
+    /// may be registered and `others_wait` (asked of `list`) says no other task of the client
+    /// waits: those keep the registration, and the last of them to leave withdraws. The withdrawal is retried for a few command timeouts at most, and only until
     /// the client sends a registering attempt again (see [`registering`](Self::registering)),
     /// which makes it pointless and, landing after that attempt, harmful. If it fails, the
     /// entry lapses by itself, or is skipped by the next wake-up once nobody listens on it.
     pub fn withdraw<L: Waitlist + ?Sized>(
         self: &Arc<Self>,
         list: &L,
-        others_wait: impl FnOnce(&ScriptCall) -> bool,
+        others_wait: impl FnOnce(&L) -> bool,
     ) {
         // Most waits end with the client not registered (every uncontended acquire): they
         // need no call, so none is built.
@@ -166,14 +178,14 @@ impl ClientRegistration {
             return;
         }
         let client = list.client();
+        // Read first: a registering attempt sent from here on makes this withdrawal moot.
+        let attempts = lock(&self.wire).attempts;
+        if others_wait(list) || !self.registered.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let Ok(call) = list.withdraw_call() else {
             return;
         };
-        // Read first: a registering attempt sent from here on makes this withdrawal moot.
-        let attempts = lock(&self.wire).attempts;
-        if others_wait(&call) || !self.registered.swap(false, Ordering::AcqRel) {
-            return;
-        }
         let retry = client.retry_for_lease(Instant::now(), Some(client.command_timeout()));
         let gate = WithdrawalGate::new(self.clone(), attempts);
         client.spawn_release_gated(call, retry, Arc::new(gate));
@@ -394,9 +406,9 @@ impl<L: Waitlist> Withdraw<L> {
     /// it waits any more (those keep the registration: the next of them asks Redis at once,
     /// and the last to leave withdraws).
     fn send(&self) {
-        let client = self.list.client();
-        self.client.withdraw(&*self.list, |call| {
-            client.has_local_waiters(call.first_key())
+        self.client.withdraw(&*self.list, |list| {
+            list.waiting_queue()
+                .is_some_and(|queue| list.client().has_local_waiters(&queue))
         });
     }
 }

@@ -1,0 +1,496 @@
+//! Hand-overs in the wake-up (`lua/lock_hand_over_prelude.lua`): the release that frees the
+//! plain lock grants it to the task that waited for it, and says so in the wake-up, so that
+//! the woken task holds the lock without asking Redis. Asserted as structure (requests run,
+//! tokens given, who holds the lock), and for designees that cannot take what they were
+//! handed (dead, stopped, cancelled, or reading their wake-up too late): the lock then goes on
+//! within the hand-over's short lease at the most, never later.
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{client, eventually, int, lock_key, ms, text, wake_channel};
+use redisync::prelude::*;
+use redisync_test_harness::RedisServer;
+
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// One of the plain lock's scripts, `lua/<file>`, with the preludes it is sent with.
+macro_rules! lock_script {
+    ($file:literal) => {
+        redis::Script::new(concat!(
+            include_str!("../../lua/publish_prelude.lua"),
+            include_str!("../../lua/lock_prelude.lua"),
+            include_str!("../../lua/wake_prelude.lua"),
+            include_str!("../../lua/lock_hand_over_prelude.lua"),
+            include_str!(concat!("../../lua/", $file))
+        ))
+    };
+}
+
+/// The lease a hand-over grants until the designee's watchdog lengthens it (the lock
+/// crate's `HAND_OVER_LEASE`: a waiting client's re-check period).
+const HAND_OVER_LEASE: Duration = Duration::from_secs(1);
+
+fn offers_key(name: &str) -> String {
+    format!("redisync:{{{name}}}:offers")
+}
+
+/// Whether `client` offered to take lock `name` in its wake-up.
+fn offered(server: &RedisServer, name: &str, client: &Client) -> bool {
+    int(
+        server,
+        &["HEXISTS", &offers_key(name), &wake_channel(name, client)],
+    ) == 1
+}
+
+/// Loads the lock's scripts into `server` with an uncontended cycle, so that counted scripts
+/// are not counted twice for a `NOSCRIPT` answer.
+async fn load_scripts(server: &RedisServer) {
+    let c = client(server).await;
+    c.lock("warm-up")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// Scripts Redis ran since the last `CONFIG RESETSTAT`.
+fn scripts_run(server: &RedisServer) -> u64 {
+    common::operation_stats(server)
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0)
+}
+
+fn holder_of(server: &RedisServer, name: &str) -> String {
+    text(&server.cmd(&["HGET", &lock_key(name), "owner"]))
+}
+
+/// A holder of lock `name` in a runtime of its own, on its own thread, so that the test's
+/// runtime can be held up while the holder releases. Returns the token of its hold, a sender
+/// that makes it release, and a receiver told when the release is over.
+fn holder_on_its_own_thread(
+    url: String,
+    name: &'static str,
+) -> (u64, mpsc::Sender<()>, mpsc::Receiver<()>) {
+    let (held_tx, held_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (released_tx, released_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let holder = Client::connect(url).await.unwrap();
+            let guard = holder.lock(name).lock().await.unwrap();
+            held_tx.send(guard.fencing_token()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || release_rx.recv())
+                .await
+                .unwrap();
+            guard.unlock().await.unwrap();
+            released_tx.send(()).unwrap();
+        });
+    });
+    let token = held_rx
+        .recv_timeout(SETTLE)
+        .expect("the holder takes the lock");
+    (token, release_tx, released_rx)
+}
+
+/// The designee holds the lock as soon as its wake-up arrives: after the release, Redis runs
+/// no script for it, its guard has the next fencing token, and its watchdog lengthens the
+/// hand-over's short lease before it runs out.
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_waiting_task_in_its_wake_up() {
+    let name = "handed";
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    // The waiting client's watchdog has had a hold, and sleeps until its next round: the
+    // hand-over's hold must wake it earlier.
+    let earlier = waiting.lock("earlier").lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &waiting).await;
+    earlier.unlock().await.unwrap();
+    let guard = holder.lock(name).lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &holder).await;
+    let lock = waiting.lock(name);
+    let owner = lock.owner_id().to_owned();
+    let task = tokio::spawn(async move { lock.lock().await });
+    eventually("the waiting client offered", SETTLE, || {
+        offered(&server, name, &waiting)
+    })
+    .await;
+    let released_token = guard.fencing_token();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    let handed = tokio::time::timeout(SETTLE, task)
+        .await
+        .expect("the waiting task gets the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(scripts_run(&server), 1, "only the release ran a script");
+    assert_eq!(handed.fencing_token(), released_token + 1);
+    assert!(!offered(&server, name, &waiting), "the offer was taken");
+
+    // Past the hand-over's lease: the watchdog lengthened it to its own.
+    tokio::time::sleep(HAND_OVER_LEASE + ms(500)).await;
+    assert!(!handed.is_lost());
+    assert_eq!(holder_of(&server, name), owner);
+    let left = int(&server, &["PTTL", &lock_key(name)]);
+    assert!(left > 5_000, "the lease is the watchdog's, {left} ms left");
+    handed.unlock().await.unwrap();
+    assert!(!common::exists(&server, &lock_key(name)));
+    eventually("both clients are idle", SETTLE, || {
+        holder.local_state() == redisync::LocalState::default()
+            && waiting.local_state() == redisync::LocalState::default()
+    })
+    .await;
+}
+
+/// A designee that reads its wake-up too late to be sure of the hand-over's lease (its
+/// runtime was held up) does not take the hold from the message: it asks, and its acquire
+/// takes over the hold handed to it (the same token, one hold, not a re-entry on top of it),
+/// which frees the lock with one release.
+#[tokio::test]
+async fn a_hand_over_read_too_late_is_taken_over_by_an_acquire() {
+    let name = "late";
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
+    let waiting = client(&server).await;
+    let task = tokio::spawn({
+        let lock = waiting.lock(name);
+        async move { lock.lock().await }
+    });
+    eventually("the waiting client offered", SETTLE, || {
+        offered(&server, name, &waiting)
+    })
+    .await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    release.send(()).unwrap();
+    // This runtime, where the waiting client reads its wake-up, is held up until less of the
+    // hand-over's lease is surely left than a claim from the message needs.
+    std::thread::sleep(ms(900));
+    released
+        .recv_timeout(SETTLE)
+        .expect("the holder released meanwhile");
+    let handed = tokio::time::timeout(SETTLE, task)
+        .await
+        .expect("the waiting task gets the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        scripts_run(&server),
+        2,
+        "the release, then the acquire that took the hand-over over"
+    );
+    assert_eq!(
+        handed.fencing_token(),
+        released_token + 1,
+        "the hold handed over, not a new grant"
+    );
+    assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
+    handed.unlock().await.unwrap();
+    assert!(
+        !common::exists(&server, &lock_key(name)),
+        "one release frees the lock: no hold was left behind"
+    );
+}
+
+/// A designee whose task is cancelled after the lock was handed to it, before it read its
+/// wake-up, gives the hold back with its client's withdrawal: the next waiting client gets
+/// the lock before the hand-over's lease would have run out by itself.
+#[tokio::test]
+async fn a_hand_over_to_a_cancelled_task_is_given_back_at_once() {
+    let name = "cancelled";
+    let server = RedisServer::start();
+    let (_, release, released) = holder_on_its_own_thread(server.url(), name);
+    let designee = client(&server).await;
+    let next = client(&server).await;
+    let lock = designee.lock(name);
+    let owner = lock.owner_id().to_owned();
+    let designee_task = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    eventually("the designee offered", SETTLE, || {
+        offered(&server, name, &designee)
+    })
+    .await;
+    let next_task = tokio::spawn({
+        let lock = next.lock(name);
+        async move {
+            let guard = lock.lock().await;
+            (guard.map(|g| g.fencing_token()), Instant::now())
+        }
+    });
+    eventually("the next client offered", SETTLE, || {
+        offered(&server, name, &next)
+    })
+    .await;
+    release.send(()).unwrap();
+    // Held up until the hand-over is in Redis, then cancelled before it runs again.
+    released.recv_timeout(SETTLE).expect("the holder released");
+    let handed_at = Instant::now();
+    assert_eq!(holder_of(&server, name), owner);
+    designee_task.abort();
+    let (token, acquired_at) = tokio::time::timeout(SETTLE, next_task)
+        .await
+        .expect("the next client gets the lock")
+        .unwrap();
+    token.unwrap();
+    let waited = acquired_at.duration_since(handed_at);
+    assert!(
+        waited < HAND_OVER_LEASE - ms(100),
+        "the next client waited {waited:?}, as if the hold had to run out"
+    );
+    eventually("the designee's client is idle", SETTLE, || {
+        designee.local_state() == redisync::LocalState::default()
+    })
+    .await;
+}
+
+/// A client registered with an offer that nobody hears any more (its connections are gone)
+/// is skipped: the grant made for it is undone in the same script, and the lock goes to the
+/// next client at once (the undone grant used up one fencing token).
+#[tokio::test]
+async fn a_hand_over_nobody_hears_goes_to_the_next_client() {
+    let name = "deaf";
+    let server = RedisServer::start();
+    let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
+    let next = client(&server).await;
+    let lock = next.lock(name);
+    let owner = lock.owner_id().to_owned();
+    let task = tokio::spawn(async move { lock.lock().await });
+    eventually("the next client offered", SETTLE, || {
+        offered(&server, name, &next)
+    })
+    .await;
+    register_ghost(&server, name, "redisync:{deaf}:wake:gone");
+    release.send(()).unwrap();
+    released.recv_timeout(SETTLE).expect("the holder released");
+    let handed = tokio::time::timeout(ms(900), task)
+        .await
+        .expect("the next client gets the lock before a hand-over's lease would run out")
+        .unwrap()
+        .unwrap();
+    assert_eq!(handed.fencing_token(), released_token + 2);
+    assert_eq!(holder_of(&server, name), owner);
+    let fields = common::strings(&server.cmd(&["HKEYS", &lock_key(name)]));
+    assert!(
+        !fields.contains(&"a:ghost:2".to_owned()),
+        "the undone grant left a hold behind: {fields:?}"
+    );
+    handed.unlock().await.unwrap();
+}
+
+/// A client that hears its wake-up but cannot act (stopped) is handed the lock all the same,
+/// and keeps it only for the hand-over's lease: the next client gets it once that runs out,
+/// no later than a re-check after, which is the bound a swallowed wake-up had before
+/// hand-overs.
+#[tokio::test]
+async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() {
+    let name = "stopped";
+    let server = RedisServer::start();
+    let (_, release, released) = holder_on_its_own_thread(server.url(), name);
+    let next = client(&server).await;
+    let task = tokio::spawn({
+        let lock = next.lock(name);
+        async move {
+            let guard = lock.lock().await;
+            (guard, Instant::now())
+        }
+    });
+    eventually("the next client offered", SETTLE, || {
+        offered(&server, name, &next)
+    })
+    .await;
+    // A subscriber that reads nothing: a stopped client's connection.
+    let ghost = "redisync:{stopped}:wake:stopped";
+    let listener = redis::Client::open(server.url()).unwrap();
+    let mut stopped = listener.get_connection().unwrap();
+    let mut stopped = stopped.as_pubsub();
+    stopped.subscribe(ghost).unwrap();
+    register_ghost(&server, name, ghost);
+    release.send(()).unwrap();
+    released.recv_timeout(SETTLE).expect("the holder released");
+    let handed_at = Instant::now();
+    assert_eq!(
+        holder_of(&server, name),
+        "ghost:1",
+        "handed to the stopped client"
+    );
+    let (guard, acquired_at) = tokio::time::timeout(SETTLE, task)
+        .await
+        .expect("the next client gets the lock")
+        .unwrap();
+    guard.unwrap().unlock().await.unwrap();
+    let waited = acquired_at.duration_since(handed_at);
+    assert!(
+        waited < HAND_OVER_LEASE * 2 + ms(500),
+        "the next client waited {waited:?}"
+    );
+}
+
+/// Registers a made-up client at the head of lock `name`'s waiting clients, listening on
+/// `channel`, with a fresh offer for its task `ghost:1` (attempt `ghost:2`, a hand-over lease
+/// of 1 s).
+fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
+    let time = common::strings(&server.cmd(&["TIME"]));
+    let now_ms: u64 =
+        time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
+    let waiters = format!("redisync:{{{name}}}:waiters");
+    server.cmd(&["ZADD", &waiters, "1", channel]);
+    server.cmd(&[
+        "HSET",
+        &offers_key(name),
+        channel,
+        &format!("ghost:1 ghost:2 1000 {now_ms}"),
+    ]);
+}
+
+/// A `try_lock` of a client whose task waits for the lock names none of its offers: it cannot
+/// replace the client's offer in Redis, which may still be handed the lock, and the waiting
+/// task must then be able to take that hold from its wake-up (before, the `try_lock` used
+/// the offer up, and the waiting task re-entered the hold handed to it, leaving a second hold
+/// behind that kept the lock for a whole watchdog lease).
+#[tokio::test]
+async fn a_try_lock_leaves_the_offer_of_its_clients_waiting_task_alone() {
+    let name = "tried";
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    let guard = holder.lock(name).lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &holder).await;
+    let lock = waiting.lock(name);
+    let task = tokio::spawn(async move { lock.lock().await });
+    eventually("the waiting client offered", SETTLE, || {
+        offered(&server, name, &waiting)
+    })
+    .await;
+    assert!(waiting.lock(name).try_lock().await.unwrap().is_none());
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    let handed = tokio::time::timeout(SETTLE, task)
+        .await
+        .expect("the waiting task gets the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(scripts_run(&server), 1, "only the release ran a script");
+    assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
+    handed.unlock().await.unwrap();
+    assert!(!common::exists(&server, &lock_key(name)));
+}
+
+/// What an acquire that names earlier offers may take (`take_over` in
+/// `lua/lock_hand_over_prelude.lua`), run on the script itself: only a hold handed over in a
+/// wake-up (`h`), never one an attempt got by its own request; and only while it is the
+/// lock's one hold (one its owner re-entered is given back, the other hold standing).
+#[tokio::test]
+async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
+    let server = RedisServer::start();
+    let acquire = lock_script!("lock_acquire.lua");
+    let hash = "redisync:{over}:lock";
+    let mut conn = server.connection();
+    let mut ask = |attempt: &str| -> Vec<i64> {
+        acquire
+            .key(hash)
+            .key("redisync:{over}:fence")
+            .key(format!("redisync:{{over}}:attempt:{attempt}"))
+            .key("redisync:{over}:waiters")
+            .key("redisync:{over}:offers")
+            .arg("other")
+            .arg(30_000)
+            .arg(attempt)
+            .arg("redisync:{over}:wake:other")
+            .arg(0)
+            .arg("0")
+            .arg("0")
+            .arg("mine")
+            .invoke(&mut conn)
+            .unwrap()
+    };
+    let hold = |fields: &[&str]| {
+        server.cmd(&["DEL", hash]);
+        let mut args = vec!["HSET", hash, "owner", "holder", "token", "7"];
+        args.extend(fields);
+        server.cmd(&args);
+        server.cmd(&["PEXPIRE", hash, "30000"]);
+    };
+    let field = |name: &str| match server.cmd(&["HGET", hash, name]) {
+        redis::Value::Nil => String::new(),
+        value => text(&value),
+    };
+
+    // Granted by its own request: not taken.
+    hold(&["count", "1", "a:mine", "1"]);
+    assert_eq!(ask("z1")[0], 0, "busy");
+    assert_eq!(
+        (field("owner"), field("a:mine")),
+        ("holder".into(), "1".into())
+    );
+
+    // Handed over, the lock's one hold: taken over, with its token.
+    hold(&["count", "1", "a:mine", "h"]);
+    assert_eq!(ask("z2"), vec![1, 7, 1]);
+    assert_eq!(
+        (field("owner"), field("count")),
+        ("other".into(), "1".into())
+    );
+    assert_eq!(
+        (field("a:z2"), field("a:mine")),
+        ("1".into(), String::new())
+    );
+
+    // Handed over and re-entered by its owner since: given back, the re-entry stands.
+    hold(&["count", "2", "a:mine", "h", "a:again", "1"]);
+    assert_eq!(ask("z3")[0], 0, "busy: the owner's other hold stands");
+    assert_eq!(
+        (field("owner"), field("count")),
+        ("holder".into(), "1".into())
+    );
+    assert_eq!(
+        (field("a:again"), field("a:mine")),
+        ("1".into(), String::new())
+    );
+}
+
+/// The withdrawal gives back only a hold handed over in a wake-up (`h`), never one that an
+/// offering attempt got by its own request: that attempt may have been granted while the
+/// withdrawal was decided, and its guard holds the lock (a review found a withdrawal freeing
+/// such a hold, letting another client in while the guard's owner still believed it held).
+#[tokio::test]
+async fn a_withdrawal_gives_back_only_a_hand_over() {
+    let server = RedisServer::start();
+    let withdraw = lock_script!("lock_withdraw.lua");
+    let hash = "redisync:{gone}:lock";
+    let mut conn = server.connection();
+    let mut withdraw = |offered: &str| -> i64 {
+        withdraw
+            .key(hash)
+            .key("redisync:{gone}:waiters")
+            .key("redisync:{gone}:offers")
+            .key("redisync:{gone}:fence")
+            .arg("redisync:{gone}:wake:me")
+            .arg(offered)
+            .invoke(&mut conn)
+            .unwrap()
+    };
+    for (value, given_back) in [("1", false), ("h", true)] {
+        server.cmd(&["DEL", hash]);
+        server.cmd(&[
+            "HSET", hash, "owner", "me:1", "count", "1", "token", "3", "a:n1", value,
+        ]);
+        server.cmd(&["PEXPIRE", hash, "30000"]);
+        assert_eq!(withdraw("a1 n1"), 0);
+        assert_eq!(
+            common::exists(&server, hash),
+            !given_back,
+            "a hold marked {value:?}"
+        );
+    }
+}

@@ -1,0 +1,103 @@
+-- lock_hand_over_prelude: a release that hands the plain lock to the next waiting client in
+-- the wake-up itself, so that the woken task holds it without asking Redis; prepended (after
+-- lock_prelude and wake_prelude) to the plain lock's scripts that register, wake or withdraw
+-- waiting clients. Not an operation of its own.
+--
+--   offers  hash: wake-up channel of a registered client ->
+--           '<owner> <attempt> <lease ms> <server ms>': the waiting task at the head of that
+--           client's local queue offered to take the lock in its wake-up (its owner id, the
+--           id of the attempt that offered, made when the watchdog keeps its hold, and the
+--           hand-over lease it asks for), and when, in server milliseconds. Written by the
+--           acquire that finds the lock taken; gone when the client is woken, granted or
+--           withdraws. It expires with the registry.
+--
+-- The release that frees the lock grants it to the offer of the client that has waited
+-- longest, under the offering attempt's id and with the short lease the offer asks for (the
+-- hand-over lease: the client's re-check period, or its watchdog lease if shorter), and
+-- publishes 'g <attempt> <token>' to that client instead of 'w'. The
+-- client's task takes the hold from the message if the attempt is its own, and the watchdog
+-- lengthens the lease before half of it is over; if the task is gone, the client's next
+-- acquire or its withdrawal names the attempt, and takes the hold over or gives it back.
+--
+-- Why a dead, stopped or cancelled designee cannot stall the lock longer than without
+-- hand-overs: a client whose connections are gone receives nothing, and the grant is undone
+-- at once (PUBLISH reached nobody); a client that cannot act (stopped, cut off) keeps the
+-- lock at most the hand-over lease, which is the re-check period of a waiting client, the
+-- time a swallowed wake-up costs the others without hand-overs; a cancelled task's client
+-- gives the hold back with its withdrawal or takes it over with its next acquire. An offer
+-- older than half the hand-over lease is not taken (its task re-asks at least once per
+-- re-check period, so it may have stopped since): such a client is woken with 'w', as before.
+
+-- The server clock in milliseconds.
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Records that the client listening on `channel` offers to take the lock in its wake-up for
+-- the waiting task `offer` ('<owner> <attempt> <lease ms>'), or withdraws its offer (`offer`
+-- false).
+-- `ttl_ms` as the registry's (see wake_prelude).
+local function offer_hand_over(offers, channel, offer, ttl_ms)
+    if offer then
+        redis.call('HSET', offers, channel, offer .. ' ' .. now_ms())
+        redis.call('PEXPIRE', offers, ttl_ms)
+    else
+        redis.call('HDEL', offers, channel)
+    end
+end
+
+-- Takes over, for attempt `attempt` of `owner` with a lease of `lease_ms`, a hold handed over
+-- in a wake-up to one of the earlier attempts `offered` (attempt ids, separated by spaces)
+-- whose client never took it. Only a hand-over's hold ('h') is taken, never one an attempt was
+-- granted by its own request, and only if it is the lock's one hold; one that its owner has
+-- re-entered meanwhile (a multi-lock's acquire, which names no offers) is given back instead,
+-- the other holds standing. Returns the hold's token, or nil if none was taken.
+local function take_over(hash, offered, owner, lease_ms, attempt)
+    for earlier in string.gmatch(offered, '%S+') do
+        local field = 'a:' .. earlier
+        if redis.call('HGET', hash, field) == 'h' then
+            redis.call('HDEL', hash, field)
+            if redis.call('HINCRBY', hash, 'count', -1) == 0 then
+                redis.call('HSET', hash, 'owner', owner, 'count', '1', 'a:' .. attempt, '1')
+                redis.call('PEXPIRE', hash, lease_ms)
+                return tonumber(redis.call('HGET', hash, 'token'))
+            end
+        end
+    end
+end
+
+-- Gives back a hold handed over in a wake-up to one of the attempts `offered` (attempt ids,
+-- separated by spaces) whose client never took it: only a hand-over's hold ('h'), never one an
+-- attempt got by its own request (an offering attempt may have been granted meanwhile, and
+-- its guard holds that). Returns true if the lock became free.
+local function give_back_handed_over(hash, offered)
+    for earlier in string.gmatch(offered, '%S+') do
+        if redis.call('HGET', hash, 'a:' .. earlier) == 'h' and release_hold(hash, earlier) == 1 then
+            return true
+        end
+    end
+    return false
+end
+
+-- For a release that freed the lock: wakes the client that has waited longest and is still
+-- listening (see wake_prelude), and hands it the lock in the wake-up if it offered within the
+-- last half of the hand-over lease it asked for (the hold then lasts that lease; a grant
+-- that reached nobody is undone). Returns 1 if a client was woken, 0 if nobody waits.
+local function hand_over_or_wake(waiters, offers, hash, fence, tries)
+    return wake_next_waiter(waiters, tries, function(channel)
+        local offer = redis.call('HGET', offers, channel)
+        if not offer then
+            return 'w'
+        end
+        redis.call('HDEL', offers, channel)
+        local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
+        if not at or now_ms() - tonumber(at) > tonumber(lease_ms) / 2 then
+            return 'w'
+        end
+        local token = grant(hash, fence, owner, lease_ms, attempt, true, 'h')
+        return 'g ' .. attempt .. ' ' .. string.format('%d', token), function()
+            redis.call('DEL', hash)
+        end
+    end)
+end
