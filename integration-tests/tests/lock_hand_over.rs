@@ -352,13 +352,14 @@ fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
     ]);
 }
 
-/// A `try_lock` of a client whose task waits for the lock names none of its offers: it cannot
-/// replace the client's offer in Redis, which may still be handed the lock, and the waiting
-/// task must then be able to take that hold from its wake-up (before, the `try_lock` used
-/// the offer up, and the waiting task re-entered the hold handed to it, leaving a second hold
-/// behind that kept the lock for a whole watchdog lease).
+/// A `try_lock` of a client whose task waits for the lock, made while the lock is taken,
+/// leaves no second hold behind when the lock is then handed to that task. (In a first
+/// version the `try_lock` used the task's offer up: the task could no longer take the hold
+/// from its wake-up, asked, and re-entered the hold handed to it, which kept the lock for a
+/// whole watchdog lease after the task let go.) Naming the offer only marks it: the task's
+/// next acquire takes the hand-over over.
 #[tokio::test]
-async fn a_try_lock_leaves_the_offer_of_its_clients_waiting_task_alone() {
+async fn a_try_lock_of_a_waiting_client_leaves_no_hold_behind() {
     let name = "tried";
     let server = RedisServer::start();
     load_scripts(&server).await;
@@ -380,10 +381,17 @@ async fn a_try_lock_leaves_the_offer_of_its_clients_waiting_task_alone() {
         .expect("the waiting task gets the lock")
         .unwrap()
         .unwrap();
-    assert_eq!(scripts_run(&server), 1, "only the release ran a script");
+    assert_eq!(
+        scripts_run(&server),
+        2,
+        "the release, then the acquire that took the hand-over over"
+    );
     assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
     handed.unlock().await.unwrap();
-    assert!(!common::exists(&server, &lock_key(name)));
+    assert!(
+        !common::exists(&server, &lock_key(name)),
+        "one release frees the lock"
+    );
 }
 
 /// What an acquire that names earlier offers may take (`take_over` in
@@ -443,6 +451,16 @@ async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
     );
     assert_eq!(
         (field("a:z2"), field("a:mine")),
+        ("1".into(), String::new())
+    );
+
+    // Its own owner's acquire (a `try_lock` while the task that offered is gone) takes it
+    // over too, rather than re-entering it.
+    hold(&["count", "1", "a:mine", "h"]);
+    server.cmd(&["HSET", hash, "owner", "other"]);
+    assert_eq!(ask("z4"), vec![1, 7, 1]);
+    assert_eq!(
+        (field("count"), field("a:mine")),
         ("1".into(), String::new())
     );
 

@@ -665,12 +665,10 @@ impl LockCore {
                 false => redis_millis(withdraw.registration()),
             };
             // A hold handed over to an earlier offer of this client that no task took is
-            // this attempt's to take over, if it may register the client (it then replaces
-            // the client's offer in Redis, or takes it out; see `crate::handover`).
-            let offered = match registration {
-                0 => String::new(),
-                _ => self.names.offers.name(),
-            };
+            // this attempt's to take over (see `crate::handover`). Every attempt names them,
+            // a `try_lock` too: its owner's re-entry on top of such a hold would outlive the
+            // hand-over's short lease.
+            let offered = self.names.offers.name();
             let hand_over = offers.then(|| hand_over_lease(&self.client));
             if let Some(lease) = hand_over {
                 self.names
