@@ -66,6 +66,70 @@ fn scripts_run(server: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
+/// The waiting task got lock `name` (`handed`) by an acquire that took the hand-over over:
+/// two scripts ran since the counts were reset (the release, then that acquire), the lock has
+/// one hold, and one release frees it.
+async fn assert_taken_over(server: &RedisServer, name: &str, handed: LockGuard) {
+    assert_eq!(
+        scripts_run(server),
+        2,
+        "the release, then the acquire that took the hand-over over"
+    );
+    assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
+    handed.unlock().await.unwrap();
+    assert!(
+        !common::exists(server, &lock_key(name)),
+        "one release frees the lock: no hold was left behind"
+    );
+}
+
+/// A task waiting for a lock, with its owner id; the task ends with its guard and when it got
+/// it.
+type WaitingTask = (
+    String,
+    tokio::task::JoinHandle<(Result<LockGuard>, Instant)>,
+);
+
+/// Spawns a task of `client` waiting for lock `name`, and waits until it has offered to take
+/// the lock in its wake-up.
+async fn spawn_offering(server: &RedisServer, name: &str, client: &Client) -> WaitingTask {
+    let lock = client.lock(name);
+    let owner = lock.owner_id().to_owned();
+    let task = tokio::spawn(async move { (lock.lock().await, Instant::now()) });
+    eventually("the waiting task offered", SETTLE, || {
+        offered(server, name, client)
+    })
+    .await;
+    (owner, task)
+}
+
+/// The guard `task` ended with, once it ends (within `within`), and when it got it.
+async fn guard_of(task: WaitingTask, within: Duration) -> (LockGuard, Instant) {
+    let (guard, at) = tokio::time::timeout(within, task.1)
+        .await
+        .expect("the waiting task gets the lock")
+        .unwrap();
+    (guard.unwrap(), at)
+}
+
+/// A Redis with the lock's scripts loaded, a client holding lock `name` on it, the hold, and
+/// another client with a task waiting for the lock that has offered to take it in its
+/// wake-up. The waiting client's watchdog has had a hold before, and sleeps until its next
+/// round: a hand-over's hold must wake it earlier.
+async fn a_task_offering(name: &str) -> (RedisServer, Client, LockGuard, Client, WaitingTask) {
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    let earlier = waiting.lock("earlier").lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &waiting).await;
+    earlier.unlock().await.unwrap();
+    let guard = holder.lock(name).lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &holder).await;
+    let task = spawn_offering(&server, name, &waiting).await;
+    (server, holder, guard, waiting, task)
+}
+
 fn holder_of(server: &RedisServer, name: &str) -> String {
     text(&server.cmd(&["HGET", &lock_key(name), "owner"]))
 }
@@ -108,32 +172,12 @@ fn holder_on_its_own_thread(
 #[tokio::test]
 async fn a_release_hands_the_lock_to_the_waiting_task_in_its_wake_up() {
     let name = "handed";
-    let server = RedisServer::start();
-    load_scripts(&server).await;
-    let holder = client(&server).await;
-    let waiting = client(&server).await;
-    // The waiting client's watchdog has had a hold, and sleeps until its next round: the
-    // hand-over's hold must wake it earlier.
-    let earlier = waiting.lock("earlier").lock().await.unwrap();
-    common::lost_notices_subscribed(&server, &waiting).await;
-    earlier.unlock().await.unwrap();
-    let guard = holder.lock(name).lock().await.unwrap();
-    common::lost_notices_subscribed(&server, &holder).await;
-    let lock = waiting.lock(name);
-    let owner = lock.owner_id().to_owned();
-    let task = tokio::spawn(async move { lock.lock().await });
-    eventually("the waiting client offered", SETTLE, || {
-        offered(&server, name, &waiting)
-    })
-    .await;
+    let (server, holder, guard, waiting, task) = a_task_offering(name).await;
+    let owner = task.0.clone();
     let released_token = guard.fencing_token();
     server.cmd(&["CONFIG", "RESETSTAT"]);
     guard.unlock().await.unwrap();
-    let handed = tokio::time::timeout(SETTLE, task)
-        .await
-        .expect("the waiting task gets the lock")
-        .unwrap()
-        .unwrap();
+    let (handed, _) = guard_of(task, SETTLE).await;
     assert_eq!(scripts_run(&server), 1, "only the release ran a script");
     assert_eq!(handed.fencing_token(), released_token + 1);
     assert!(!offered(&server, name, &waiting), "the offer was taken");
@@ -164,14 +208,7 @@ async fn a_hand_over_read_too_late_is_taken_over_by_an_acquire() {
     load_scripts(&server).await;
     let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
     let waiting = client(&server).await;
-    let task = tokio::spawn({
-        let lock = waiting.lock(name);
-        async move { lock.lock().await }
-    });
-    eventually("the waiting client offered", SETTLE, || {
-        offered(&server, name, &waiting)
-    })
-    .await;
+    let task = spawn_offering(&server, name, &waiting).await;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     release.send(()).unwrap();
     // This runtime, where the waiting client reads its wake-up, is held up until less of the
@@ -180,27 +217,13 @@ async fn a_hand_over_read_too_late_is_taken_over_by_an_acquire() {
     released
         .recv_timeout(SETTLE)
         .expect("the holder released meanwhile");
-    let handed = tokio::time::timeout(SETTLE, task)
-        .await
-        .expect("the waiting task gets the lock")
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        scripts_run(&server),
-        2,
-        "the release, then the acquire that took the hand-over over"
-    );
+    let (handed, _) = guard_of(task, SETTLE).await;
     assert_eq!(
         handed.fencing_token(),
         released_token + 1,
         "the hold handed over, not a new grant"
     );
-    assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
-    handed.unlock().await.unwrap();
-    assert!(
-        !common::exists(&server, &lock_key(name)),
-        "one release frees the lock: no hold was left behind"
-    );
+    assert_taken_over(&server, name, handed).await;
 }
 
 /// A designee whose task is cancelled after the lock was handed to it, before it read its
@@ -213,35 +236,15 @@ async fn a_hand_over_to_a_cancelled_task_is_given_back_at_once() {
     let (_, release, released) = holder_on_its_own_thread(server.url(), name);
     let designee = client(&server).await;
     let next = client(&server).await;
-    let lock = designee.lock(name);
-    let owner = lock.owner_id().to_owned();
-    let designee_task = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
-    eventually("the designee offered", SETTLE, || {
-        offered(&server, name, &designee)
-    })
-    .await;
-    let next_task = tokio::spawn({
-        let lock = next.lock(name);
-        async move {
-            let guard = lock.lock().await;
-            (guard.map(|g| g.fencing_token()), Instant::now())
-        }
-    });
-    eventually("the next client offered", SETTLE, || {
-        offered(&server, name, &next)
-    })
-    .await;
+    let (owner, designee_task) = spawn_offering(&server, name, &designee).await;
+    let next_task = spawn_offering(&server, name, &next).await;
     release.send(()).unwrap();
     // Held up until the hand-over is in Redis, then cancelled before it runs again.
     released.recv_timeout(SETTLE).expect("the holder released");
     let handed_at = Instant::now();
     assert_eq!(holder_of(&server, name), owner);
     designee_task.abort();
-    let (token, acquired_at) = tokio::time::timeout(SETTLE, next_task)
-        .await
-        .expect("the next client gets the lock")
-        .unwrap();
-    token.unwrap();
+    let (_guard, acquired_at) = guard_of(next_task, SETTLE).await;
     let waited = acquired_at.duration_since(handed_at);
     assert!(
         waited < HAND_OVER_LEASE - ms(100),
@@ -262,21 +265,13 @@ async fn a_hand_over_nobody_hears_goes_to_the_next_client() {
     let server = RedisServer::start();
     let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
     let next = client(&server).await;
-    let lock = next.lock(name);
-    let owner = lock.owner_id().to_owned();
-    let task = tokio::spawn(async move { lock.lock().await });
-    eventually("the next client offered", SETTLE, || {
-        offered(&server, name, &next)
-    })
-    .await;
+    let task = spawn_offering(&server, name, &next).await;
+    let owner = task.0.clone();
     register_ghost(&server, name, "redisync:{deaf}:wake:gone");
     release.send(()).unwrap();
     released.recv_timeout(SETTLE).expect("the holder released");
-    let handed = tokio::time::timeout(ms(900), task)
-        .await
-        .expect("the next client gets the lock before a hand-over's lease would run out")
-        .unwrap()
-        .unwrap();
+    // Before a hand-over's lease would run out.
+    let (handed, _) = guard_of(task, ms(900)).await;
     assert_eq!(handed.fencing_token(), released_token + 2);
     assert_eq!(holder_of(&server, name), owner);
     let fields = common::strings(&server.cmd(&["HKEYS", &lock_key(name)]));
@@ -297,17 +292,7 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
     let server = RedisServer::start();
     let (_, release, released) = holder_on_its_own_thread(server.url(), name);
     let next = client(&server).await;
-    let task = tokio::spawn({
-        let lock = next.lock(name);
-        async move {
-            let guard = lock.lock().await;
-            (guard, Instant::now())
-        }
-    });
-    eventually("the next client offered", SETTLE, || {
-        offered(&server, name, &next)
-    })
-    .await;
+    let task = spawn_offering(&server, name, &next).await;
     // A subscriber that reads nothing: a stopped client's connection.
     let ghost = "redisync:{stopped}:wake:stopped";
     let listener = redis::Client::open(server.url()).unwrap();
@@ -323,11 +308,8 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
         "ghost:1",
         "handed to the stopped client"
     );
-    let (guard, acquired_at) = tokio::time::timeout(SETTLE, task)
-        .await
-        .expect("the next client gets the lock")
-        .unwrap();
-    guard.unwrap().unlock().await.unwrap();
+    let (guard, acquired_at) = guard_of(task, SETTLE).await;
+    guard.unlock().await.unwrap();
     let waited = acquired_at.duration_since(handed_at);
     assert!(
         waited < HAND_OVER_LEASE * 2 + ms(500),
@@ -361,37 +343,12 @@ fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
 #[tokio::test]
 async fn a_try_lock_of_a_waiting_client_leaves_no_hold_behind() {
     let name = "tried";
-    let server = RedisServer::start();
-    load_scripts(&server).await;
-    let holder = client(&server).await;
-    let waiting = client(&server).await;
-    let guard = holder.lock(name).lock().await.unwrap();
-    common::lost_notices_subscribed(&server, &holder).await;
-    let lock = waiting.lock(name);
-    let task = tokio::spawn(async move { lock.lock().await });
-    eventually("the waiting client offered", SETTLE, || {
-        offered(&server, name, &waiting)
-    })
-    .await;
+    let (server, _holder, guard, waiting, task) = a_task_offering(name).await;
     assert!(waiting.lock(name).try_lock().await.unwrap().is_none());
     server.cmd(&["CONFIG", "RESETSTAT"]);
     guard.unlock().await.unwrap();
-    let handed = tokio::time::timeout(SETTLE, task)
-        .await
-        .expect("the waiting task gets the lock")
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        scripts_run(&server),
-        2,
-        "the release, then the acquire that took the hand-over over"
-    );
-    assert_eq!(text(&server.cmd(&["HGET", &lock_key(name), "count"])), "1");
-    handed.unlock().await.unwrap();
-    assert!(
-        !common::exists(&server, &lock_key(name)),
-        "one release frees the lock"
-    );
+    let (handed, _) = guard_of(task, SETTLE).await;
+    assert_taken_over(&server, name, handed).await;
 }
 
 /// What an acquire that names earlier offers may take (`take_over` in
