@@ -468,6 +468,12 @@ impl Waitlist for ElectionCore {
         }
         .call())
     }
+
+    /// The election's local queue is named by its leader key (the withdrawal's first key),
+    /// known without building the call.
+    fn waiting_queue(&self) -> Option<String> {
+        self.keys().ok().map(|keys| keys.leader.clone())
+    }
 }
 
 /// Refuses a value too long to advertise.
