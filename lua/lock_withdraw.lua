@@ -12,7 +12,8 @@
 --          has not taken (attempt ids separated by spaces; '' none): a hold handed over to
 --          one of them is given back
 --
--- Returns 1 if another client was woken (the lock is free and someone waits), else 0.
+-- Returns 1 if another client was woken or handed the lock (it was free and someone waits),
+-- else 0.
 
 unregister_waiter(KEYS[2], ARGV[1])
 offer_hand_over(KEYS[3], ARGV[1], false)

@@ -257,10 +257,13 @@ async fn a_hand_over_to_a_cancelled_task_is_given_back_at_once() {
 }
 
 /// A client registered with an offer that nobody hears any more (its connections are gone)
-/// is skipped: the grant made for it is undone in the same script, and the lock goes to the
-/// next client at once (the undone grant used up one fencing token).
+/// is handed the lock all the same, and keeps it only for the hand-over's lease: a grant is
+/// never undone because `PUBLISH` counted no listener (see
+/// `a_hand_over_heard_only_on_a_replica_stands`). The next client gets the lock once that
+/// lease runs out, no later than a re-check after, with the token after the ghost's, and the
+/// ghost's hold leaves nothing behind.
 #[tokio::test]
-async fn a_hand_over_nobody_hears_goes_to_the_next_client() {
+async fn a_hand_over_nobody_hears_holds_the_lock_no_longer_than_the_hand_over_lease() {
     let name = "deaf";
     let server = RedisServer::start();
     let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
@@ -270,16 +273,84 @@ async fn a_hand_over_nobody_hears_goes_to_the_next_client() {
     register_ghost(&server, name, "redisync:{deaf}:wake:gone");
     release.send(()).unwrap();
     released.recv_timeout(SETTLE).expect("the holder released");
-    // Before a hand-over's lease would run out.
-    let (handed, _) = guard_of(task, ms(900)).await;
+    let handed_at = Instant::now();
+    assert_eq!(holder_of(&server, name), "ghost:1", "handed to the ghost");
+    let (handed, acquired_at) = guard_of(task, SETTLE).await;
+    assert_next_within_the_hand_over_lease(acquired_at.duration_since(handed_at));
     assert_eq!(handed.fencing_token(), released_token + 2);
     assert_eq!(holder_of(&server, name), owner);
     let fields = common::strings(&server.cmd(&["HKEYS", &lock_key(name)]));
     assert!(
         !fields.contains(&"a:ghost:2".to_owned()),
-        "the undone grant left a hold behind: {fields:?}"
+        "the ghost's hold is still there: {fields:?}"
     );
     handed.unlock().await.unwrap();
+}
+
+/// A hand-over whose wake-up only a subscriber on a replica hears stands: `PUBLISH` on the
+/// primary counts none of the replica's subscribers, yet the replica delivers the message
+/// (as a cluster shard delivers it on every node of the shard, where a client's subscription
+/// may sit on a demoted primary after a failover). The first version undid such a grant and
+/// handed the lock to the next client while the designee took the hold from its wake-up: two
+/// holders (`contended_locking_through_a_graceful_failover` in cluster_faults saw one).
+#[tokio::test]
+async fn a_hand_over_heard_only_on_a_replica_stands() {
+    let name = "replica-heard";
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    eventually("the replica is in sync", SETTLE, || {
+        replica
+            .info_field("replication", "master_link_status")
+            .as_deref()
+            == Some("up")
+    })
+    .await;
+    let (released_token, release, released) = holder_on_its_own_thread(primary.url(), name);
+    let next = client(&primary).await;
+    let task = spawn_offering(&primary, name, &next).await;
+    // The designee's subscription sits on the replica.
+    let designee = "redisync:{replica-heard}:wake:on-replica";
+    let mut listener = redis::Client::open(replica.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut listener = listener.as_pubsub();
+    listener.subscribe(designee).unwrap();
+    listener.set_read_timeout(Some(SETTLE)).unwrap();
+    register_ghost(&primary, name, designee);
+    release.send(()).unwrap();
+    released.recv_timeout(SETTLE).expect("the holder released");
+    let handed_at = Instant::now();
+    let heard: String = listener
+        .get_message()
+        .expect("the replica delivers the wake-up")
+        .get_payload()
+        .unwrap();
+    assert_eq!(heard, format!("g ghost:2 {}", released_token + 1));
+    assert_eq!(
+        holder_of(&primary, name),
+        "ghost:1",
+        "the hand-over the designee heard stands"
+    );
+    assert_eq!(
+        text(&primary.cmd(&["HGET", &lock_key(name), "a:ghost:2"])),
+        "h"
+    );
+    let (guard, acquired_at) = guard_of(task, SETTLE).await;
+    assert_next_within_the_hand_over_lease(acquired_at.duration_since(handed_at));
+    assert_eq!(guard.fencing_token(), released_token + 2);
+    guard.unlock().await.unwrap();
+}
+
+/// The next client got the lock `waited` after it was handed to a designee that never took
+/// it: once the hand-over's lease ran out, and no later than a re-check after, the bound a
+/// swallowed wake-up had before hand-overs.
+fn assert_next_within_the_hand_over_lease(waited: Duration) {
+    assert!(
+        waited < HAND_OVER_LEASE * 2 + ms(500),
+        "the next client waited {waited:?}"
+    );
 }
 
 /// A client that hears its wake-up but cannot act (stopped) is handed the lock all the same,
@@ -310,11 +381,7 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
     );
     let (guard, acquired_at) = guard_of(task, SETTLE).await;
     guard.unlock().await.unwrap();
-    let waited = acquired_at.duration_since(handed_at);
-    assert!(
-        waited < HAND_OVER_LEASE * 2 + ms(500),
-        "the next client waited {waited:?}"
-    );
+    assert_next_within_the_hand_over_lease(acquired_at.duration_since(handed_at));
 }
 
 /// Registers a made-up client at the head of lock `name`'s waiting clients, listening on
