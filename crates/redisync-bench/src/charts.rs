@@ -16,7 +16,7 @@ const SIZE: (u32, u32) = (960, 540);
 
 /// Tableau 10, then black and a light orange (Tableau 20's): one colour for each contender and
 /// the EVALSHA ceiling, distinct, and readable on white.
-const COLOURS: [RGBColor; 12] = [
+const COLOURS: [RGBColor; 13] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -29,6 +29,7 @@ const COLOURS: [RGBColor; 12] = [
     RGBColor(23, 190, 207),
     RGBColor(0, 0, 0),
     RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
 ];
 
 // More colours than `Contender::ALL` lists contenders, one more for the EVALSHA ceiling: a

@@ -37,6 +37,10 @@ pub enum Contender {
     /// pushes. Not a design redisync uses; it shows what a hand-off could cost.
     BlockingFloor,
     Redisync,
+    /// redisync's plain-lock scripts alone, from raw redis-rs with the library's keys and
+    /// arguments (see [`crate::raw_scripts`]): what of redisync's cost is its scripts', and
+    /// what its client code's. Not a lock library: it never waits (scenarios 1 and 3 only).
+    RedisyncScripts,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
     /// redisync's leader election, as a lock: `campaign()` takes it, `resign()` gives it
@@ -54,9 +58,10 @@ pub enum Contender {
 
 impl Contender {
     /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
-    pub const LOCKS: [Contender; 7] = [
+    pub const LOCKS: [Contender; 8] = [
         Contender::Floor,
         Contender::Redisync,
+        Contender::RedisyncScripts,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -68,9 +73,10 @@ impl Contender {
     pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 11] = [
+    pub const ALL: [Contender; 12] = [
         Contender::Floor,
         Contender::Redisync,
+        Contender::RedisyncScripts,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -113,6 +119,7 @@ impl Contender {
             Contender::PubSubFloor => "pub/sub floor (raw redis-rs)",
             Contender::BlockingFloor => "blocking floor (BLPOP, then SET NX)",
             Contender::Redisync => "redisync",
+            Contender::RedisyncScripts => "redisync's scripts alone (raw redis-rs)",
             Contender::RedisyncFair => "redisync FairLock",
             Contender::RedisyncElection => "redisync election",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
@@ -198,6 +205,16 @@ pub async fn lockers(
                 let client = Client::connect(url).await.expect("connect");
                 for t in 0..per_client {
                     lockers.push(Box::new(client.lock(name(c * per_client + t))));
+                }
+            }
+            Contender::RedisyncScripts => {
+                let (conn, client) = crate::raw_scripts::RawScripts::connect(url).await;
+                for t in 0..per_client {
+                    lockers.push(Box::new(crate::raw_scripts::RawScripts::new(
+                        conn.clone(),
+                        &client,
+                        &name(c * per_client + t),
+                    )));
                 }
             }
             Contender::RedisyncFair => {

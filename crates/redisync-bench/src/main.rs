@@ -19,6 +19,7 @@ mod lockers;
 mod monitor;
 mod primitives;
 mod ratelimit;
+mod raw_scripts;
 mod report;
 mod scenarios;
 
