@@ -69,9 +69,9 @@ use crate::guard::LockGuard;
 /// lock is held, off the hand-off's path. A designee that cannot take what it was handed
 /// delays the others no longer than a lost wake-up did before: one that is gone or stopped
 /// keeps the lock for the short lease at most; one whose task was cancelled gives the hold
-/// back with its withdrawal, or its next waiting task takes it over with its next acquire. A task that reads
-/// its wake-up too late to be sure of that lease asks instead, and its acquire takes the hold
-/// over. Only the owner whose attempt offered takes the hold, and only while enough of the
+/// back with its withdrawal, or its next waiting task takes it over with its next acquire. A
+/// task that reads its wake-up too late to be sure of that lease asks instead, and its acquire
+/// takes the hold over. Only the owner whose attempt offered takes the hold, and only while enough of the
 /// short lease is surely left, counted from when its offering request was sent.
 ///
 /// With a fixed lease (or polling, or replica sync), the woken client asks: the two scripts are the release and that
