@@ -19,16 +19,19 @@
 -- lengthens the lease before half of it is over; if the task is gone, the client's next
 -- acquire or its withdrawal names the attempt, and takes the hold over or gives it back.
 --
--- Why a dead, stopped or cancelled designee cannot stall the lock longer than without
--- hand-overs: a client that cannot act (crashed, stopped, cut off) keeps the lock at most the
--- hand-over lease, which is the re-check period of a waiting client, the time a swallowed
--- wake-up costs the others without hand-overs; a cancelled task's client gives the hold back
--- with its withdrawal or takes it over with its next acquire. An offer older than half the
--- hand-over lease is not taken (its task re-asks at least once per re-check period, so it
--- may have stopped since): such a client is woken with 'w', as before, so a crashed client
--- is handed the lock only if it crashed within half a lease of its last acquire. A grant
--- is never undone because PUBLISH counted no listener: a subscriber on a replica hears it all
--- the same (see wake_prelude), and would hold the lock beside the next client.
+-- Why a dead, stopped or cancelled designee cannot stall the lock longer than a swallowed
+-- wake-up stalls it without hand-overs: a client that cannot act (crashed, stopped, cut off)
+-- keeps the lock at most the hand-over lease, which is the re-check period of a waiting
+-- client, the time a swallowed wake-up costs the others without hand-overs; a cancelled
+-- task's client gives the hold back with its withdrawal or takes it over with its next
+-- acquire. An offer older than half the hand-over lease is not taken (its task re-asks at
+-- least once per re-check period, so it may have stopped since): such a client is woken with
+-- 'w', as before, so a crashed client is handed the lock only if it crashed within half a
+-- lease of its last acquire. A grant is never taken back because PUBLISH counted no
+-- listener: a subscriber on a replica hears it all the same (see wake_prelude), and would
+-- hold the lock beside the next client. Only a message Redis refused (a releasing client
+-- without channel rights, which waits by polling) has its grant taken back, and the next
+-- client is tried.
 
 -- The server clock in milliseconds.
 local function now_ms()
@@ -85,19 +88,22 @@ end
 -- For a release that freed the lock: wakes the client that has waited longest and is still
 -- listening (see wake_prelude), and hands it the lock in the wake-up if it offered within the
 -- last half of the hand-over lease it asked for (the hold then lasts that lease, and no other
--- client is woken). Returns 1 if a client was woken or handed the lock, 0 if nobody waits.
+-- client is woken, unless Redis refused the message: see wake_prelude). Returns 1 if a
+-- client was woken or handed the lock, 0 if nobody waits.
 local function hand_over_or_wake(waiters, offers, hash, fence, tries)
     return wake_next_waiter(waiters, tries, function(channel)
         local offer = redis.call('HGET', offers, channel)
         if not offer then
-            return 'w', false
+            return 'w'
         end
         redis.call('HDEL', offers, channel)
         local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
         if not at or now_ms() - tonumber(at) > tonumber(lease_ms) / 2 then
-            return 'w', false
+            return 'w'
         end
         local token = grant(hash, fence, owner, lease_ms, attempt, true, 'h')
-        return 'g ' .. attempt .. ' ' .. string.format('%d', token), true
+        return 'g ' .. attempt .. ' ' .. string.format('%d', token), function()
+            redis.call('DEL', hash)
+        end
     end)
 end

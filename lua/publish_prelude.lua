@@ -7,13 +7,15 @@
 -- back): a client that waits by polling (WaitStrategy::Poll) may run as an ACL user without
 -- channel access ('resetchannels'), whose PUBLISH is refused even from a script.
 
--- Publishes `message` on `channel`; returns how many subscribers got it (0 when refused).
+-- Publishes `message` on `channel`; returns how many subscribers of this node got it, or -1
+-- when Redis refused it (then nobody anywhere got it: a refused command is neither run nor
+-- passed on to replicas).
 local function publish(channel, message)
     local receivers = redis.pcall('PUBLISH', channel, message)
     if type(receivers) == 'number' then
         return receivers
     end
-    return 0
+    return -1
 end
 
 -- Tells the clients that own `holders` (owner or attempt ids, each '<client id>:...') that a

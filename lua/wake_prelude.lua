@@ -13,11 +13,13 @@
 --
 -- A client that crashed leaves its entry behind, but its connections, and with them its
 -- subscription, are gone: PUBLISH then reaches nobody, and the release wakes the next client
--- instead. (A client subscribed on a replica hears a wake-up that PUBLISH counted as reaching
--- nobody: two clients are then woken, which costs a request, never a guarantee.) A client
--- that is alive but stopped (SIGSTOP) is woken and cannot act; the others then wait until the
--- time their own attempt reported (the holder's remaining lease, at most the client's
--- longest sleep), as for any lost message.
+-- instead (a client subscribed on a replica hears a wake-up that PUBLISH counted as reaching
+-- nobody: two clients are then woken, which costs a request, never a guarantee). Not after a
+-- wake-up that gave the client what it waits for (the plain lock's hand-over), which stands
+-- whatever PUBLISH counts: see wake_next_waiter. A client that is alive but stopped (SIGSTOP)
+-- is woken and cannot act; the others then wait until the time their own attempt reported
+-- (the holder's remaining lease, at most the client's longest sleep), as for any lost
+-- message.
 
 -- Registers the client listening on `channel` as waiting, keeping its place if it has one.
 -- The registry lasts at least `ttl_ms` more: a live waiter registers again at least that
@@ -55,12 +57,13 @@ end
 -- registry (it registers again if it finds the primitive taken). Entries nobody listens on
 -- any more are dropped on the way, at most `tries` of them per call. `hand_over`, if given,
 -- is asked for each client before its wake-up: it may give the client what it waits for, and
--- returns the message to send and whether it gave it (else the message is 'w'). A client
--- given it is the last one woken, whatever PUBLISH counts: PUBLISH counts only this node's
--- subscribers, while a replica delivers the replicated message to its own (and a cluster
--- shard sends it to every node of the shard), so a count of 0 does not prove the grant
--- unheard, and undoing it could leave two holders. Returns 1 if a client was woken or given
--- what it waits for, 0 if nobody waits.
+-- returns the message saying so and a function that takes it back (else the message is
+-- 'w'). A client given it is the last one woken, whatever PUBLISH counts, unless Redis
+-- refused the message: PUBLISH counts only this node's subscribers, while a replica delivers
+-- the replicated message to its own (and a cluster shard sends it to every node of the
+-- shard), so a count of 0 does not prove the grant unheard, and taking it back could leave
+-- two holders; a refused message ran nowhere, and its grant is taken back. Returns 1 if a
+-- client was woken or given what it waits for, 0 if nobody waits.
 local function wake_next_waiter(waiters, tries, hand_over)
     for _ = 1, tries do
         local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
@@ -68,12 +71,16 @@ local function wake_next_waiter(waiters, tries, hand_over)
             return 0
         end
         redis.call('ZREM', waiters, next_waiter)
-        local message, given = 'w', false
+        local message, take_back = 'w', nil
         if hand_over then
-            message, given = hand_over(next_waiter)
+            message, take_back = hand_over(next_waiter)
         end
-        if publish(next_waiter, message) > 0 or given then
+        local receivers = publish(next_waiter, message)
+        if receivers > 0 or (take_back and receivers == 0) then
             return 1
+        end
+        if take_back then
+            take_back()
         end
     end
     return 0

@@ -343,6 +343,48 @@ async fn a_hand_over_heard_only_on_a_replica_stands() {
     guard.unlock().await.unwrap();
 }
 
+/// A hand-over whose wake-up Redis refuses is taken back in the same script: a refused
+/// `PUBLISH` ran nowhere (a replica never sees it), so nobody can hold what it granted. The
+/// releasing client here waits by polling, as an ACL user without channel rights, next to a
+/// client that subscribes (DEPLOYMENT.md allows the mix); the lock is then free at once, for
+/// whichever waiter checks first, instead of standing reserved for a designee that cannot
+/// have heard.
+#[tokio::test]
+async fn a_hand_over_whose_wake_up_redis_refuses_is_taken_back() {
+    let name = "refused";
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "poller",
+        "on",
+        ">s3cret",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let url = format!("redis://poller:s3cret@127.0.0.1:{}/", server.port());
+    let polling = Client::builder(url)
+        .wait_strategy(WaitStrategy::Poll { interval: ms(50) })
+        .build()
+        .await
+        .unwrap();
+    let guard = polling.lock(name).lock().await.unwrap();
+    let subscribing = client(&server).await;
+    let task = spawn_offering(&server, name, &subscribing).await;
+    guard.unlock().await.unwrap();
+    let values = common::strings(&server.cmd(&["HVALS", &lock_key(name)]));
+    assert!(
+        !values.contains(&"h".to_owned()),
+        "a hand-over stands whose wake-up Redis refused: {values:?}"
+    );
+    let log = format!("{:?}", server.cmd(&["ACL", "LOG"]));
+    assert!(log.contains("lua"), "no publish was refused: {log}");
+    let (handed, _) = guard_of(task, SETTLE).await;
+    handed.unlock().await.unwrap();
+}
+
 /// The next client got the lock `waited` after it was handed to a designee that never took
 /// it: once the hand-over's lease ran out, and no later than a re-check after, the bound a
 /// swallowed wake-up had before hand-overs.
