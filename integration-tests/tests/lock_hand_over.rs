@@ -296,16 +296,7 @@ async fn a_hand_over_nobody_hears_holds_the_lock_no_longer_than_the_hand_over_le
 #[tokio::test]
 async fn a_hand_over_heard_only_on_a_replica_stands() {
     let name = "replica-heard";
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    eventually("the replica is in sync", SETTLE, || {
-        replica
-            .info_field("replication", "master_link_status")
-            .as_deref()
-            == Some("up")
-    })
-    .await;
+    let (primary, replica) = common::primary_and_replica().await;
     let (released_token, release, released) = holder_on_its_own_thread(primary.url(), name);
     let next = client(&primary).await;
     let task = spawn_offering(&primary, name, &next).await;

@@ -11,21 +11,6 @@ use redisync_test_harness::RedisServer;
 
 const SETTLE: Duration = Duration::from_secs(10);
 
-/// A primary and a replica of it, replicating.
-async fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    eventually("the replica is in sync", SETTLE, || {
-        replica
-            .info_field("replication", "master_link_status")
-            .as_deref()
-            == Some("up")
-    })
-    .await;
-    (primary, replica)
-}
-
 async fn synced_client(primary: &RedisServer) -> Client {
     Client::builder(primary.url())
         .replica_sync(1, ms(200))
@@ -37,7 +22,7 @@ async fn synced_client(primary: &RedisServer) -> Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_no_replica_acknowledged_is_rolled_back() {
-    let (primary, replica) = primary_and_replica().await;
+    let (primary, replica) = common::primary_and_replica().await;
     let client = synced_client(&primary).await;
     // Replicated: works as usual, and the hold is on the replica too.
     let held = client.lock("synced").lock().await.expect("lock");
@@ -77,7 +62,7 @@ async fn an_acquire_no_replica_acknowledged_is_rolled_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_primitive_rolls_back_an_unreplicated_acquire() {
-    let (primary, replica) = primary_and_replica().await;
+    let (primary, replica) = common::primary_and_replica().await;
     let client = synced_client(&primary).await;
     let semaphore = client.semaphore("sem");
     assert!(semaphore.try_set_permits(1).await.expect("set permits"));

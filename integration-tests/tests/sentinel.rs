@@ -111,16 +111,7 @@ fn role(server: &RedisServer) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_follows_the_primary_through_a_failover() {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    eventually("the replica is in sync", SETTLE, || {
-        replica
-            .info_field("replication", "master_link_status")
-            .as_deref()
-            == Some("up")
-    })
-    .await;
+    let (primary, replica) = common::primary_and_replica().await;
     let sentinel = Sentinel::start(&primary);
     eventually("the sentinel knows the replica", SETTLE, || {
         sentinel.connection().is_some_and(|mut conn| {

@@ -333,3 +333,18 @@ pub fn most_in_one_window(admitted: &[Admitted], per_us: u64) -> (u64, Admitted)
     }
     worst
 }
+
+/// A primary and a replica of it, once the replica's link to it is up.
+pub async fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    eventually("the replica is in sync", Duration::from_secs(10), || {
+        replica
+            .info_field("replication", "master_link_status")
+            .as_deref()
+            == Some("up")
+    })
+    .await;
+    (primary, replica)
+}
