@@ -443,13 +443,7 @@ async fn an_unlock_repeated_after_a_broken_connection_reports_released() {
         .await
         .unwrap();
     // Redis knows the release script from then on: a NOSCRIPT answer would be dropped too.
-    c.lock("repeat")
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    common::lock_cycle(&c, "repeat").await;
     let guard = c.lock("repeat").lock().await.unwrap();
     proxy.drop_replies(true);
     let unlock = tokio::spawn(guard.unlock());

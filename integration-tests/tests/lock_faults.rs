@@ -622,14 +622,7 @@ async fn requests_per_handoff(tasks: usize) -> f64 {
     let server = RedisServer::start();
     let name = "handoff";
     let client = Client::connect(server.url()).await.unwrap();
-    client
-        .lock(name)
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    common::lock_cycle(&client, name).await;
 
     let before = client.stats();
     let evalsha_before = server.command_calls("evalsha");

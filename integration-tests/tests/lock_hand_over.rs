@@ -48,14 +48,7 @@ fn offered(server: &RedisServer, name: &str, client: &Client) -> bool {
 /// Loads the lock's scripts into `server` with an uncontended cycle, so that counted scripts
 /// are not counted twice for a `NOSCRIPT` answer.
 async fn load_scripts(server: &RedisServer) {
-    let c = client(server).await;
-    c.lock("warm-up")
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    common::lock_cycle(&client(server).await, "warm-up").await;
 }
 
 /// Scripts Redis ran since the last `CONFIG RESETSTAT`.
@@ -266,14 +259,9 @@ async fn a_hand_over_to_a_cancelled_task_is_given_back_at_once() {
 async fn a_hand_over_nobody_hears_holds_the_lock_no_longer_than_the_hand_over_lease() {
     let name = "deaf";
     let server = RedisServer::start();
-    let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
-    let next = client(&server).await;
-    let task = spawn_offering(&server, name, &next).await;
+    let (released_token, task, handed_at) =
+        released_to_a_ghost(&server, name, "redisync:{deaf}:wake:gone").await;
     let owner = task.0.clone();
-    register_ghost(&server, name, "redisync:{deaf}:wake:gone");
-    release.send(()).unwrap();
-    released.recv_timeout(SETTLE).expect("the holder released");
-    let handed_at = Instant::now();
     assert_eq!(holder_of(&server, name), "ghost:1", "handed to the ghost");
     let (handed, acquired_at) = guard_of(task, SETTLE).await;
     assert_next_within_the_hand_over_lease(acquired_at.duration_since(handed_at));
@@ -297,9 +285,6 @@ async fn a_hand_over_nobody_hears_holds_the_lock_no_longer_than_the_hand_over_le
 async fn a_hand_over_heard_only_on_a_replica_stands() {
     let name = "replica-heard";
     let (primary, replica) = common::primary_and_replica().await;
-    let (released_token, release, released) = holder_on_its_own_thread(primary.url(), name);
-    let next = client(&primary).await;
-    let task = spawn_offering(&primary, name, &next).await;
     // The designee's subscription sits on the replica.
     let designee = "redisync:{replica-heard}:wake:on-replica";
     let mut listener = redis::Client::open(replica.url())
@@ -309,10 +294,7 @@ async fn a_hand_over_heard_only_on_a_replica_stands() {
     let mut listener = listener.as_pubsub();
     listener.subscribe(designee).unwrap();
     listener.set_read_timeout(Some(SETTLE)).unwrap();
-    register_ghost(&primary, name, designee);
-    release.send(()).unwrap();
-    released.recv_timeout(SETTLE).expect("the holder released");
-    let handed_at = Instant::now();
+    let (released_token, task, handed_at) = released_to_a_ghost(&primary, name, designee).await;
     let heard: String = listener
         .get_message()
         .expect("the replica delivers the wake-up")
@@ -394,19 +376,13 @@ fn assert_next_within_the_hand_over_lease(waited: Duration) {
 async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() {
     let name = "stopped";
     let server = RedisServer::start();
-    let (_, release, released) = holder_on_its_own_thread(server.url(), name);
-    let next = client(&server).await;
-    let task = spawn_offering(&server, name, &next).await;
     // A subscriber that reads nothing: a stopped client's connection.
     let ghost = "redisync:{stopped}:wake:stopped";
     let listener = redis::Client::open(server.url()).unwrap();
     let mut stopped = listener.get_connection().unwrap();
     let mut stopped = stopped.as_pubsub();
     stopped.subscribe(ghost).unwrap();
-    register_ghost(&server, name, ghost);
-    release.send(()).unwrap();
-    released.recv_timeout(SETTLE).expect("the holder released");
-    let handed_at = Instant::now();
+    let (_, task, handed_at) = released_to_a_ghost(&server, name, ghost).await;
     assert_eq!(
         holder_of(&server, name),
         "ghost:1",
@@ -415,6 +391,24 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
     let (guard, acquired_at) = guard_of(task, SETTLE).await;
     guard.unlock().await.unwrap();
     assert_next_within_the_hand_over_lease(acquired_at.duration_since(handed_at));
+}
+
+/// Lock `name` on `server`, held by a client on its own thread, released once a task of
+/// another client waits for it (and has offered) with a made-up client listening on `ghost`
+/// registered ahead of it (see [`register_ghost`]). Returns the released hold's token, the
+/// waiting task, and when the release was over.
+async fn released_to_a_ghost(
+    server: &RedisServer,
+    name: &'static str,
+    ghost: &str,
+) -> (u64, WaitingTask, Instant) {
+    let (released_token, release, released) = holder_on_its_own_thread(server.url(), name);
+    let next = client(server).await;
+    let task = spawn_offering(server, name, &next).await;
+    register_ghost(server, name, ghost);
+    release.send(()).unwrap();
+    released.recv_timeout(SETTLE).expect("the holder released");
+    (released_token, task, Instant::now())
 }
 
 /// Registers a made-up client at the head of lock `name`'s waiting clients, listening on

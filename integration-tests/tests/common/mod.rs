@@ -348,3 +348,10 @@ pub async fn primary_and_replica() -> (RedisServer, RedisServer) {
     .await;
     (primary, replica)
 }
+
+/// One uncontended cycle of lock `name` of `client`: takes it and releases it (it loads the
+/// lock's scripts into Redis, among other things).
+pub async fn lock_cycle(client: &Client, name: &str) {
+    let guard = client.lock(name).lock().await.unwrap();
+    guard.unlock().await.unwrap();
+}
