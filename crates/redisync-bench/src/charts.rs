@@ -14,9 +14,9 @@ use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// Tableau 10, then black and a light orange (Tableau 20's): one colour for each contender and
-/// the EVALSHA ceiling, distinct, and readable on white.
-const COLOURS: [RGBColor; 13] = [
+/// Tableau 10, then black and four of Tableau 20's light colours: one colour for each
+/// contender and the EVALSHA ceiling, distinct, and readable on white.
+const COLOURS: [RGBColor; 15] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -30,6 +30,8 @@ const COLOURS: [RGBColor; 13] = [
     RGBColor(0, 0, 0),
     RGBColor(255, 187, 120),
     RGBColor(152, 223, 138),
+    RGBColor(174, 199, 232),
+    RGBColor(197, 176, 213),
 ];
 
 // More colours than `Contender::ALL` lists contenders, one more for the EVALSHA ceiling: a

@@ -41,6 +41,14 @@ pub enum Contender {
     /// arguments (see [`crate::raw_scripts`]): what of redisync's cost is its scripts', and
     /// what its client code's. Not a lock library: it never waits (scenarios 1 and 3 only).
     RedisyncScripts,
+    /// The commands redisync's scripts run on an uncontended cycle, in two bare scripts, as
+    /// [`Contender::RedisyncScripts`] sends them (see [`crate::raw_scripts`]): a measuring
+    /// rod, scenarios 1 and 3 only.
+    BareCommands,
+    /// Two scripts that run no command, with the keys and arguments of
+    /// [`Contender::RedisyncScripts`] (see [`crate::raw_scripts`]): a measuring rod,
+    /// scenarios 1 and 3 only.
+    EmptyScripts,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
     /// redisync's leader election, as a lock: `campaign()` takes it, `resign()` gives it
@@ -58,10 +66,12 @@ pub enum Contender {
 
 impl Contender {
     /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
-    pub const LOCKS: [Contender; 8] = [
+    pub const LOCKS: [Contender; 10] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncScripts,
+        Contender::BareCommands,
+        Contender::EmptyScripts,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -73,10 +83,12 @@ impl Contender {
     pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 12] = [
+    pub const ALL: [Contender; 14] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncScripts,
+        Contender::BareCommands,
+        Contender::EmptyScripts,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -120,6 +132,8 @@ impl Contender {
             Contender::BlockingFloor => "blocking floor (BLPOP, then SET NX)",
             Contender::Redisync => "redisync",
             Contender::RedisyncScripts => "redisync's scripts alone (raw redis-rs)",
+            Contender::BareCommands => "their commands in bare scripts (raw redis-rs)",
+            Contender::EmptyScripts => "two empty scripts (raw redis-rs)",
             Contender::RedisyncFair => "redisync FairLock",
             Contender::RedisyncElection => "redisync election",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
@@ -207,12 +221,19 @@ pub async fn lockers(
                     lockers.push(Box::new(client.lock(name(c * per_client + t))));
                 }
             }
-            Contender::RedisyncScripts => {
-                let (conn, client) = crate::raw_scripts::RawScripts::connect(url).await;
+            Contender::RedisyncScripts | Contender::BareCommands | Contender::EmptyScripts => {
+                use crate::raw_scripts::{RawScripts, Rod};
+                let rod = match contender {
+                    Contender::BareCommands => Rod::BareCommands,
+                    Contender::EmptyScripts => Rod::Empty,
+                    _ => Rod::Library,
+                };
+                let (conn, client, scripts) = RawScripts::connect(url, rod).await;
                 for t in 0..per_client {
-                    lockers.push(Box::new(crate::raw_scripts::RawScripts::new(
+                    lockers.push(Box::new(RawScripts::new(
                         conn.clone(),
                         &client,
+                        scripts.clone(),
                         &name(c * per_client + t),
                     )));
                 }

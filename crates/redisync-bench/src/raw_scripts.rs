@@ -1,12 +1,20 @@
-//! A contender that is not a lock library: redisync's own plain-lock scripts, sent from raw
-//! redis-rs with the keys and arguments the library sends on an uncontended `lock()` and
-//! `unlock()`. Held against the library in the same round, it tells the scripts' cost (their
-//! work inside Redis, their larger requests and replies) from the library's client code
-//! (guards, the watchdog, the waiting machinery), which the floor alone cannot.
+//! Contenders that are not lock libraries but measuring rods: scripts sent from raw redis-rs
+//! with the keys and arguments redisync sends on an uncontended `lock()` and `unlock()`.
 //!
-//! The scripts are declared here from the same files and preludes as in the lock crate, so
-//! they are the same text; [`RawScripts::connect`] checks that Redis knows them by the SHA1
-//! the library loaded, and stops the run otherwise.
+//! * [`Rod::Library`]: redisync's own plain-lock scripts. Held against the library in the
+//!   same round, it tells the scripts' cost (their work inside Redis, their larger requests
+//!   and replies) from the library's client code (guards, the watchdog, the waiting
+//!   machinery), which the floor alone cannot.
+//! * [`Rod::BareCommands`]: the commands those scripts run on that cycle, and nothing else, in
+//!   two bare scripts. Against [`Rod::Library`]: what the scripts' Lua around the commands
+//!   costs (preludes, branches, the registry and hand-over logic).
+//! * [`Rod::Empty`]: two scripts that run no command. Against the floor: what sending a
+//!   script costs rather than `SET`, before it does anything; against
+//!   [`Rod::BareCommands`]: what the commands cost.
+//!
+//! The library's scripts are declared here from the same files and preludes as in the lock
+//! crate, so they are the same text; [`RawScripts::connect`] checks that Redis knows them by
+//! the SHA1 the library loaded, and stops the run otherwise.
 
 use redisync::prelude::*;
 
@@ -22,9 +30,53 @@ redisync::core::lua_script! {
         after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"];
 }
 
-/// One task's lock, taken and released with the lock's scripts alone.
+/// The acquire of [`Rod::BareCommands`]: the commands `lua/lock_acquire.lua` runs on a free
+/// lock (one `EXISTS` of the attempt record, the hash and the registry; the fencing `INCR`;
+/// the hold's `HSET` and `PEXPIRE`), and the busy answer.
+const BARE_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[3], KEYS[1], KEYS[4]) ~= 0 then \
+     return {0, 0} end \
+     local token = redis.call('INCR', KEYS[2]) \
+     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', '1', \
+     'token', string.format('%d', token), 'a:' .. ARGV[3], '1') \
+     redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+     return {1, token, 1}";
+
+/// The release of [`Rod::BareCommands`]: the commands `lua/lock_release.lua` runs to free a
+/// lock nobody waits for (the hold's `HMGET`, the hash's `DEL`).
+const BARE_RELEASE: &str =
+    "local hold = redis.call('HMGET', KEYS[1], 'a:' .. ARGV[1], 'count', 'w') \
+     if not hold[1] then return -1 end \
+     redis.call('DEL', KEYS[1]) \
+     return 1";
+
+/// The acquire of [`Rod::Empty`]: a grant's reply, and no command.
+const EMPTY_ACQUIRE: &str = "return {1, 1, 1}";
+
+/// The release of [`Rod::Empty`]: a release's reply, and no command.
+const EMPTY_RELEASE: &str = "return 1";
+
+/// Which scripts a [`RawScripts`] sends (see the module's docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rod {
+    /// redisync's plain-lock scripts.
+    Library,
+    /// The commands of redisync's scripts on an uncontended cycle, in two bare scripts.
+    BareCommands,
+    /// Two scripts that run no command.
+    Empty,
+}
+
+/// The SHA1s of one rod's acquire and release, as Redis knows them.
+#[derive(Debug, Clone)]
+pub struct RodScripts {
+    acquire: String,
+    release: String,
+}
+
+/// One task's lock, taken and released with one rod's scripts.
 pub struct RawScripts {
     conn: redis::aio::ConnectionManager,
+    scripts: RodScripts,
     /// The client whose ids the requests carry (`<client id>:<n>`, as the library's).
     client: Client,
     hash: String,
@@ -38,10 +90,13 @@ pub struct RawScripts {
 }
 
 impl RawScripts {
-    /// A connection and a redisync client for lockers of lock names given later; the
-    /// library's own cycle on a lock of its own loads the scripts, which are then checked to
-    /// be the ones declared here.
-    pub async fn connect(url: &str) -> (redis::aio::ConnectionManager, Client) {
+    /// A connection, a redisync client and `rod`'s scripts for lockers of lock names given
+    /// later. The library's own cycle on a lock of its own loads its scripts, which are then
+    /// checked to be the ones declared here; the other rods' are loaded here.
+    pub async fn connect(
+        url: &str,
+        rod: Rod,
+    ) -> (redis::aio::ConnectionManager, Client, RodScripts) {
         let client = Client::connect(url).await.expect("connect");
         let warm_up = client.lock("bench:raw-scripts:warm-up");
         let guard = warm_up.lock().await.expect("lock");
@@ -63,16 +118,36 @@ impl RawScripts {
             [true, true],
             "the bench's copy of the lock's scripts is not what the library sends"
         );
-        (conn, client)
+        let scripts = match rod {
+            Rod::Library => RodScripts {
+                acquire: ACQUIRE.sha1().to_owned(),
+                release: RELEASE.sha1().to_owned(),
+            },
+            Rod::BareCommands => RodScripts {
+                acquire: load(&mut conn, BARE_ACQUIRE).await,
+                release: load(&mut conn, BARE_RELEASE).await,
+            },
+            Rod::Empty => RodScripts {
+                acquire: load(&mut conn, EMPTY_ACQUIRE).await,
+                release: load(&mut conn, EMPTY_RELEASE).await,
+            },
+        };
+        (conn, client, scripts)
     }
 
     /// The locker of lock `name`, with the connection and client [`connect`](Self::connect)
     /// made (a task of that client).
-    pub fn new(conn: redis::aio::ConnectionManager, client: &Client, name: &str) -> Self {
+    pub fn new(
+        conn: redis::aio::ConnectionManager,
+        client: &Client,
+        scripts: RodScripts,
+        name: &str,
+    ) -> Self {
         // The lock crate's key layout, with the default prefix.
         let key = |suffix: &str| format!("redisync:{{{name}}}:{suffix}");
         RawScripts {
             conn,
+            scripts,
             client: client.clone(),
             hash: key("lock"),
             fence: key("fence"),
@@ -88,7 +163,7 @@ impl RawScripts {
     /// The library's first try of `lock()`: not registered, no offer, nothing to take over.
     async fn acquire(&mut self, attempt: &str) -> Result<bool, String> {
         let reply: Vec<i64> = redis::cmd("EVALSHA")
-            .arg(ACQUIRE.sha1())
+            .arg(&self.scripts.acquire)
             .arg(5)
             .arg(&self.hash)
             .arg(&self.fence)
@@ -112,7 +187,7 @@ impl RawScripts {
     /// A guard's release: no attempt record kept.
     async fn release(&mut self, attempt: &str) -> Result<(), String> {
         let _: i64 = redis::cmd("EVALSHA")
-            .arg(RELEASE.sha1())
+            .arg(&self.scripts.release)
             .arg(5)
             .arg(&self.hash)
             .arg([self.attempt_prefix.as_str(), attempt].concat())
@@ -126,6 +201,16 @@ impl RawScripts {
             .map_err(|e| e.to_string())?;
         Ok(())
     }
+}
+
+/// Loads `script` into Redis's script cache; returns its SHA1.
+async fn load(conn: &mut redis::aio::ConnectionManager, script: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script)
+        .query_async(conn)
+        .await
+        .expect("SCRIPT LOAD")
 }
 
 /// Serials for owner and attempt ids, `<client id>:<serial>` as the library's: unique in the
