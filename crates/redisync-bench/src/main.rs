@@ -5,7 +5,7 @@
 //! writes the same figures as JSON.
 //!
 //! ```sh
-//! cargo run --release -p redisync-bench                 # full run, about 5 minutes
+//! cargo run --release -p redisync-bench                 # full run, about 6 minutes
 //! cargo run --release -p redisync-bench -- --quick      # one short round, to try it out
 //! cargo run --release -p redisync-bench -- --only 1 --rounds 21   # scenario 1, 21 rounds
 //! cargo run --release -p redisync-bench -- --json out.json --charts docs/benchmarks
