@@ -765,6 +765,10 @@ async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
 /// registration to that task: when it gives up (handed over, before it asked Redis itself),
 /// the client withdraws at once, and the holder's release then publishes to nobody. (The
 /// entry would otherwise stay for its 5 s lifetime, and the release would wake the client.)
+/// The first task waits with a fixed lease, so it makes no hand-over offer: the release wakes
+/// it, and its own grant keeps the client registered. (A hand-over takes the client out of
+/// the registry, and the task behind registers it again with a request of its own, a moment
+/// after the grant: asserting the registration at the grant then raced with that request.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kept_registered() {
     let (server, _holder, guard, waiting) = held_lock("kept").await;
@@ -774,7 +778,7 @@ async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kep
     let first = {
         let lock = waiting.lock("kept");
         tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
+            let guard = lock.lock_with_lease(ms(30_000)).await.unwrap();
             let _ = granted_tx.send(());
             release.await.unwrap();
             guard.unlock().await.unwrap();
