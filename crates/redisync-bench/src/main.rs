@@ -343,6 +343,7 @@ async fn main() {
         }
     }
     uncontended.ratio_to_own("p50 µs", Contender::Floor.name(), "p50 vs floor");
+    raw_scripts::check_bare_commands(&uncontended);
     contended.ratio_to_own(
         "acquisitions/s",
         Contender::PollingFloor.name(),

@@ -18,7 +18,8 @@
 
 use redisync::prelude::*;
 
-use crate::lockers::{Locker, Section};
+use crate::lockers::{Contender, Locker, Section};
+use crate::report::Scenario;
 
 redisync::core::lua_script! {
     static ACQUIRE = new "lock_acquire" for "lock"
@@ -203,6 +204,42 @@ impl RawScripts {
     }
 }
 
+/// Warns when scenario 1 saw [`Rod::BareCommands`] run other commands than the library's
+/// scripts on an uncontended cycle: the lock's scripts changed what they run, and
+/// `BARE_ACQUIRE` and `BARE_RELEASE` must follow, or their row measures something else.
+pub fn check_bare_commands(uncontended: &Scenario) {
+    let commands = |contender: Contender| {
+        uncontended
+            .get(contender.name())
+            .and_then(|figures| figures.get_text("commands in Redis per cycle"))
+            .map(per_cycle)
+    };
+    if let (Some(library), Some(bare)) = (
+        commands(Contender::RedisyncScripts),
+        commands(Contender::BareCommands),
+    ) {
+        if library != bare {
+            eprintln!(
+                "WARNING: the bare-commands rod runs {bare:?} per cycle, the library's scripts \
+                 {library:?}: update BARE_ACQUIRE and BARE_RELEASE in raw_scripts.rs"
+            );
+        }
+    }
+}
+
+/// The commands of a per-cycle breakdown (`EVALSHA 2, DEL 1, ..., INFO 0.01`) that run on
+/// every cycle, with their counts: the measurement's own occasional commands are left out.
+fn per_cycle(breakdown: &str) -> Vec<(String, String)> {
+    let mut commands: Vec<(String, String)> = breakdown
+        .split(", ")
+        .filter_map(|entry| entry.rsplit_once(' '))
+        .filter(|(_, count)| count.parse::<f64>().is_ok_and(|n| n >= 0.5))
+        .map(|(name, count)| (name.to_owned(), count.to_owned()))
+        .collect();
+    commands.sort();
+    commands
+}
+
 /// Loads `script` into Redis's script cache; returns its SHA1.
 async fn load(conn: &mut redis::aio::ConnectionManager, script: &str) -> String {
     redis::cmd("SCRIPT")
@@ -236,5 +273,21 @@ impl Locker for RawScripts {
         };
         section.await;
         self.release(&attempt).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_cycle;
+
+    #[test]
+    fn a_breakdown_keeps_the_commands_of_every_cycle() {
+        let with_noise = per_cycle("EVALSHA 2, DEL 1, EXISTS 1, DBSIZE 0.01, INFO 0.01, PING 0.01");
+        let without = per_cycle("EXISTS 1, EVALSHA 2, DEL 1");
+        assert_eq!(with_noise, without);
+        assert_ne!(
+            per_cycle("EVALSHA 2, EXISTS 2"),
+            per_cycle("EVALSHA 2, EXISTS 1")
+        );
     }
 }
