@@ -228,10 +228,10 @@ pub async fn lockers(
                     Contender::EmptyScripts => Rod::Empty,
                     _ => Rod::Library,
                 };
-                let (conn, client, scripts) = RawScripts::connect(url, rod).await;
+                let (pool, client, scripts) = RawScripts::connect(url, rod).await;
                 for t in 0..per_client {
                     lockers.push(Box::new(RawScripts::new(
-                        conn.clone(),
+                        pool[t % pool.len()].clone(),
                         &client,
                         scripts.clone(),
                         &name(c * per_client + t),

@@ -91,22 +91,26 @@ pub struct RawScripts {
 }
 
 impl RawScripts {
-    /// A connection, a redisync client and `rod`'s scripts for lockers of lock names given
+    /// Connections, a redisync client and `rod`'s scripts for lockers of lock names given
     /// later. The library's own cycle on a lock of its own loads its scripts, which are then
-    /// checked to be the ones declared here; the other rods' are loaded here.
+    /// checked to be the ones declared here; the other rods' are loaded here. As many
+    /// connections as a redisync client's default pool: the rods send the library's
+    /// requests as the library would, and many tasks' requests over one connection run
+    /// slower than over four (scenario 3).
     pub async fn connect(
         url: &str,
         rod: Rod,
-    ) -> (redis::aio::ConnectionManager, Client, RodScripts) {
+    ) -> (Vec<redis::aio::ConnectionManager>, Client, RodScripts) {
         let client = Client::connect(url).await.expect("connect");
         let warm_up = client.lock("bench:raw-scripts:warm-up");
         let guard = warm_up.lock().await.expect("lock");
         guard.unlock().await.expect("unlock");
-        let mut conn = redis::Client::open(url)
-            .expect("url")
-            .get_connection_manager()
-            .await
-            .expect("connect");
+        let server = redis::Client::open(url).expect("url");
+        let mut pool = Vec::new();
+        for _ in 0..redisync::core::DEFAULT_POOL_SIZE {
+            pool.push(server.get_connection_manager().await.expect("connect"));
+        }
+        let mut conn = pool[0].clone();
         let known: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
             .arg(ACQUIRE.sha1())
@@ -133,11 +137,11 @@ impl RawScripts {
                 release: load(&mut conn, EMPTY_RELEASE).await,
             },
         };
-        (conn, client, scripts)
+        (pool, client, scripts)
     }
 
-    /// The locker of lock `name`, with the connection and client [`connect`](Self::connect)
-    /// made (a task of that client).
+    /// The locker of lock `name`, with one of the connections and the client
+    /// [`connect`](Self::connect) made (a task of that client).
     pub fn new(
         conn: redis::aio::ConnectionManager,
         client: &Client,
