@@ -526,7 +526,10 @@ async fn a_refused_attempt_still_on_the_wire_when_its_wait_ends_does_not_keep_th
 /// reaching Redis after every one of those tasks went away: the grant is given back, and the
 /// client withdraws the registration the grant renewed. (Taken for a grant that took the
 /// registration out, the client would owe no withdrawal, and its entry would wait behind
-/// another client's for that client's release or its own lapse, 15 s here.)
+/// another client's for that client's release or its own lapse, 15 s here.) The head waits
+/// with a fixed lease, so it makes no hand-over offer: the release wakes it, and its own
+/// grant is the one on the wire. (With an offer, the release would hand it the lock in the
+/// wake-up instead, and the path this test is about would not run.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wire_is_withdrawn() {
     let name = "kept";
@@ -537,7 +540,10 @@ async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wir
     let waiting = Client::connect(proxy.url()).await.unwrap();
     let registered = || is_registered(&server, name, &waiting);
     // Two tasks of one client: the head's grant keeps the client registered for the other.
-    let head = spawn_waiting(waiting.lock(name));
+    let head = {
+        let lock = waiting.lock(name);
+        tokio::spawn(async move { lock.lock_with_lease(ms(30_000)).await.map(|_| ()) })
+    };
     eventually("the client registered", SETTLE, &registered).await;
     let behind = spawn_waiting(waiting.lock(name));
     // Another client, registered behind it: the abandoned grant's give-back wakes this one,
@@ -567,6 +573,15 @@ async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wir
         waiting.stats().scripts_sent > sent
     })
     .await;
+    let hand_over_holds =
+        common::strings(&server.cmd(&["HVALS", &format!("redisync:{{{name}}}:lock")]))
+            .into_iter()
+            .filter(|value| value == "h")
+            .count();
+    assert_eq!(
+        hand_over_holds, 0,
+        "the lock was handed over in the wake-up"
+    );
     behind.abort();
     head.abort();
     let _ = (behind.await, head.await);
