@@ -573,13 +573,9 @@ async fn a_kept_registration_whose_tasks_all_left_while_its_grant_was_on_the_wir
         waiting.stats().scripts_sent > sent
     })
     .await;
-    let hand_over_holds =
-        common::strings(&server.cmd(&["HVALS", &format!("redisync:{{{name}}}:lock")]))
-            .into_iter()
-            .filter(|value| value == "h")
-            .count();
     assert_eq!(
-        hand_over_holds, 0,
+        common::handed_over_holds(&server, name),
+        0,
         "the lock was handed over in the wake-up"
     );
     behind.abort();

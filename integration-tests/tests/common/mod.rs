@@ -355,3 +355,12 @@ pub async fn lock_cycle(client: &Client, name: &str) {
     let guard = client.lock(name).lock().await.unwrap();
     guard.unlock().await.unwrap();
 }
+
+/// How many holds of plain lock `name` were handed over in a wake-up and not yet taken by
+/// their task (fields of the lock's hash whose value is `h`).
+pub fn handed_over_holds(server: &RedisServer, name: &str) -> usize {
+    strings(&server.cmd(&["HVALS", &lock_key(name)]))
+        .into_iter()
+        .filter(|value| value == "h")
+        .count()
+}
