@@ -56,13 +56,11 @@ local function grant(hash, fence, owner, lease_ms, attempt, waiting, hold)
 end
 
 -- Adds a hold for attempt `attempt` to a lock its owner already holds. The expiry becomes the
--- longer of the current one and the new lease, since other holds may rely on it. Returns the
--- number of holds.
+-- longer of the current one and the new lease, since other holds may rely on it.
 local function reenter(hash, lease_ms, attempt)
-    local count = redis.call('HINCRBY', hash, 'count', 1)
+    redis.call('HINCRBY', hash, 'count', 1)
     redis.call('HSET', hash, 'a:' .. attempt, '1')
     redis.call('PEXPIRE', hash, lease_ms, 'GT')
-    return count
 end
 
 -- Gives back the hold of attempt `attempt`. Returns 1 when the lock became free (the hash is

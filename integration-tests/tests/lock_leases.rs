@@ -200,23 +200,24 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
         .unwrap();
     assert_eq!(given_back, -1);
     // Then Redis runs the acquire itself: it must refuse to grant.
-    let acquire_call = |attempt: &str, record: &str, conn: &mut redis::Connection| -> Vec<i64> {
-        acquire
-            .key(&hash)
-            .key(fence)
-            .key(record)
-            .key(waiters)
-            .arg("client-1:owner")
-            .arg(30_000)
-            .arg(attempt)
-            .arg(channel)
-            .arg(20_000)
-            .arg("0")
-            .invoke(conn)
-            .unwrap()
-    };
+    let acquire_call =
+        |attempt: &str, record: &str, conn: &mut redis::Connection| -> redis::Value {
+            acquire
+                .key(&hash)
+                .key(fence)
+                .key(record)
+                .key(waiters)
+                .arg("client-1:owner")
+                .arg(30_000)
+                .arg(attempt)
+                .arg(channel)
+                .arg(20_000)
+                .arg("0")
+                .invoke(conn)
+                .unwrap()
+        };
     let late = acquire_call("client-1:7", record, &mut conn);
-    assert_eq!(late, vec![-1]);
+    assert_eq!(late, redis::Value::Array(vec![redis::Value::Int(-1)]));
     assert!(!exists(&server, &hash));
     // Any other attempt still works.
     let fresh = acquire_call(
@@ -224,11 +225,12 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
         "redisync:{late}:attempt:client-1:8",
         &mut conn,
     );
-    assert_eq!(fresh, vec![1, 1, 1]);
+    // Granted: the reply is the fencing token alone.
+    assert_eq!(fresh, redis::Value::Int(1));
     // With the lock now held by the same owner, the given-back attempt must not re-enter it
     // either: both its record and the lock exist.
     let late_again = acquire_call("client-1:7", record, &mut conn);
-    assert_eq!(late_again, vec![-1]);
+    assert_eq!(late_again, redis::Value::Array(vec![redis::Value::Int(-1)]));
     assert_eq!(
         server.cmd(&["HGET", &hash, "count"]),
         redis::Value::BulkString(b"1".to_vec())

@@ -40,7 +40,7 @@ const BARE_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[3], KEYS[1], KEYS[4]) ~
      redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', '1', \
      'token', string.format('%d', token), 'a:' .. ARGV[3], '1') \
      redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
-     return {1, token, 1}";
+     return token";
 
 /// The release of [`Rod::BareCommands`]: the commands `lua/lock_release.lua` runs to free a
 /// lock nobody waits for (the hold's `HMGET`, the hash's `DEL`).
@@ -50,8 +50,8 @@ const BARE_RELEASE: &str =
      redis.call('DEL', KEYS[1]) \
      return 1";
 
-/// The acquire of [`Rod::Empty`]: a grant's reply, and no command.
-const EMPTY_ACQUIRE: &str = "return {1, 1, 1}";
+/// The acquire of [`Rod::Empty`]: a grant's reply (a fencing token), and no command.
+const EMPTY_ACQUIRE: &str = "return 1";
 
 /// The release of [`Rod::Empty`]: a release's reply, and no command.
 const EMPTY_RELEASE: &str = "return 1";
@@ -167,7 +167,7 @@ impl RawScripts {
 
     /// The library's first try of `lock()`: not registered, no offer, nothing to take over.
     async fn acquire(&mut self, attempt: &str) -> Result<bool, String> {
-        let reply: Vec<i64> = redis::cmd("EVALSHA")
+        let reply: redis::Value = redis::cmd("EVALSHA")
             .arg(&self.scripts.acquire)
             .arg(5)
             .arg(&self.hash)
@@ -186,7 +186,8 @@ impl RawScripts {
             .query_async(&mut self.conn)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(reply.first() == Some(&1))
+        // A grant is its fencing token, an integer; the other answers are tables.
+        Ok(matches!(reply, redis::Value::Int(token) if token > 0))
     }
 
     /// A guard's release: no attempt record kept.

@@ -3,6 +3,7 @@
 //! [`FairLock`](crate::FairLock) differ only in whether a waiting queue is passed to the
 //! scripts.
 
+use redisync_core::redis::Value;
 use redisync_core::toolkit::Toolkit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -799,7 +800,7 @@ impl LockCore {
             let core = self.clone();
             let abandoned = attempt.clone();
             self.client
-                .eval_undoable(call, move |outcome: LateOutcome<Vec<i64>>| async move {
+                .eval_undoable(call, move |outcome: LateOutcome<Value>| async move {
                     let acquired = matches!(
                         &outcome,
                         LateOutcome::Replied(reply)

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use redisync_core::redis::Value;
 use redisync_core::toolkit::{Error, Result, ScriptCall};
 
 redisync_core::toolkit::lua_script! {
@@ -164,7 +165,7 @@ impl RenewedHold<'_> {
     }
 }
 
-/// Reply of `lock_acquire`.
+/// Reply of `lock_acquire` and `fair_lock_acquire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     Acquired {
@@ -178,15 +179,27 @@ pub(crate) enum AcquireReply {
 }
 
 impl AcquireReply {
-    pub(crate) fn decode(reply: &[i64]) -> Result<Self> {
+    /// A grant is the token alone, a plain integer (cheaper for Redis to send than a table);
+    /// the other answers are tables.
+    pub(crate) fn decode(reply: &Value) -> Result<Self> {
+        let int = |value: &Value| match value {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        };
         match reply {
-            [1, token, _count] if *token > 0 => Ok(AcquireReply::Acquired {
+            Value::Int(token) if *token > 0 => Ok(AcquireReply::Acquired {
                 token: *token as u64,
             }),
-            [0, pttl] => Ok(AcquireReply::Busy {
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            }),
-            [-1] => Ok(AcquireReply::GivenBack),
+            Value::Array(items) => match items.iter().map(int).collect::<Option<Vec<_>>>() {
+                Some(answer) => match answer[..] {
+                    [0, pttl] => Ok(AcquireReply::Busy {
+                        pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    }),
+                    [-1] => Ok(AcquireReply::GivenBack),
+                    _ => Err(Error::WrongType),
+                },
+                None => Err(Error::WrongType),
+            },
             _ => Err(Error::WrongType),
         }
     }
@@ -232,21 +245,26 @@ mod tests {
 
     #[test]
     fn replies_decode() {
+        let table = |items: &[i64]| Value::Array(items.iter().map(|n| Value::Int(*n)).collect());
         assert_eq!(
-            AcquireReply::decode(&[1, 7, 2]).ok(),
+            AcquireReply::decode(&Value::Int(7)).ok(),
             Some(AcquireReply::Acquired { token: 7 })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, 1500]).ok(),
+            AcquireReply::decode(&table(&[0, 1500])).ok(),
             Some(AcquireReply::Busy {
                 pttl: Some(Duration::from_millis(1500))
             })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, -1]).ok(),
+            AcquireReply::decode(&table(&[0, -1])).ok(),
             Some(AcquireReply::Busy { pttl: None })
         );
-        assert!(AcquireReply::decode(&[]).is_err());
+        // A token is never 0 or negative, and the old table grant is not an answer.
+        assert!(AcquireReply::decode(&Value::Int(0)).is_err());
+        assert!(AcquireReply::decode(&table(&[1, 7, 1])).is_err());
+        assert!(AcquireReply::decode(&table(&[])).is_err());
+        assert!(AcquireReply::decode(&Value::Nil).is_err());
         assert!(decode_release(-1).is_err());
         assert_eq!(
             decode_acquire_all(&[1, 4, 9], 2).ok(),
@@ -260,7 +278,7 @@ mod tests {
         assert!(decode_status(&[10, -3]).is_err());
         assert!(decode_status(&[-1, 1]).is_err());
         assert_eq!(
-            AcquireReply::decode(&[-1]).ok(),
+            AcquireReply::decode(&table(&[-1])).ok(),
             Some(AcquireReply::GivenBack)
         );
     }
