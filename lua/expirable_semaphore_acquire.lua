@@ -11,10 +11,12 @@
 -- ARGV[4]  '1' if more tasks of the client wait, '0' otherwise (see after_attempt)
 -- ARGV[5]  how long the waiters registry lasts at least, in ms
 --
--- Returns {1} when the permit was taken, {0, wait} when none is free (wait = ms until the
--- nearest lease ends by itself, -1 if no permit is leased; a waiting client is registered),
--- {-1} when the attempt had been given back. Expired permits are reclaimed only when the
--- pool is empty: while it has permits, taking one needs no more.
+-- Returns 1 (an integer, not a table) when the permit was taken, {0, wait} when none is free
+-- (wait = ms until the nearest lease ends by itself, -1 if no permit is leased; a waiting
+-- client is registered), {-1} when the attempt had been given back. A grant answers with a
+-- plain integer: a table reply measured about 2 µs more of Redis's time per call
+-- (BENCHMARKS.md). Expired permits are reclaimed only when the pool is empty: while it has
+-- permits, taking one needs no more.
 
 local values = redis.call('MGET', KEYS[1], KEYS[3])
 if values[2] then
@@ -38,4 +40,4 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('DECR', KEYS[1])
 after_attempt(KEYS[4], ARGV[3], ARGV[4], ARGV[5], true)
 wake_waiters(KEYS[4], reclaimed, available - 1)
-return {1}
+return 1

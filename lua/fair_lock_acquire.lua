@@ -18,8 +18,8 @@
 -- token of the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's
 -- remaining lease in ms; -1 if it has none, -2 if the lock is free but another waiter goes
 -- first), or {-1} when the waiter was given back before this attempt ran. A grant answers
--- with a plain integer because a table reply costs Redis about 2 µs more to turn into RESP,
--- a tenth of an uncontended cycle's work in Redis (BENCHMARKS.md).
+-- with a plain integer: a table reply measured about 2 µs more of Redis's time per call
+-- (BENCHMARKS.md).
 -- A re-entry never shortens the hold (see reenter) and never queues: the caller holds the
 -- lock already.
 

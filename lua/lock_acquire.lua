@@ -30,8 +30,8 @@
 -- token of the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's
 -- remaining lease in ms, -1 if it has none; the client is registered, so the release wakes it
 -- when its turn comes), or {-1} when the attempt was given back before it ran. A grant
--- answers with a plain integer because a table reply costs Redis about 2 µs more to turn
--- into RESP, a tenth of an uncontended cycle's work in Redis (BENCHMARKS.md).
+-- answers with a plain integer: a table reply measured about 2 µs more of Redis's time per
+-- call (BENCHMARKS.md).
 -- A re-entry never shortens the hold (see reenter).
 
 -- The common case, a free lock, an attempt never given back and nobody waiting, in one

@@ -226,6 +226,35 @@ impl ScriptCall {
     }
 }
 
+/// The reply of a script that answers its common case (a grant) with one integer and every
+/// other case with a list of integers, such as the locks' acquires: Redis spends measurably
+/// more time sending a table than an integer, so the path every caller takes gets the integer.
+///
+/// ```
+/// use redisync_core::toolkit::IntOrList;
+/// use redisync_core::redis::{FromRedisValue, Value};
+/// let grant = IntOrList::from_redis_value(Value::Int(7)).unwrap();
+/// assert_eq!(grant, IntOrList::Int(7));
+/// let busy = IntOrList::from_redis_value(Value::Array(vec![Value::Int(0), Value::Int(250)]));
+/// assert_eq!(busy.unwrap(), IntOrList::List(vec![0, 250]));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IntOrList {
+    /// The script answered with one integer.
+    Int(i64),
+    /// The script answered with a table of integers.
+    List(Vec<i64>),
+}
+
+impl redis::FromRedisValue for IntOrList {
+    fn from_redis_value(value: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
+        match value {
+            redis::Value::Int(n) => Ok(IntOrList::Int(n)),
+            list => Vec::<i64>::from_redis_value(list).map(IntOrList::List),
+        }
+    }
+}
+
 /// Declares a script of the calling crate's `lua/` directory, with the preludes it builds on,
 /// and its typed call: a struct with one named field per `KEYS` entry and per `ARGV` entry,
 /// in order, whose [`call`](ScriptCall) is the only way the crate builds a request for it.

@@ -30,7 +30,7 @@ pub use crate::keys::{self, KeySpace};
 pub use crate::primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use crate::pubsub::{self, ChannelState, Subscription};
 pub use crate::retry::{self, Confirmed, Retry};
-pub use crate::script::{LuaScript, ScriptCall};
+pub use crate::script::{IntOrList, LuaScript, ScriptCall};
 pub use crate::signal::Flag;
 pub use crate::stats::Stats;
 pub use crate::wait::{Attempt, Turn, WaitSpec, MAX_SLEEP, RECHECK};

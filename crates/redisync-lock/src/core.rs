@@ -3,7 +3,6 @@
 //! [`FairLock`](crate::FairLock) differ only in whether a waiting queue is passed to the
 //! scripts.
 
-use redisync_core::redis::Value;
 use redisync_core::toolkit::Toolkit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
-    registration_for, Attempt, Client, ClientRegistration, Error, Hold, HoldLease, LateOutcome,
-    OnGrant, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
+    registration_for, Attempt, Client, ClientRegistration, Error, Hold, HoldLease, IntOrList,
+    LateOutcome, OnGrant, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
 };
 use tracing::Instrument;
 
@@ -800,7 +799,7 @@ impl LockCore {
             let core = self.clone();
             let abandoned = attempt.clone();
             self.client
-                .eval_undoable(call, move |outcome: LateOutcome<Value>| async move {
+                .eval_undoable(call, move |outcome: LateOutcome<IntOrList>| async move {
                     let acquired = matches!(
                         &outcome,
                         LateOutcome::Replied(reply)

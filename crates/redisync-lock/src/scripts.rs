@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use redisync_core::redis::Value;
-use redisync_core::toolkit::{Error, Result, ScriptCall};
+use redisync_core::toolkit::{Error, IntOrList, Result, ScriptCall};
 
 redisync_core::toolkit::lua_script! {
     /// Takes a lock, or re-enters it, or registers the client as waiting
@@ -179,28 +178,20 @@ pub(crate) enum AcquireReply {
 }
 
 impl AcquireReply {
-    /// A grant is the token alone, a plain integer (cheaper for Redis to send than a table);
-    /// the other answers are tables.
-    pub(crate) fn decode(reply: &Value) -> Result<Self> {
-        let int = |value: &Value| match value {
-            Value::Int(n) => Some(*n),
-            _ => None,
-        };
+    /// A grant is the token alone, an integer; the other answers are tables.
+    pub(crate) fn decode(reply: &IntOrList) -> Result<Self> {
         match reply {
-            Value::Int(token) if *token > 0 => Ok(AcquireReply::Acquired {
+            IntOrList::Int(token) if *token > 0 => Ok(AcquireReply::Acquired {
                 token: *token as u64,
             }),
-            Value::Array(items) => match items.iter().map(int).collect::<Option<Vec<_>>>() {
-                Some(answer) => match answer[..] {
-                    [0, pttl] => Ok(AcquireReply::Busy {
-                        pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                    }),
-                    [-1] => Ok(AcquireReply::GivenBack),
-                    _ => Err(Error::WrongType),
-                },
-                None => Err(Error::WrongType),
+            IntOrList::List(answer) => match answer[..] {
+                [0, pttl] => Ok(AcquireReply::Busy {
+                    pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                }),
+                [-1] => Ok(AcquireReply::GivenBack),
+                _ => Err(Error::WrongType),
             },
-            _ => Err(Error::WrongType),
+            IntOrList::Int(_) => Err(Error::WrongType),
         }
     }
 }
@@ -245,9 +236,9 @@ mod tests {
 
     #[test]
     fn replies_decode() {
-        let table = |items: &[i64]| Value::Array(items.iter().map(|n| Value::Int(*n)).collect());
+        let table = |items: &[i64]| IntOrList::List(items.to_vec());
         assert_eq!(
-            AcquireReply::decode(&Value::Int(7)).ok(),
+            AcquireReply::decode(&IntOrList::Int(7)).ok(),
             Some(AcquireReply::Acquired { token: 7 })
         );
         assert_eq!(
@@ -261,10 +252,9 @@ mod tests {
             Some(AcquireReply::Busy { pttl: None })
         );
         // A token is never 0 or negative, and the old table grant is not an answer.
-        assert!(AcquireReply::decode(&Value::Int(0)).is_err());
+        assert!(AcquireReply::decode(&IntOrList::Int(0)).is_err());
         assert!(AcquireReply::decode(&table(&[1, 7, 1])).is_err());
         assert!(AcquireReply::decode(&table(&[])).is_err());
-        assert!(AcquireReply::decode(&Value::Nil).is_err());
         assert!(decode_release(-1).is_err());
         assert_eq!(
             decode_acquire_all(&[1, 4, 9], 2).ok(),

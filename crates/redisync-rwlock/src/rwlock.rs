@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
-    Lease, Result, ScriptCall, Wait, WaitSpec,
+    IntOrList, Lease, Result, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -161,7 +161,7 @@ enum Side {
 }
 
 impl Side {
-    fn decode(self, reply: &[i64]) -> Result<AcquireReply> {
+    fn decode(self, reply: &IntOrList) -> Result<AcquireReply> {
         match self {
             Side::Read => AcquireReply::decode_read(reply),
             Side::Write => AcquireReply::decode_write(reply),
@@ -845,7 +845,7 @@ impl ReadWriteLock {
             // of a waiting call registered it: its give-back takes that out too (the call's
             // withdrawal may have run before it). A writer's needs no such thing: its
             // withdrawal's record keeps a late attempt from marking or registering.
-            let (give_back, undo): (_, fn(&Vec<i64>) -> bool) = match side {
+            let (give_back, undo): (_, fn(&IntOrList) -> bool) = match side {
                 Side::Read if will_wait => (
                     core.release_call(&attempt, lease.saturating_add(core.retry_window()), waiter)?,
                     |reply| {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use redisync_core::toolkit::{Confirmed, Error, Result, ScriptCall};
+use redisync_core::toolkit::{Confirmed, Error, IntOrList, Result, ScriptCall};
 
 redisync_core::toolkit::lua_script! {
     /// Takes a read hold, re-enters one, or downgrades from the write hold
@@ -153,26 +153,31 @@ pub(crate) enum AcquireReply {
 }
 
 impl AcquireReply {
-    pub(crate) fn decode_read(reply: &[i64]) -> Result<Self> {
+    /// A read grant is the owner's read holds, an integer; the other answers are tables.
+    pub(crate) fn decode_read(reply: &IntOrList) -> Result<Self> {
         match reply {
-            [1, _holds] => Ok(AcquireReply::Acquired { token: 0 }),
+            IntOrList::Int(holds) if *holds > 0 => Ok(AcquireReply::Acquired { token: 0 }),
             _ => Self::decode_common(reply),
         }
     }
 
-    pub(crate) fn decode_write(reply: &[i64]) -> Result<Self> {
+    /// A write grant is the fencing token, an integer; the other answers are tables.
+    pub(crate) fn decode_write(reply: &IntOrList) -> Result<Self> {
         match reply {
-            [1, token, _holds] if *token > 0 => Ok(AcquireReply::Acquired {
+            IntOrList::Int(token) if *token > 0 => Ok(AcquireReply::Acquired {
                 token: *token as u64,
             }),
             _ => Self::decode_common(reply),
         }
     }
 
-    fn decode_common(reply: &[i64]) -> Result<Self> {
-        match reply {
+    fn decode_common(reply: &IntOrList) -> Result<Self> {
+        let IntOrList::List(answer) = reply else {
+            return Err(Error::WrongType);
+        };
+        match answer[..] {
             [0, wait] => Ok(AcquireReply::Busy {
-                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
+                retry_in: u64::try_from(wait).ok().map(Duration::from_millis),
             }),
             [-1] => Ok(AcquireReply::GivenBack),
             [-2] => Ok(AcquireReply::Upgrade),
@@ -236,29 +241,35 @@ mod tests {
 
     #[test]
     fn replies_decode() {
+        let table = |items: &[i64]| IntOrList::List(items.to_vec());
         assert_eq!(
-            AcquireReply::decode_read(&[1, 3]).ok(),
+            AcquireReply::decode_read(&IntOrList::Int(3)).ok(),
             Some(AcquireReply::Acquired { token: 0 })
         );
         assert_eq!(
-            AcquireReply::decode_write(&[1, 9, 1]).ok(),
+            AcquireReply::decode_write(&IntOrList::Int(9)).ok(),
             Some(AcquireReply::Acquired { token: 9 })
         );
         assert_eq!(
-            AcquireReply::decode_write(&[0, 250]).ok(),
+            AcquireReply::decode_write(&table(&[0, 250])).ok(),
             Some(AcquireReply::Busy {
                 retry_in: Some(Duration::from_millis(250))
             })
         );
         assert_eq!(
-            AcquireReply::decode_write(&[-2]).ok(),
+            AcquireReply::decode_write(&table(&[-2])).ok(),
             Some(AcquireReply::Upgrade)
         );
         assert_eq!(
-            AcquireReply::decode_read(&[-1]).ok(),
+            AcquireReply::decode_read(&table(&[-1])).ok(),
             Some(AcquireReply::GivenBack)
         );
-        assert!(AcquireReply::decode_read(&[7]).is_err());
+        // A grant is never 0 or negative, and the old table grants are not answers.
+        assert!(AcquireReply::decode_read(&table(&[7])).is_err());
+        assert!(AcquireReply::decode_read(&IntOrList::Int(0)).is_err());
+        assert!(AcquireReply::decode_write(&IntOrList::Int(-1)).is_err());
+        assert!(AcquireReply::decode_read(&table(&[1, 3])).is_err());
+        assert!(AcquireReply::decode_write(&table(&[1, 9, 1])).is_err());
         let release = |reply, repeated| decode_release(Confirmed { reply, repeated });
         assert!(release(-1, false).is_err());
         assert!(

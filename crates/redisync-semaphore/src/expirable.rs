@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redisync_core::toolkit::duration::{lease_millis, redis_millis};
 use redisync_core::toolkit::{
     async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
-    LateOutcome, Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
+    IntOrList, LateOutcome, Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -73,7 +73,7 @@ impl XCore {
     /// made when it left may have come first).
     fn undo_attempt(
         &self,
-        outcome: LateOutcome<Vec<i64>>,
+        outcome: LateOutcome<IntOrList>,
         id: &str,
         registers: bool,
         retry: Retry,
@@ -433,7 +433,7 @@ impl ExpirableSemaphore {
             let retry = core.client.retry_for_lease(sent_at, Some(lease));
             let reply = core
                 .client
-                .eval_undoable(call, move |outcome: LateOutcome<Vec<i64>>| async move {
+                .eval_undoable(call, move |outcome: LateOutcome<IntOrList>| async move {
                     undo_core.undo_attempt(outcome, &undo_id, registers, retry);
                 })
                 .await?;

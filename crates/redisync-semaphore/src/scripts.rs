@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use redisync_core::toolkit::{Error, Result};
+use redisync_core::toolkit::{Error, IntOrList, Result};
 
 redisync_core::toolkit::lua_script! {
     /// Initialises a classic semaphore that has no permits yet, starting a generation
@@ -231,11 +231,17 @@ pub(crate) enum PermitReply {
 }
 
 impl PermitReply {
-    pub(crate) fn decode(reply: &[i64]) -> Result<Self> {
-        match reply {
-            [1] => Ok(PermitReply::Acquired),
+    /// A grant is 1, an integer; the other answers are tables.
+    pub(crate) fn decode(reply: &IntOrList) -> Result<Self> {
+        let IntOrList::List(answer) = reply else {
+            return match reply {
+                IntOrList::Int(1) => Ok(PermitReply::Acquired),
+                _ => Err(Error::WrongType),
+            };
+        };
+        match answer[..] {
             [0, wait] => Ok(PermitReply::Busy {
-                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
+                retry_in: u64::try_from(wait).ok().map(Duration::from_millis),
             }),
             [-1] => Ok(PermitReply::GivenBack),
             _ => Err(Error::WrongType),
@@ -294,22 +300,29 @@ mod tests {
 
     #[test]
     fn replies_and_counts_decode() {
-        assert_eq!(PermitReply::decode(&[1]).ok(), Some(PermitReply::Acquired));
+        let table = |items: &[i64]| IntOrList::List(items.to_vec());
         assert_eq!(
-            PermitReply::decode(&[0, 40]).ok(),
+            PermitReply::decode(&IntOrList::Int(1)).ok(),
+            Some(PermitReply::Acquired)
+        );
+        assert_eq!(
+            PermitReply::decode(&table(&[0, 40])).ok(),
             Some(PermitReply::Busy {
                 retry_in: Some(Duration::from_millis(40))
             })
         );
         assert_eq!(
-            PermitReply::decode(&[0, -1]).ok(),
+            PermitReply::decode(&table(&[0, -1])).ok(),
             Some(PermitReply::Busy { retry_in: None })
         );
         assert_eq!(
-            PermitReply::decode(&[-1]).ok(),
+            PermitReply::decode(&table(&[-1])).ok(),
             Some(PermitReply::GivenBack)
         );
-        assert!(PermitReply::decode(&[]).is_err());
+        assert!(PermitReply::decode(&table(&[])).is_err());
+        // The old table grant is not an answer, nor another integer.
+        assert!(PermitReply::decode(&table(&[1])).is_err());
+        assert!(PermitReply::decode(&IntOrList::Int(2)).is_err());
         assert!(permit_count(0, "n").is_err());
         assert!(permit_count(u64::MAX, "n").is_err());
         assert!(permit_count(MAX_PERMITS + 1, "n").is_err());

@@ -200,6 +200,12 @@ pub fn strings(value: &redis::Value) -> Vec<String> {
         .unwrap_or_else(|e| panic!("expected an array of strings, got {value:?}: {e}"))
 }
 
+/// Whether an acquire script's reply is a busy answer, the table `{0, wait}` (a grant is an
+/// integer alone: see `lua/lock_acquire.lua`).
+pub fn is_busy(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(0)))
+}
+
 /// Whether an error is what an unreachable or silent Redis gives.
 pub fn is_outage(err: &Error) -> bool {
     matches!(err, Error::Redis(_) | Error::Timeout)
