@@ -138,11 +138,83 @@ pub struct ScriptCall {
     pub(crate) rollback_unreplicated: bool,
 }
 
-/// A call's keys and arguments.
+/// A call's keys and arguments, end to end in one buffer: a call costs a few allocations
+/// however many keys and arguments it has (an acquire has 13), not one per item.
 #[derive(Debug, Clone, Default)]
 struct Payload {
-    keys: Vec<String>,
-    args: Vec<Vec<u8>>,
+    /// Every key and argument, back to back, in the order they were added.
+    bytes: Vec<u8>,
+    /// Where each of them ends in `bytes`, and whether it is a key.
+    items: Vec<Item>,
+    /// How many of `items` are keys.
+    keys: usize,
+}
+
+/// One key or argument of a [`Payload`].
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    end: usize,
+    key: bool,
+}
+
+impl Payload {
+    /// The keys (`key`) or the arguments (`!key`), in the order they were added. Keys and
+    /// arguments may be added in any order (a watchdog batch adds each hold's keys, then its
+    /// arguments); Redis takes every key first.
+    fn items(&self, key: bool) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.items.iter().map(|item| item.end));
+        starts
+            .zip(self.items.iter())
+            .filter(move |(_, item)| item.key == key)
+            .map(|(start, item)| self.bytes.get(start..item.end).unwrap_or_default())
+    }
+
+    fn push(&mut self, item: &[u8], key: bool) {
+        self.bytes.extend_from_slice(item);
+        self.end_item(key);
+    }
+
+    fn end_item(&mut self, key: bool) {
+        self.items.push(Item {
+            end: self.bytes.len(),
+            key,
+        });
+        self.keys += usize::from(key);
+    }
+}
+
+impl redis::RedisWrite for Payload {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.push(arg, false);
+    }
+
+    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
+        use std::io::Write;
+        // Writing into a Vec fails only if `arg`'s own Display does; the argument is then
+        // what it wrote, as with redis-rs's own commands.
+        let _ = write!(self.bytes, "{arg}");
+        self.end_item(false);
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        /// Appends to the buffer; the argument ends where the writer is dropped.
+        struct NextArg<'a>(&'a mut Payload);
+        impl Drop for NextArg<'_> {
+            fn drop(&mut self) {
+                self.0.end_item(false);
+            }
+        }
+        impl std::io::Write for NextArg<'_> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.bytes.extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        NextArg(self)
+    }
 }
 
 impl ScriptCall {
@@ -154,28 +226,29 @@ impl ScriptCall {
     /// Starts an invocation of `script` with room for `keys` keys and `args` arguments, so
     /// that adding them does not reallocate (a typed call knows both counts).
     pub fn with_capacity(script: &'static LuaScript, keys: usize, args: usize) -> Self {
+        // Keys and arguments run to a few dozen bytes each.
+        const BYTES_PER_ITEM: usize = 40;
         ScriptCall {
             script,
             payload: std::sync::Arc::new(Payload {
-                keys: Vec::with_capacity(keys),
-                args: Vec::with_capacity(args),
+                bytes: Vec::with_capacity((keys + args) * BYTES_PER_ITEM),
+                items: Vec::with_capacity(keys + args),
+                keys: 0,
             }),
             rollback_unreplicated: false,
         }
     }
 
     /// Appends a key (`KEYS[i]`).
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        std::sync::Arc::make_mut(&mut self.payload)
-            .keys
-            .push(key.into());
+    pub fn key(mut self, key: impl AsRef<str>) -> Self {
+        std::sync::Arc::make_mut(&mut self.payload).push(key.as_ref().as_bytes(), true);
         self
     }
 
     /// Appends an argument (`ARGV[i]`). Values that encode as several Redis arguments (such as
     /// vectors) append each of them.
     pub fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        arg.write_redis_args(&mut std::sync::Arc::make_mut(&mut self.payload).args);
+        arg.write_redis_args(std::sync::Arc::make_mut(&mut self.payload));
         self
     }
 
@@ -186,7 +259,12 @@ impl ScriptCall {
 
     /// The first key of the call (the primitive's main key, which names it), or `""`.
     pub fn first_key(&self) -> &str {
-        self.payload.keys.first().map_or("", String::as_str)
+        // Keys are only ever added as `str`s.
+        self.payload
+            .items(true)
+            .next()
+            .and_then(|key| std::str::from_utf8(key).ok())
+            .unwrap_or("")
     }
 
     pub(crate) fn rolls_back_unreplicated(&self) -> bool {
@@ -207,20 +285,13 @@ impl ScriptCall {
     /// `<verb> <script> <number of keys> <keys> <args>`, built in buffers sized up front: a
     /// command grown argument by argument reallocates several times, on every request.
     fn command(&self, verb: &str, script: &str) -> redis::Cmd {
-        let Payload { keys, args } = &*self.payload;
+        let payload = &*self.payload;
         // The key count is at most 20 digits.
-        let bytes = verb.len()
-            + script.len()
-            + 20
-            + keys.iter().map(String::len).sum::<usize>()
-            + args.iter().map(Vec::len).sum::<usize>();
-        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
-        cmd.arg(verb).arg(script).arg(keys.len());
-        for key in keys {
-            cmd.arg(key.as_str());
-        }
-        for arg in args {
-            cmd.arg(arg.as_slice());
+        let bytes = verb.len() + script.len() + 20 + payload.bytes.len();
+        let mut cmd = redis::Cmd::with_capacity(3 + payload.items.len(), bytes);
+        cmd.arg(verb).arg(script).arg(payload.keys);
+        for item in payload.items(true).chain(payload.items(false)) {
+            cmd.arg(item);
         }
         cmd
     }
@@ -510,5 +581,43 @@ mod tests {
         check_publishing("return redis.call('GET', KEYS[1])");
         check_publishing(&format!("{prelude}{script}"));
         assert!(std::panic::catch_unwind(|| check_publishing(script)).is_err());
+    }
+
+    /// Keys and arguments share one buffer, yet the command sends every key first, in the
+    /// order added, whatever order they were added in (a watchdog batch alternates each
+    /// hold's keys and arguments); a value that encodes as several arguments adds each.
+    #[test]
+    fn a_call_sends_its_keys_first_and_each_item_whole() {
+        static SCRIPT: LuaScript = LuaScript::new("t", "return 1");
+        let call = ScriptCall::new(&SCRIPT)
+            .arg(30_000u64)
+            .key("k1")
+            .arg(vec!["a", "bb"])
+            .key(String::from("k2"))
+            .arg("")
+            .arg(-7i64);
+        assert_eq!(call.first_key(), "k1");
+        let cmd = call.evalsha_cmd(false);
+        let args: Vec<&[u8]> = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes,
+                _ => b"(not a plain argument)",
+            })
+            .collect();
+        let expected: Vec<&[u8]> = vec![
+            b"EVALSHA",
+            SCRIPT.sha1().as_bytes(),
+            b"2",
+            b"k1",
+            b"k2",
+            b"30000",
+            b"a",
+            b"bb",
+            b"",
+            b"-7",
+        ];
+        assert_eq!(args, expected);
+        assert_eq!(ScriptCall::new(&SCRIPT).arg(1).first_key(), "");
     }
 }
