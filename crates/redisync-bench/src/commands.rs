@@ -32,6 +32,8 @@ const SCRIPT_COMMANDS: [&str; 6] = [
 #[derive(Debug, Default, Clone)]
 pub struct Commands {
     calls: BTreeMap<String, u64>,
+    /// Microseconds Redis spent running each command (`usec`), per command name.
+    usec: BTreeMap<String, u64>,
 }
 
 impl Commands {
@@ -39,6 +41,9 @@ impl Commands {
     pub fn merge(&mut self, other: Commands) {
         for (command, calls) in other.calls {
             *self.calls.entry(command).or_default() += calls;
+        }
+        for (command, usec) in other.usec {
+            *self.usec.entry(command).or_default() += usec;
         }
     }
 
@@ -50,6 +55,16 @@ impl Commands {
     /// Scripts run (`EVALSHA`, `EVAL`, and their read-only and function twins).
     pub fn scripts(&self) -> u64 {
         SCRIPT_COMMANDS.iter().map(|c| self.get(c)).sum()
+    }
+
+    /// Microseconds Redis spent running scripts, the commands they ran included: their whole
+    /// cost to Redis's core but for reading requests and writing replies. (Commands clients
+    /// send directly are not in it: a script's own commands cannot be told apart from those.)
+    pub fn script_usec(&self) -> u64 {
+        SCRIPT_COMMANDS
+            .iter()
+            .filter_map(|c| self.usec.get(*c))
+            .sum()
     }
 
     /// Calls of one command (lower case).
@@ -72,6 +87,7 @@ impl Commands {
     /// Parses `INFO commandstats` (`cmdstat_<name>:calls=N,usec=...` lines).
     fn parse(info: &str) -> Self {
         let mut calls = BTreeMap::new();
+        let mut usec = BTreeMap::new();
         for line in info.lines() {
             let Some((name, value)) = line.trim_end_matches('\r').split_once(':') else {
                 continue;
@@ -79,14 +95,17 @@ impl Commands {
             let Some(name) = name.strip_prefix("cmdstat_") else {
                 continue;
             };
-            let n = value
-                .split(',')
-                .find_map(|part| part.strip_prefix("calls="))
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
-            calls.insert(name.to_owned(), n);
+            let field = |prefix: &str| {
+                value
+                    .split(',')
+                    .find_map(|part| part.strip_prefix(prefix))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            calls.insert(name.to_owned(), field("calls="));
+            usec.insert(name.to_owned(), field("usec="));
         }
-        Commands { calls }
+        Commands { calls, usec }
     }
 
     /// Takes away the commands the measurement itself sent.
@@ -168,6 +187,8 @@ mod tests {
         assert_eq!(c.get("publish"), 50);
         assert_eq!(c.get("echo"), 0);
         assert_eq!(c.breakdown(100), "EVALSHA 2, HSET 1, PUBLISH 0.5");
+        // The scripts' time, their own commands' included; not the commands' again.
+        assert_eq!(c.script_usec(), 900);
     }
 
     #[test]

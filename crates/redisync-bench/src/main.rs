@@ -209,7 +209,10 @@ async fn main() {
          commandstats` over the same 200 counted cycles, after `CONFIG RESETSTAT`; commands \
          include the ones scripts ran inside Redis, and the last column lists them per cycle. \
          The counted cycles are a pass of their own, apart from the timed ones, and Redis \
-         keys + is `DBSIZE` after them minus before. The timed cycles: the contenders take \
+         keys + is `DBSIZE` after them minus before. Script µs in Redis: the time Redis spent \
+         running scripts (`usec` of `EVALSHA` and its kin, their commands included; a command \
+         a client sends directly, such as the floor's `SET`, is not in it), over 200 more \
+         cycles without MONITOR. The timed cycles: the contenders take \
          turns in blocks of 100 cycles, each on a lock of its own.",
     );
     let mut ops = Scenario::new(

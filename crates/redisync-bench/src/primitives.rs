@@ -11,7 +11,7 @@ use redisync_test_harness::RedisServer;
 use crate::commands::Pass;
 use crate::ratelimit::Verdict;
 use crate::report::{percentile, Figures};
-use crate::scenarios::{add_counts, redis_footprint};
+use crate::scenarios::{add_counts, add_script_time, redis_footprint};
 
 async fn clients(server: &RedisServer, n: usize) -> Vec<Client> {
     let mut clients = Vec::with_capacity(n);
@@ -336,7 +336,8 @@ impl Handle {
 }
 
 /// Scenario 1b: one task, one free primitive, `cycles` timed cycles of `op`, then a counting
-/// pass of its own (requests with MONITOR, commands with `INFO commandstats`).
+/// pass of its own (requests with MONITOR, commands with `INFO commandstats`), and one
+/// without MONITOR for the time Redis spends in scripts.
 pub async fn op_cycles(
     server: &RedisServer,
     op: Op,
@@ -377,6 +378,11 @@ pub async fn op_cycles(
         handle.cycle(op).await.expect("cycle");
     }
     add_counts(out, pass, counted, "cycle");
+    let pass = Pass::start(server, false);
+    for _ in 0..counted {
+        handle.cycle(op).await.expect("cycle");
+    }
+    add_script_time(out, pass, counted, "cycle");
     drop(handle);
     client.shutdown().await;
 }
