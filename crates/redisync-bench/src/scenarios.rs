@@ -132,7 +132,8 @@ pub fn add_counts(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
 /// own time (a scratch check measured a lock cycle's scripts at about 4× with one open).
 pub fn add_script_time(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
     let (commands, _) = pass.finish();
-    out.add(
+    out.add_after(
+        &format!("commands/{unit}"),
         &format!("script µs in Redis/{unit}"),
         commands.script_usec() as f64 / ops.max(1) as f64,
     );

@@ -223,8 +223,9 @@ impl ScriptCall {
         Self::with_capacity(script, 0, 0)
     }
 
-    /// Starts an invocation of `script` with room for `keys` keys and `args` arguments, so
-    /// that adding them does not reallocate (a typed call knows both counts).
+    /// Starts an invocation of `script` with room for `keys` keys and `args` arguments (a typed
+    /// call knows both counts): adding that many does not reallocate the list of items, nor
+    /// the buffer while they average at most 40 bytes (a lock's keys and ids do).
     pub fn with_capacity(script: &'static LuaScript, keys: usize, args: usize) -> Self {
         // Keys and arguments run to a few dozen bytes each.
         const BYTES_PER_ITEM: usize = 40;

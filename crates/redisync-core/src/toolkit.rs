@@ -1,7 +1,8 @@
 //! The toolkit: everything a primitive crate uses, and nothing a user of the primitives needs.
 //!
 //! A primitive crate starts with `use redisync_core::toolkit::*;`. That brings the script
-//! runner's types ([`ScriptCall`], [`LuaScript`], [`lua_script!`](crate::lua_script)), the
+//! runner's types ([`ScriptCall`], [`LuaScript`], [`lua_script!`](crate::lua_script),
+//! [`IntOrList`] for replies that are an integer on the common path), the
 //! pieces of a guard ([`Hold`], [`HoldLease`]), the waiting loop's ([`WaitSpec`], [`Attempt`]),
 //! cancel safety ([`Abandonable`], [`LateOutcome`]), background give-backs ([`Retry`],
 //! [`Confirmed`]), key names ([`KeySpace`]) and the [`Toolkit`] trait, whose methods on

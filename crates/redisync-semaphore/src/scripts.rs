@@ -233,18 +233,16 @@ pub(crate) enum PermitReply {
 impl PermitReply {
     /// A grant is 1, an integer; the other answers are tables.
     pub(crate) fn decode(reply: &IntOrList) -> Result<Self> {
-        let IntOrList::List(answer) = reply else {
-            return match reply {
-                IntOrList::Int(1) => Ok(PermitReply::Acquired),
+        match reply {
+            IntOrList::Int(1) => Ok(PermitReply::Acquired),
+            IntOrList::List(answer) => match answer[..] {
+                [0, wait] => Ok(PermitReply::Busy {
+                    retry_in: u64::try_from(wait).ok().map(Duration::from_millis),
+                }),
+                [-1] => Ok(PermitReply::GivenBack),
                 _ => Err(Error::WrongType),
-            };
-        };
-        match answer[..] {
-            [0, wait] => Ok(PermitReply::Busy {
-                retry_in: u64::try_from(wait).ok().map(Duration::from_millis),
-            }),
-            [-1] => Ok(PermitReply::GivenBack),
-            _ => Err(Error::WrongType),
+            },
+            IntOrList::Int(_) => Err(Error::WrongType),
         }
     }
 }
