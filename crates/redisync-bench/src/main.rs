@@ -212,8 +212,8 @@ async fn main() {
          keys + is `DBSIZE` after them minus before. Script µs in Redis: the time Redis spent \
          running scripts (`usec` of `EVALSHA` and its kin, their commands included; a command \
          a client sends directly, such as the floor's `SET`, is not in it), over 200 more \
-         cycles without MONITOR, one contender after another rather than in turns. The timed cycles: the contenders take \
-         turns in blocks of 100 cycles, each on a lock of its own.",
+         cycles without MONITOR, one contender after another rather than in turns. The timed \
+         cycles: the contenders take turns in blocks of 100 cycles, each on a lock of its own.",
     );
     let mut ops = Scenario::new(
         "primitive-ops",
