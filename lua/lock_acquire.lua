@@ -6,7 +6,7 @@
 -- KEYS[3]  attempt record of this attempt; exists only if the attempt was already given back
 --          (lock_release ran for it first: its caller gave up), so it must not grant
 -- KEYS[4]  waiting clients (see wake_prelude)
--- KEYS[5]  hand-over offers (see lock_hand_over_prelude)
+-- KEYS[5]  hand-over offers (see lock_hand_over_prelude); optional, see below
 -- ARGV[1]  owner id of the caller
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id, unique per acquire request
@@ -26,6 +26,12 @@
 --          client has not taken (attempt ids separated by spaces; '' none): a hold handed
 --          over to one of them is taken over by this attempt
 --
+-- KEYS[5] and ARGV[4..8] are optional, all together: a call without them is one with
+-- ARGV[5] = 0, ARGV[6] = '0', ARGV[7] = '0' and ARGV[8] = '' (no registration, no offer,
+-- nothing to take over), which reads neither KEYS[5] nor ARGV[4]. A first try is such a
+-- call, and sends 7 keys and arguments instead of 13: Redis spends time on each one sent
+-- (BENCHMARKS.md).
+--
 -- Returns the fencing token (an integer, not a table) when acquired (a re-entry keeps the
 -- token of the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's
 -- remaining lease in ms, -1 if it has none; the client is registered, so the release wakes it
@@ -33,6 +39,11 @@
 -- answers with a plain integer: a table reply measured about 2 µs more of Redis's time per
 -- call (BENCHMARKS.md).
 -- A re-entry never shortens the hold (see reenter).
+
+local registration_ms = ARGV[5] or '0'
+local on_grant = ARGV[6] or '0'
+local hand_over_ms = ARGV[7] or '0'
+local offered = ARGV[8] or ''
 
 -- The common case, a free lock, an attempt never given back and nobody waiting, in one
 -- EXISTS; only when it finds a key does a second one tell the registry from the other two.
@@ -44,8 +55,8 @@ if holder == false then
 end
 -- The client stays registered if it is granted while other tasks of it wait: registering it
 -- for them here spares the next of them a request of its own before it waits.
-local requeue = ARGV[6] == '2' and ARGV[5] ~= '0'
-local taken = holder and ARGV[8] ~= '' and take_over(KEYS[1], ARGV[8], ARGV[1], ARGV[2], ARGV[3])
+local requeue = on_grant == '2' and registration_ms ~= '0'
+local taken = holder and offered ~= '' and take_over(KEYS[1], offered, ARGV[1], ARGV[2], ARGV[3])
 local token
 if taken then
     token = taken
@@ -59,22 +70,22 @@ elseif holder[1] == ARGV[1] then
         redis.call('HSET', KEYS[1], 'w', '1')
     end
 else
-    if ARGV[5] ~= '0' then
-        register_waiter(KEYS[4], ARGV[4], ARGV[5])
+    if registration_ms ~= '0' then
+        register_waiter(KEYS[4], ARGV[4], registration_ms)
         redis.call('HSET', KEYS[1], 'w', '1')
-        local offer = ARGV[7] ~= '0' and ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. ARGV[7]
-        offer_hand_over(KEYS[5], ARGV[4], offer, ARGV[5])
+        local offer = hand_over_ms ~= '0' and ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. hand_over_ms
+        offer_hand_over(KEYS[5], ARGV[4], offer, registration_ms)
     end
     return {0, redis.call('PTTL', KEYS[1])}
 end
 -- Got it. The client waits no more, unless other tasks of it wait; an offer an earlier
 -- attempt made is moot either way (the next task to wait makes its own).
-if ARGV[6] == '1' then
+if on_grant == '1' then
     unregister_waiter(KEYS[4], ARGV[4])
 elseif requeue then
-    requeue_waiter(KEYS[4], ARGV[4], ARGV[5])
+    requeue_waiter(KEYS[4], ARGV[4], registration_ms)
 end
-if ARGV[6] ~= '0' then
+if on_grant ~= '0' then
     offer_hand_over(KEYS[5], ARGV[4], false)
 end
 return token

@@ -377,8 +377,10 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
     let release = |conn: &mut redis::Connection, remember_ms: u64| -> i64 {
         script
             .key(lock_key("retry"))
-            .key(&record)
             .key("redisync:{retry}:waiters")
+            .key("redisync:{retry}:offers")
+            .key("redisync:{retry}:fence")
+            .key(&record)
             .arg(&attempt)
             .arg(remember_ms)
             .invoke(conn)
@@ -412,8 +414,10 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
     let give_back = |conn: &mut redis::Connection| -> i64 {
         script
             .key(lock_key("retry"))
-            .key(&second_record)
             .key("redisync:{retry}:waiters")
+            .key("redisync:{retry}:offers")
+            .key("redisync:{retry}:fence")
+            .key(&second_record)
             .arg(&second)
             .arg(10_000)
             .invoke(conn)

@@ -192,8 +192,10 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     // The give-back arrives first: the attempt holds nothing yet.
     let given_back: i64 = release
         .key(&hash)
-        .key(record)
         .key(waiters)
+        .key("redisync:{late}:offers")
+        .key(fence)
+        .key(record)
         .arg("client-1:7")
         .arg(60_000)
         .invoke(&mut conn)

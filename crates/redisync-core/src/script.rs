@@ -350,6 +350,26 @@ impl redis::FromRedisValue for IntOrList {
 ///                      owner: "o", lease_ms: 30_000, attempt: "a" }.call();
 /// ```
 ///
+/// A script whose last keys and arguments matter only on some calls may name them in an
+/// `optional` group after the others, with the condition under which `call` leaves them off
+/// (the script takes their absence as the values that do nothing, and its header says
+/// which). Redis spends time on every key and argument a call sends, whether the script reads
+/// it or not, so a hot path that does not need them sends the shorter request.
+///
+/// ```text
+/// redisync_core::lua_script! {
+///     pub(crate) struct Release = new "lock_release" for "lock" {
+///         keys { hash }
+///         args { attempt: &'a str }
+///         optional {
+///             left_off_when |call: &Self| call.remember_ms == 0;
+///             keys { attempt_record }
+///             args { remember_ms: u64 }
+///         }
+///     }
+/// }
+/// ```
+///
 /// `new` declares a script that may write, `read_only` one that only reads
 /// ([`LuaScript::read_only`]); `for` names the kind of primitive it belongs to
 /// ([`LuaScript::kind`]: metrics and traces are labelled with it). Scripts whose keys or
@@ -363,6 +383,11 @@ macro_rules! lua_script {
             $(after [$($prelude:literal),* $(,)?])? {
             keys { $($key:ident),* $(,)? }
             args { $($arg:ident : $ty:ty),* $(,)? }
+            $(optional {
+                left_off_when $left_off:expr;
+                keys { $($optional_key:ident),* $(,)? }
+                args { $($optional_arg:ident : $optional_ty:ty),* $(,)? }
+            })?
         }
     ) => {
         $(#[$meta])*
@@ -372,10 +397,20 @@ macro_rules! lua_script {
                 #[doc = concat!("`KEYS`: ", stringify!($key), " (see the script's header).")]
                 pub $key: &'a str,
             )*
+            $($(
+                #[doc = concat!("`KEYS`: ", stringify!($optional_key),
+                    " (optional: see the script's header).")]
+                pub $optional_key: &'a str,
+            )*)?
             $(
                 #[doc = concat!("`ARGV`: ", stringify!($arg), " (see the script's header).")]
                 pub $arg: $ty,
             )*
+            $($(
+                #[doc = concat!("`ARGV`: ", stringify!($optional_arg),
+                    " (optional: see the script's header).")]
+                pub $optional_arg: $optional_ty,
+            )*)?
         }
 
         impl $call<'_> {
@@ -388,23 +423,35 @@ macro_rules! lua_script {
                 &SCRIPT
             }
 
-            /// The request: the script with these keys and arguments, in the script's order.
+            /// The request: the script with these keys and arguments, in the script's order
+            /// (without the optional ones where the declaration says they are left off).
             $vis fn call(&self) -> $crate::ScriptCall {
+                $(
+                    let left_off: fn(&Self) -> bool = $left_off;
+                    if left_off(self) {
+                        return self.call_without_optional();
+                    }
+                )?
                 $crate::ScriptCall::with_capacity(
                     Self::script(),
-                    <[&str]>::len(&[$(stringify!($key)),*]),
-                    <[&str]>::len(&[$(stringify!($arg)),*]),
+                    <[&str]>::len(&[$(stringify!($key),)* $($(stringify!($optional_key),)*)?]),
+                    <[&str]>::len(&[$(stringify!($arg),)* $($(stringify!($optional_arg),)*)?]),
                 )
                     $(.key(self.$key))*
+                    $($(.key(self.$optional_key))*)?
                     $(.arg(&self.$arg))*
+                    $($(.arg(&self.$optional_arg))*)?
             }
+
+            $crate::lua_script!(@without_optional [$($($optional_key)* $($optional_arg)*)?] $vis
+                ($($key),*) ($($arg),*));
         }
 
         const _: () = $crate::check_script_contract(
             $file,
             include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file, ".lua")),
-            <[&str]>::len(&[$(stringify!($key)),*]),
-            <[&str]>::len(&[$(stringify!($arg)),*]),
+            <[&str]>::len(&[$(stringify!($key),)* $($(stringify!($optional_key),)*)?]),
+            <[&str]>::len(&[$(stringify!($arg),)* $($(stringify!($optional_arg),)*)?]),
         );
         const _: () = $crate::check_publishing(
             $crate::lua_script!(@source $file $(after [$($prelude),*])?),
@@ -421,6 +468,21 @@ macro_rules! lua_script {
         const _: () = $crate::check_publishing(
             $crate::lua_script!(@source $file $(after [$($prelude),*])?),
         );
+    };
+    // A typed call's `call_without_optional`, only for a script with an optional group.
+    (@without_optional [] $vis:vis ($($key:ident),*) ($($arg:ident),*)) => {};
+    (@without_optional [$($optional:ident)+] $vis:vis ($($key:ident),*) ($($arg:ident),*)) => {
+        /// The request without the optional keys and arguments, which the script then takes
+        /// as the values that do nothing (see its header).
+        fn call_without_optional(&self) -> $crate::ScriptCall {
+            $crate::ScriptCall::with_capacity(
+                Self::script(),
+                <[&str]>::len(&[$(stringify!($key),)*]),
+                <[&str]>::len(&[$(stringify!($arg),)*]),
+            )
+                $(.key(self.$key))*
+                $(.arg(&self.$arg))*
+        }
     };
     (@script $ctor:ident $file:literal $(after [$($prelude:literal),*])?) => {
         $crate::LuaScript::$ctor(

@@ -46,9 +46,9 @@ use crate::guard::LockGuard;
 ///
 /// | operation | round trips | commands run inside Redis |
 /// |---|---|---|
-/// | uncontended acquire | 1 | 4: `EXISTS` (attempt record, lock and registry of waiters, one call), `INCR` (fence), `HSET`, `PEXPIRE` |
+/// | uncontended acquire | 1 (4 keys, 3 arguments: a first try leaves off what only registering and offering read) | 4: `EXISTS` (attempt record, lock and registry of waiters, one call), `INCR` (fence), `HSET`, `PEXPIRE` |
 /// | re-entry | 1 | 7: `EXISTS` ×2, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
-/// | release, nobody waiting | 1 | 2: `HMGET`, `DEL` (the hash says nobody registered: no look at the registry, no `PUBLISH`) |
+/// | release, nobody waiting | 1 (4 keys, 1 argument: a guard's release keeps no record, and leaves off its key) | 2: `HMGET`, `DEL` (the hash says nobody registered: no look at the registry, no `PUBLISH`) |
 /// | release with clients waiting | 1 | as above, then `ZRANGE`, `ZREM`, `HGET` (its offer) and one `PUBLISH` to one client; a hand-over adds `HDEL`, `TIME`, `INCR`, `HSET`, `PEXPIRE` (a grant) |
 /// | contended acquire | 1 + 1 after subscribing, and 1 per second of waiting (`RECHECK`); 0 when a release hands the lock over in the wake-up, else 1 per wake-up | one more `EXISTS` than uncontended when a key exists; a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`), marks the hash (`HSET`) and, with the watchdog's lease, offers to take the lock in its wake-up (`HSET`, `TIME`, `PEXPIRE`); the first try, made before, does none of it |
 /// | a hold handed over in the wake-up | 0 to take it; + 1 in the background (the watchdog lengthening its short lease) if the guard lives past half of it | |

@@ -9,16 +9,24 @@ redisync_core::toolkit::lua_script! {
     /// (`lua/lock_acquire.lua`).
     pub(crate) struct Acquire = new "lock_acquire" for "lock"
         after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
-        keys { hash, fence, attempt_record, waiters, offers }
-        args {
-            owner: &'a str,
-            lease_ms: u64,
-            attempt: &'a str,
-            channel: &'a str,
-            registration_ms: u64,
-            on_grant: &'a str,
-            hand_over_ms: u64,
-            offered: &'a str,
+        keys { hash, fence, attempt_record, waiters }
+        args { owner: &'a str, lease_ms: u64, attempt: &'a str }
+        // A first try's: no registration, no offer, nothing to take over.
+        optional {
+            left_off_when |call: &Self| {
+                call.registration_ms == 0
+                    && call.on_grant == "0"
+                    && call.hand_over_ms == 0
+                    && call.offered.is_empty()
+            };
+            keys { offers }
+            args {
+                channel: &'a str,
+                registration_ms: u64,
+                on_grant: &'a str,
+                hand_over_ms: u64,
+                offered: &'a str,
+            }
         }
     }
 }
@@ -28,8 +36,14 @@ redisync_core::toolkit::lua_script! {
     /// (`lua/lock_release.lua`).
     pub(crate) struct Release = new "lock_release" for "lock"
         after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
-        keys { hash, attempt_record, waiters, offers, fence }
-        args { attempt: &'a str, remember_ms: u64 }
+        keys { hash, waiters, offers, fence }
+        args { attempt: &'a str }
+        // A guard's release keeps no record.
+        optional {
+            left_off_when |call: &Self| call.remember_ms == 0;
+            keys { attempt_record }
+            args { remember_ms: u64 }
+        }
     }
 }
 
@@ -71,8 +85,14 @@ redisync_core::toolkit::lua_script! {
     /// Gives back a fair waiter's hold and place (`lua/fair_lock_release.lua`).
     pub(crate) struct FairRelease = new "fair_lock_release" for "fair_lock"
         after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
-        keys { hash, attempt_record, queue, deadlines }
-        args { waiter: &'a str, wake_prefix: &'a str, remember_ms: u64 }
+        keys { hash, queue, deadlines }
+        args { waiter: &'a str, wake_prefix: &'a str }
+        // A guard's release keeps no record.
+        optional {
+            left_off_when |call: &Self| call.remember_ms == 0;
+            keys { attempt_record }
+            args { remember_ms: u64 }
+        }
     }
 }
 
