@@ -49,6 +49,10 @@ pub enum Contender {
     /// [`Contender::RedisyncScripts`] (see [`crate::raw_scripts`]): a measuring rod,
     /// scenarios 1 and 3 only.
     EmptyScripts,
+    /// A fenced, cancel-safe hold in a string key (see [`crate::raw_scripts`]): the least a
+    /// lock with redisync's guarantees could run on an uncontended cycle in another layout; a
+    /// measuring rod, scenarios 1 and 3 only.
+    StringHold,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
     /// redisync's leader election, as a lock: `campaign()` takes it, `resign()` gives it
@@ -66,12 +70,13 @@ pub enum Contender {
 
 impl Contender {
     /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
-    pub const LOCKS: [Contender; 10] = [
+    pub const LOCKS: [Contender; 11] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncScripts,
         Contender::BareCommands,
         Contender::EmptyScripts,
+        Contender::StringHold,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -83,12 +88,13 @@ impl Contender {
     pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 14] = [
+    pub const ALL: [Contender; 15] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncScripts,
         Contender::BareCommands,
         Contender::EmptyScripts,
+        Contender::StringHold,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -134,6 +140,7 @@ impl Contender {
             Contender::RedisyncScripts => "redisync's scripts alone (raw redis-rs)",
             Contender::BareCommands => "their commands in bare scripts (raw redis-rs)",
             Contender::EmptyScripts => "two empty scripts (raw redis-rs)",
+            Contender::StringHold => "a fenced string hold (raw redis-rs)",
             Contender::RedisyncFair => "redisync FairLock",
             Contender::RedisyncElection => "redisync election",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
@@ -221,11 +228,15 @@ pub async fn lockers(
                     lockers.push(Box::new(client.lock(name(c * per_client + t))));
                 }
             }
-            Contender::RedisyncScripts | Contender::BareCommands | Contender::EmptyScripts => {
+            Contender::RedisyncScripts
+            | Contender::BareCommands
+            | Contender::EmptyScripts
+            | Contender::StringHold => {
                 use crate::raw_scripts::{RawScripts, Rod};
                 let rod = match contender {
                     Contender::BareCommands => Rod::BareCommands,
                     Contender::EmptyScripts => Rod::Empty,
+                    Contender::StringHold => Rod::StringHold,
                     _ => Rod::Library,
                 };
                 let (pool, client, scripts) = RawScripts::connect(url, rod).await;

@@ -11,6 +11,16 @@
 //! * [`Rod::Empty`]: two scripts that run no command. Against the floor: what sending a
 //!   script costs rather than `SET`, before it does anything; against
 //!   [`Rod::BareCommands`]: what the commands cost.
+//! * [`Rod::StringHold`]: the least a lock that keeps redisync's guarantees on an
+//!   uncontended cycle could run, in another layout: a hold kept in a string key, not a hash,
+//!   taken by a script that checks the attempt record and the registry of waiters with one
+//!   `EXISTS`, draws a fencing token with `INCR` and writes the hold with one `SET ... PX`,
+//!   and freed by a compare-and-delete. No re-entry and no hand-over: against
+//!   [`Rod::BareCommands`], what a string layout would buy, were redisync to change its
+//!   layout for the uncontended path.
+//!
+//! Every rod sends the keys and arguments the library sends on that cycle, whether its
+//! scripts read them or not: Redis spends time on each one.
 //!
 //! The library's scripts are declared here from the same files and preludes as in the lock
 //! crate, so they are the same text; [`RawScripts::connect`] checks that Redis knows them by
@@ -56,6 +66,24 @@ const EMPTY_ACQUIRE: &str = "return 1";
 /// The release of [`Rod::Empty`]: a release's reply, and no command.
 const EMPTY_RELEASE: &str = "return 1";
 
+/// The acquire of [`Rod::StringHold`], with the library's keys and arguments (the hold's
+/// string in place of the hash). Writes the attempt id (ARGV[3]) and the fencing token.
+/// Returns the token, or {0} when the lock is held, the attempt was given back or clients
+/// wait (the rod's scenarios never see that).
+const STRING_HOLD_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4]) ~= 0 then \
+     return {0} end \
+     local token = redis.call('INCR', KEYS[2]) \
+     redis.call('SET', KEYS[1], ARGV[3] .. ' ' .. string.format('%d', token), 'PX', ARGV[2]) \
+     return token";
+
+/// The release of [`Rod::StringHold`], with the library's keys and arguments: deletes the hold
+/// if the attempt (ARGV[1]) holds it. Returns 1 when it did, -1 when the attempt holds
+/// nothing.
+const STRING_HOLD_RELEASE: &str = "local hold = redis.call('GET', KEYS[1]) \
+     if hold and string.sub(hold, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then \
+     redis.call('DEL', KEYS[1]) return 1 end \
+     return -1";
+
 /// Which scripts a [`RawScripts`] sends (see the module's docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rod {
@@ -65,6 +93,8 @@ pub enum Rod {
     BareCommands,
     /// Two scripts that run no command.
     Empty,
+    /// A fenced, cancel-safe hold in a string key.
+    StringHold,
 }
 
 /// The SHA1s of one rod's acquire and release, as Redis knows them.
@@ -85,7 +115,6 @@ pub struct RawScripts {
     attempt_prefix: String,
     waiters: String,
     offers: String,
-    channel: String,
     owner: String,
     lease_ms: u64,
 }
@@ -136,6 +165,10 @@ impl RawScripts {
                 acquire: load(&mut conn, EMPTY_ACQUIRE).await,
                 release: load(&mut conn, EMPTY_RELEASE).await,
             },
+            Rod::StringHold => RodScripts {
+                acquire: load(&mut conn, STRING_HOLD_ACQUIRE).await,
+                release: load(&mut conn, STRING_HOLD_RELEASE).await,
+            },
         };
         (pool, client, scripts)
     }
@@ -159,30 +192,25 @@ impl RawScripts {
             attempt_prefix: key("attempt:"),
             waiters: key("waiters"),
             offers: key("offers"),
-            channel: key(&format!("wake:{}", client.id())),
             owner: format!("{}:{}", client.id(), serial()),
             lease_ms: client.watchdog_timeout().as_millis() as u64,
         }
     }
 
-    /// The library's first try of `lock()`: not registered, no offer, nothing to take over.
+    /// The library's first try of `lock()`: not registered, no offer, nothing to take over,
+    /// so its call leaves off the optional keys and arguments (see `lua/lock_acquire.lua`).
+    /// Every rod's acquire takes the same keys and arguments.
     async fn acquire(&mut self, attempt: &str) -> Result<bool, String> {
         let reply: redis::Value = redis::cmd("EVALSHA")
             .arg(&self.scripts.acquire)
-            .arg(5)
+            .arg(4)
             .arg(&self.hash)
             .arg(&self.fence)
             .arg([self.attempt_prefix.as_str(), attempt].concat())
             .arg(&self.waiters)
-            .arg(&self.offers)
             .arg(&self.owner)
             .arg(self.lease_ms)
             .arg(attempt)
-            .arg(&self.channel)
-            .arg(0)
-            .arg("0")
-            .arg(0)
-            .arg("")
             .query_async(&mut self.conn)
             .await
             .map_err(|e| e.to_string())?;
@@ -190,18 +218,17 @@ impl RawScripts {
         Ok(matches!(reply, redis::Value::Int(token) if token > 0))
     }
 
-    /// A guard's release: no attempt record kept.
+    /// A guard's release: no attempt record kept, so the call leaves it off (see
+    /// `lua/lock_release.lua`). Every rod's release takes the same keys and arguments.
     async fn release(&mut self, attempt: &str) -> Result<(), String> {
         let _: i64 = redis::cmd("EVALSHA")
             .arg(&self.scripts.release)
-            .arg(5)
+            .arg(4)
             .arg(&self.hash)
-            .arg([self.attempt_prefix.as_str(), attempt].concat())
             .arg(&self.waiters)
             .arg(&self.offers)
             .arg(&self.fence)
             .arg(attempt)
-            .arg(0)
             .query_async(&mut self.conn)
             .await
             .map_err(|e| e.to_string())?;
