@@ -67,7 +67,7 @@ const EMPTY_ACQUIRE: &str = "return 1";
 const EMPTY_RELEASE: &str = "return 1";
 
 /// The acquire of [`Rod::StringHold`], with the library's keys and arguments (the hold's
-/// string in place of the hash). Writes the attempt id (ARGV[3]) and the fencing token.
+/// string in place of the hash). Writes the attempt id (`ARGV[3]`) and the fencing token.
 /// Returns the token, or {0} when the lock is held, the attempt was given back or clients
 /// wait (the rod's scenarios never see that).
 const STRING_HOLD_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4]) ~= 0 then \
@@ -77,7 +77,7 @@ const STRING_HOLD_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[1], KEYS[3], KEY
      return token";
 
 /// The release of [`Rod::StringHold`], with the library's keys and arguments: deletes the hold
-/// if the attempt (ARGV[1]) holds it. Returns 1 when it did, -1 when the attempt holds
+/// if the attempt (`ARGV[1]`) holds it. Returns 1 when it did, -1 when the attempt holds
 /// nothing.
 const STRING_HOLD_RELEASE: &str = "local hold = redis.call('GET', KEYS[1]) \
      if hold and string.sub(hold, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then \
