@@ -11,6 +11,9 @@
 -- ARGV[4]  '1' if more tasks of the client wait, '0' otherwise (see after_attempt)
 -- ARGV[5]  how long the waiters registry lasts at least, in ms
 --
+-- ARGV[3..5] are optional, all together: a call without them is a first try (ARGV[3] = ''),
+-- which reads none of them. Redis spends time on each argument sent (BENCHMARKS.md).
+--
 -- Returns 1 (an integer, not a table) when the permit was taken, {0, wait} when none is free
 -- (wait = ms until the nearest lease ends by itself, -1 if no permit is leased; a waiting
 -- client is registered), {-1} when the attempt had been given back. A grant answers with a
@@ -18,6 +21,7 @@
 -- (BENCHMARKS.md). Expired permits are reclaimed only when the pool is empty: while it has
 -- permits, taking one needs no more.
 
+local channel = ARGV[3] or ''
 local values = redis.call('MGET', KEYS[1], KEYS[3])
 if values[2] then
     return {-1}
@@ -29,7 +33,7 @@ if not available or available < 1 then
     available, reclaimed = reclaim(KEYS[1], KEYS[2], now)
 end
 if available < 1 then
-    after_attempt(KEYS[4], ARGV[3], ARGV[4], ARGV[5], false)
+    after_attempt(KEYS[4], channel, ARGV[4], ARGV[5], false)
     local nearest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if nearest[2] then
         return {0, math.max(1, tonumber(nearest[2]) - now)}
@@ -38,6 +42,6 @@ if available < 1 then
 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('DECR', KEYS[1])
-after_attempt(KEYS[4], ARGV[3], ARGV[4], ARGV[5], true)
+after_attempt(KEYS[4], channel, ARGV[4], ARGV[5], true)
 wake_waiters(KEYS[4], reclaimed, available - 1)
 return 1

@@ -6,11 +6,15 @@
 --          are released, given back or forgotten (no expiry: the permits are outstanding that
 --          long); if it already exists the attempt was given back before it ran
 -- KEYS[3]  generation
--- KEYS[4]  waiters (see wake_prelude.lua)
+-- KEYS[4]  waiters (see wake_prelude.lua); optional, see below
 -- ARGV[1]  n, the permits to take (>= 1)
 -- ARGV[2]  the client's wake-up channel, '' for a first try (see after_attempt)
 -- ARGV[3]  '1' if more tasks of the client wait, '0' otherwise (see after_attempt)
 -- ARGV[4]  how long the waiters registry lasts at least, in ms
+--
+-- KEYS[4] and ARGV[2..4] are optional, all together: a call without them is a first try
+-- (ARGV[2] = ''), which reads none of them. Redis spends time on each key and argument sent
+-- (BENCHMARKS.md).
 --
 -- Returns 1 when the n permits were taken, 2 when they were taken by a client that stays
 -- registered for its other waiting tasks (ARGV[3] is '1') and fewer than n permits are left
@@ -19,18 +23,19 @@
 -- registered), -1 when the attempt had been given back before it ran; a WRONGTYPE error
 -- when the keys hold foreign data.
 
+local channel = ARGV[2] or ''
 local available, generation, state = read_semaphore(KEYS[1], KEYS[3], KEYS[2])
 if state then
     return -1
 end
 if not available or available < tonumber(ARGV[1]) then
-    after_attempt(KEYS[4], ARGV[2], ARGV[3], ARGV[4], false)
+    after_attempt(KEYS[4], channel, ARGV[3], ARGV[4], false)
     return 0
 end
 local left = redis.call('DECRBY', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], 'granted:' .. generation)
-after_attempt(KEYS[4], ARGV[2], ARGV[3], ARGV[4], true)
-if ARGV[2] ~= '' and ARGV[3] == '1' and left < tonumber(ARGV[1]) then
+after_attempt(KEYS[4], channel, ARGV[3], ARGV[4], true)
+if channel ~= '' and ARGV[3] == '1' and left < tonumber(ARGV[1]) then
     return 2
 end
 return 1

@@ -276,6 +276,48 @@ async fn each_operation_runs_only_the_commands_its_guarantees_need() {
     );
 }
 
+/// A first try, which registers nothing, leaves off what only registering reads, since Redis
+/// spends time on every key and argument sent: the semaphore's acquire sends 3 keys and 1
+/// argument (not 4 and 4), the expirable semaphore's 4 keys and 2 arguments (not 4 and 5).
+/// A try that registers its client still sends the whole of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_try_sends_only_the_keys_and_arguments_its_script_reads() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let sem = c.semaphore("short-sem");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let xsem = c.expirable_semaphore("short-xsem");
+    assert!(xsem.try_set_permits(1).await.unwrap());
+    // Warm up: Redis knows the scripts (a first EVALSHA of each would fail, and be logged).
+    sem.acquire().await.unwrap().release().await.unwrap();
+    xsem.acquire().await.unwrap().release().await.unwrap();
+    common::log_every_request(&server);
+    sem.acquire().await.unwrap().release().await.unwrap();
+    xsem.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        common::script_requests(&server),
+        vec![(3, 1), (4, 1), (4, 2), (3, 1)],
+        "(keys, arguments) of each request: semaphore acquire and release, then expirable"
+    );
+    // Contended: the waiter's first try is short, its registering try whole.
+    let held = sem.acquire().await.unwrap();
+    let other = client(&server).await;
+    server.cmd(&["SLOWLOG", "RESET"]);
+    let waiting = other.semaphore("short-sem");
+    let task = tokio::spawn(async move { waiting.acquire().await.map(|_| ()) });
+    eventually("a registering try", SETTLE, || {
+        common::script_requests(&server).contains(&(4, 4))
+    })
+    .await;
+    assert_eq!(
+        common::script_requests(&server).first(),
+        Some(&(3, 1)),
+        "the first try"
+    );
+    held.release().await.unwrap();
+    task.await.unwrap().unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. No PUBLISH when nobody waits.
 

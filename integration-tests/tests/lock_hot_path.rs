@@ -83,45 +83,6 @@ async fn an_uncontended_cycle_runs_two_scripts_of_six_commands_and_publishes_not
     );
 }
 
-/// The scripts each request ran, oldest first, as (keys, arguments): Redis's slow log, set
-/// to log every command, keeps each request's arguments (the commands a script runs inside
-/// Redis are not requests, and are not in it).
-fn script_requests(server: &RedisServer) -> Vec<(i64, usize)> {
-    let log = server.cmd(&["SLOWLOG", "GET", "1000"]);
-    let redis::Value::Array(entries) = log else {
-        panic!("SLOWLOG GET answered {log:?}");
-    };
-    let mut requests: Vec<(i64, usize)> = entries
-        .iter()
-        .filter_map(|entry| match entry {
-            redis::Value::Array(fields) => match fields.get(3) {
-                Some(redis::Value::Array(args)) => {
-                    Some(common::strings(&redis::Value::Array(args.clone())))
-                }
-                _ => None,
-            },
-            _ => None,
-        })
-        .filter(|args| {
-            args.first()
-                .is_some_and(|verb| verb.eq_ignore_ascii_case("evalsha"))
-        })
-        .map(|args| {
-            let keys: i64 = args[2].parse().expect("a key count");
-            (keys, args.len() - 3 - keys as usize)
-        })
-        .collect();
-    requests.reverse();
-    requests
-}
-
-/// Starts logging every request in Redis's slow log, from an empty log.
-fn log_every_request(server: &RedisServer) {
-    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "1000"]);
-    server.cmd(&["SLOWLOG", "RESET"]);
-}
-
 /// An uncontended cycle sends only the keys and arguments its scripts read, since Redis
 /// spends time on each one: the first try leaves off the optional part of the acquire's
 /// (registration, offer and hand-over: 4 keys and 3 arguments, not 5 and 8), and the guard's
@@ -134,10 +95,10 @@ async fn an_uncontended_cycle_sends_only_the_keys_and_arguments_its_scripts_read
     let lock = c.lock("short");
     // Warm up: Redis knows the scripts (a first EVALSHA of each would fail, and be logged).
     lock.lock().await.unwrap().unlock().await.unwrap();
-    log_every_request(&server);
+    common::log_every_request(&server);
     lock.lock().await.unwrap().unlock().await.unwrap();
     assert_eq!(
-        script_requests(&server),
+        common::script_requests(&server),
         vec![(4, 3), (4, 1)],
         "an uncontended cycle: (keys, arguments) of each request"
     );
@@ -148,7 +109,7 @@ async fn an_uncontended_cycle_sends_only_the_keys_and_arguments_its_scripts_read
     server.cmd(&["SLOWLOG", "RESET"]);
     fair.lock().await.unwrap().unlock().await.unwrap();
     assert_eq!(
-        script_requests(&server),
+        common::script_requests(&server),
         vec![(5, 5), (3, 2)],
         "an uncontended cycle of the fair lock"
     );
@@ -161,7 +122,7 @@ async fn an_uncontended_cycle_sends_only_the_keys_and_arguments_its_scripts_read
         is_registered(&server, "short", &other)
     })
     .await;
-    let tries = script_requests(&server);
+    let tries = common::script_requests(&server);
     assert_eq!(tries.first(), Some(&(4, 3)), "the first try: {tries:?}");
     assert!(tries[1..].contains(&(5, 8)), "a registering try: {tries:?}");
     guard.unlock().await.unwrap();

@@ -183,7 +183,7 @@ impl Waitlist for XCore {
 ///
 /// | operation | round trips | Redis commands run |
 /// |---|---|---|
-/// | uncontended acquire | 1 | 5 (`EVALSHA`; `MGET`, `TIME`, `ZADD`, `DECR`) |
+/// | uncontended acquire | 1 (4 keys, 2 arguments: a first try leaves off what only registering reads) | 5 (`EVALSHA`; `MGET`, `TIME`, `ZADD`, `DECR`) |
 /// | release | 1 | 6 (`EVALSHA`; `ZSCORE`, `INCR`, `ZREM`, `ZRANGE`, `TIME`), + `ZREM` and `PUBLISH` for a client woken |
 /// | acquire + release, uncontended | 2 | 11 |
 /// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second, and at the nearest lease end) | about 3 scripts per acquisition (the woken client's acquire, the release, the next local waiter asking), whatever the number of clients; unlike the plain semaphore's, the next local waiter asks at once, since an expired lease frees permits without a wake-up |

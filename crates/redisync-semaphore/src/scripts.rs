@@ -51,8 +51,14 @@ redisync_core::toolkit::lua_script! {
     /// Takes `n` permits at once, or none (`lua/semaphore_acquire.lua`).
     pub(crate) struct Acquire = new "semaphore_acquire" for "semaphore"
         after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "semaphore_prelude"] {
-        keys { permits, attempt_record, generation, waiters }
-        args { n: i64, channel: &'a str, requeue: bool, registry_ms: u64 }
+        keys { permits, attempt_record, generation }
+        args { n: i64 }
+        // A first try's: it does not register.
+        optional {
+            left_off_when |call: &Self| call.channel.is_empty();
+            keys { waiters }
+            args { channel: &'a str, requeue: bool, registry_ms: u64 }
+        }
     }
 }
 
@@ -147,7 +153,13 @@ redisync_core::toolkit::lua_script! {
     pub(crate) struct XAcquire = new "expirable_semaphore_acquire" for "expirable_semaphore"
         after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines, attempt_record, waiters }
-        args { id: &'a str, lease_ms: u64, channel: &'a str, requeue: bool, registry_ms: u64 }
+        args { id: &'a str, lease_ms: u64 }
+        // A first try's: it does not register.
+        optional {
+            left_off_when |call: &Self| call.channel.is_empty();
+            keys {}
+            args { channel: &'a str, requeue: bool, registry_ms: u64 }
+        }
     }
 }
 

@@ -179,7 +179,7 @@ impl Waitlist for SemCore {
 ///
 /// | operation | round trips | Redis commands run |
 /// |---|---|---|
-/// | uncontended acquire | 1 | 4 (`EVALSHA`; `MGET`, `DECRBY`, `SET`) |
+/// | uncontended acquire | 1 (3 keys, 1 argument: a first try leaves off what only registering reads) | 4 (`EVALSHA`; `MGET`, `DECRBY`, `SET`) |
 /// | release | 1 | 5 (`EVALSHA`; `MGET`, `DEL`, `INCRBY`, `ZRANGE`), + `ZREM` and `PUBLISH` per client woken |
 /// | acquire + release, uncontended | 2 | 9 |
 /// | contended acquire | 1 + 1 after subscribing + 1 per wake-up of its client (at least one a second) | about 2 scripts per acquisition (the woken client's acquire and the release), whatever the number of clients: a task that gets in while more tasks of its client wait keeps the client registered, at the back, and when fewer permits are left than the next of those tasks asks for, that task waits for its wake-up without asking first; it asks all the same if a wake-up came in between, and at least once a second |

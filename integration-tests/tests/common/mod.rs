@@ -370,3 +370,42 @@ pub fn handed_over_holds(server: &RedisServer, name: &str) -> usize {
         .filter(|value| value == "h")
         .count()
 }
+
+/// The script requests (`EVALSHA`) Redis ran since [`log_every_request`], oldest first, as
+/// (keys, arguments): Redis's slow log, set to log every command, keeps each request's
+/// arguments (the commands a script runs inside Redis are not requests, and are not in it).
+pub fn script_requests(server: &RedisServer) -> Vec<(i64, usize)> {
+    let log = server.cmd(&["SLOWLOG", "GET", "1000"]);
+    let redis::Value::Array(entries) = log else {
+        panic!("SLOWLOG GET answered {log:?}");
+    };
+    let mut requests: Vec<(i64, usize)> = entries
+        .iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) => match fields.get(3) {
+                Some(redis::Value::Array(args)) => {
+                    Some(strings(&redis::Value::Array(args.clone())))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .filter(|args| {
+            args.first()
+                .is_some_and(|verb| verb.eq_ignore_ascii_case("evalsha"))
+        })
+        .map(|args| {
+            let keys: i64 = args[2].parse().expect("a key count");
+            (keys, args.len() - 3 - keys as usize)
+        })
+        .collect();
+    requests.reverse();
+    requests
+}
+
+/// Starts logging every request in Redis's slow log, from an empty log.
+pub fn log_every_request(server: &RedisServer) {
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "1000"]);
+    server.cmd(&["SLOWLOG", "RESET"]);
+}
