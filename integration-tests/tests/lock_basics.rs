@@ -372,6 +372,7 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
         include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/lock_hand_over_prelude.lua"),
         include_str!("../../lua/lock_release.lua")
     ));
     let release = |conn: &mut redis::Connection, remember_ms: u64| -> i64 {

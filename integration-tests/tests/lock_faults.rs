@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    cut_after, cut_at_await, eventually, exists, is_outage, lock_key, ms, text, wake_channel,
-    wake_subscribers,
+    cut_after, cut_at_await, eventually, exists, is_outage, lock_key, ms, slowlog, text,
+    wake_channel, wake_subscribers, LoggedCommand,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -61,44 +61,6 @@ fn next_cut(cut: Duration, step: Duration, fine_until: Duration) -> Duration {
     } else {
         cut + cut / 10
     }
-}
-
-/// One `SLOWLOG GET` entry: the command with its arguments and the client address
-/// (`?:0` for commands a script ran).
-#[derive(Debug)]
-struct LoggedCommand {
-    args: Vec<String>,
-    addr: String,
-}
-
-impl LoggedCommand {
-    /// The command with its arguments, separated by spaces.
-    fn line(&self) -> String {
-        self.args.join(" ")
-    }
-}
-
-fn slowlog(server: &RedisServer) -> Vec<LoggedCommand> {
-    let Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "-1"]) else {
-        panic!("unexpected SLOWLOG GET reply");
-    };
-    let mut logged: Vec<LoggedCommand> = entries
-        .iter()
-        .map(|entry| {
-            let Value::Array(parts) = entry else {
-                panic!("unexpected slowlog entry {entry:?}");
-            };
-            let Value::Array(args) = &parts[3] else {
-                panic!("unexpected slowlog arguments {:?}", parts[3]);
-            };
-            LoggedCommand {
-                args: args.iter().map(text).collect(),
-                addr: text(&parts[4]),
-            }
-        })
-        .collect();
-    logged.reverse(); // SLOWLOG GET lists the newest first
-    logged
 }
 
 /// A hold left behind by a cancelled attempt would show up here: the lock must be held by
@@ -558,9 +520,7 @@ async fn uncontended_lock_and_unlock_send_exactly_two_commands() {
     // Log every command (slower than 0 µs): the slow log records the client address of each
     // top-level command and `?:0` for the commands a script runs, unlike INFO, which counts
     // both.
-    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
-    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    server.cmd(&["SLOWLOG", "RESET"]);
+    common::log_every_request(&server);
     server.cmd(&["CONFIG", "RESETSTAT"]);
     let before = client.stats();
 

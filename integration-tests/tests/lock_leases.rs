@@ -168,18 +168,18 @@ async fn acquire_stalled_past_its_grace_never_leaves_a_hold_behind() {
 async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     let server = RedisServer::start();
     let mut conn = server.connection();
-    let (hash, fence, waiters, channel) = (
+    let (hash, fence, waiters) = (
         lock_key("late"),
         "redisync:{late}:fence",
         "redisync:{late}:waiters",
-        "redisync:{late}:wake:client-1",
     );
     let record = "redisync:{late}:attempt:client-1:7";
     // The scripts as the lock crate embeds them: each after the shared preludes.
     let prelude = concat!(
         include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
-        include_str!("../../lua/wake_prelude.lua")
+        include_str!("../../lua/wake_prelude.lua"),
+        include_str!("../../lua/lock_hand_over_prelude.lua")
     );
     let release = redis::Script::new(&format!(
         "{prelude}{}",
@@ -201,7 +201,7 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(given_back, -1);
-    // Then Redis runs the acquire itself: it must refuse to grant.
+    // Then Redis runs the acquire itself, a first try: it must refuse to grant.
     let acquire_call =
         |attempt: &str, record: &str, conn: &mut redis::Connection| -> redis::Value {
             acquire
@@ -212,9 +212,6 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
                 .arg("client-1:owner")
                 .arg(30_000)
                 .arg(attempt)
-                .arg(channel)
-                .arg(20_000)
-                .arg("0")
                 .invoke(conn)
                 .unwrap()
         };

@@ -139,7 +139,8 @@ pub struct ScriptCall {
 }
 
 /// A call's keys and arguments, end to end in one buffer: a call costs a few allocations
-/// however many keys and arguments it has (an acquire has 13), not one per item.
+/// however many keys and arguments it has (a lock's registering acquire has 13), not one per
+/// item.
 #[derive(Debug, Clone, Default)]
 struct Payload {
     /// Every key and argument, back to back, in the order they were added.
@@ -443,7 +444,7 @@ macro_rules! lua_script {
                     $($(.arg(&self.$optional_arg))*)?
             }
 
-            $crate::lua_script!(@without_optional [$($($optional_key)* $($optional_arg)*)?] $vis
+            $crate::lua_script!(@without_optional [$(group $($optional_key)* $($optional_arg)*)?]
                 ($($key),*) ($($arg),*));
         }
 
@@ -469,9 +470,13 @@ macro_rules! lua_script {
             $crate::lua_script!(@source $file $(after [$($prelude),*])?),
         );
     };
-    // A typed call's `call_without_optional`, only for a script with an optional group.
-    (@without_optional [] $vis:vis ($($key:ident),*) ($($arg:ident),*)) => {};
-    (@without_optional [$($optional:ident)+] $vis:vis ($($key:ident),*) ($($arg:ident),*)) => {
+    // A typed call's `call_without_optional`, only for a script with an optional group, which
+    // must name something to leave off.
+    (@without_optional [] ($($key:ident),*) ($($arg:ident),*)) => {};
+    (@without_optional [group] ($($key:ident),*) ($($arg:ident),*)) => {
+        compile_error!("an optional group names at least one key or argument");
+    };
+    (@without_optional [group $($optional:ident)+] ($($key:ident),*) ($($arg:ident),*)) => {
         /// The request without the optional keys and arguments, which the script then takes
         /// as the values that do nothing (see its header).
         fn call_without_optional(&self) -> $crate::ScriptCall {

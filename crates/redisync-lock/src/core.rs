@@ -207,10 +207,11 @@ impl LockCore {
     /// ([`Duration::ZERO`]: none; see `lua/lock_release.lua`).
     pub(crate) fn release_call(&self, attempt: &str, remember: Duration) -> Result<ScriptCall> {
         let keys = self.keys()?;
-        let record = keys.attempt_record(attempt);
-        let remember = match remember.is_zero() {
-            true => 0,
-            false => redis_millis(remember),
+        // Without a record to keep, the call leaves the record's key off (see the scripts'
+        // declarations): no need to name it.
+        let (record, remember) = match remember.is_zero() {
+            true => (String::new(), 0),
+            false => (keys.attempt_record(attempt), redis_millis(remember)),
         };
         Ok(match &keys.waiting {
             Waiting::Clients {

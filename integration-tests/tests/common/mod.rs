@@ -371,41 +371,67 @@ pub fn handed_over_holds(server: &RedisServer, name: &str) -> usize {
         .count()
 }
 
-/// The script requests (`EVALSHA`) Redis ran since [`log_every_request`], oldest first, as
-/// (keys, arguments): Redis's slow log, set to log every command, keeps each request's
-/// arguments (the commands a script runs inside Redis are not requests, and are not in it).
-pub fn script_requests(server: &RedisServer) -> Vec<(i64, usize)> {
-    let log = server.cmd(&["SLOWLOG", "GET", "1000"]);
-    let redis::Value::Array(entries) = log else {
-        panic!("SLOWLOG GET answered {log:?}");
-    };
-    let mut requests: Vec<(i64, usize)> = entries
-        .iter()
-        .filter_map(|entry| match entry {
-            redis::Value::Array(fields) => match fields.get(3) {
-                Some(redis::Value::Array(args)) => {
-                    Some(strings(&redis::Value::Array(args.clone())))
-                }
-                _ => None,
-            },
-            _ => None,
-        })
-        .filter(|args| {
-            args.first()
-                .is_some_and(|verb| verb.eq_ignore_ascii_case("evalsha"))
-        })
-        .map(|args| {
-            let keys: i64 = args[2].parse().expect("a key count");
-            (keys, args.len() - 3 - keys as usize)
-        })
-        .collect();
-    requests.reverse();
-    requests
+/// One `SLOWLOG GET` entry: the command with its arguments and the client address
+/// (`?:0` for commands a script ran).
+#[derive(Debug)]
+pub struct LoggedCommand {
+    pub args: Vec<String>,
+    pub addr: String,
 }
 
-/// Starts logging every request in Redis's slow log, from an empty log.
+impl LoggedCommand {
+    /// The command with its arguments, separated by spaces.
+    pub fn line(&self) -> String {
+        self.args.join(" ")
+    }
+}
+
+/// Redis's slow log, oldest first: with [`log_every_request`], every command since.
+pub fn slowlog(server: &RedisServer) -> Vec<LoggedCommand> {
+    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "-1"]) else {
+        panic!("unexpected SLOWLOG GET reply");
+    };
+    let mut logged: Vec<LoggedCommand> = entries
+        .iter()
+        .map(|entry| {
+            let redis::Value::Array(parts) = entry else {
+                panic!("unexpected slowlog entry {entry:?}");
+            };
+            let redis::Value::Array(args) = &parts[3] else {
+                panic!("unexpected slowlog arguments {:?}", parts[3]);
+            };
+            LoggedCommand {
+                args: args.iter().map(text).collect(),
+                addr: text(&parts[4]),
+            }
+        })
+        .collect();
+    logged.reverse(); // SLOWLOG GET lists the newest first
+    logged
+}
+
+/// The script requests (`EVALSHA`) Redis ran since [`log_every_request`], oldest first, as
+/// (keys, arguments). The commands the scripts ran are in the log too, under their own
+/// names, and left out.
+pub fn script_requests(server: &RedisServer) -> Vec<(usize, usize)> {
+    slowlog(server)
+        .into_iter()
+        .filter(|logged| {
+            logged
+                .args
+                .first()
+                .is_some_and(|verb| verb.eq_ignore_ascii_case("evalsha"))
+        })
+        .map(|logged| {
+            let keys: usize = logged.args[2].parse().expect("a key count");
+            (keys, logged.args.len() - 3 - keys)
+        })
+        .collect()
+}
+
+/// Starts logging every command in Redis's slow log, from an empty log.
 pub fn log_every_request(server: &RedisServer) {
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
     server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "1000"]);
     server.cmd(&["SLOWLOG", "RESET"]);
 }
