@@ -19,25 +19,31 @@
 --          whose registration as a waiter (made by this attempt, should it have been busy)
 --          goes too; '' otherwise
 --
+-- KEYS[3], ARGV[3] and ARGV[4] are optional, all together: a call without them keeps no
+-- record and names no waiter (an unlock). Redis spends time on each key and argument sent
+-- (BENCHMARKS.md).
+--
 -- Returns 1 when the lock became free, 0 when the hold was given back and others remain, -1
 -- when the attempt holds nothing (expired, force-unlocked, never granted, or already given
 -- back). Publishes, when the write hold ends or the lock becomes free, only if someone
 -- registered as waiting (`w`, `wm`): one message, every waiter re-checks.
 
+local record_ms = ARGV[3] or '0'
+local waiter = ARGV[4] or ''
 local attempt_field = 'a:' .. ARGV[1]
 local h = redis.call('HMGET', KEYS[1], attempt_field, 'writer', 'wcount', 'wtoken', 'wexp',
-    'exp', 'rc', 'w', 'wm', 'w:' .. ARGV[4])
+    'exp', 'rc', 'w', 'wm', 'w:' .. waiter)
 local kind, writer = h[1], h[2]
 local exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0)
 local waiters = tonumber(h[8] or 0)
 if h[10] then
-    unregister_waiter(KEYS[1], ARGV[4])
+    unregister_waiter(KEYS[1], waiter)
     waiters = waiters - 1
 end
 
 local function nothing_held()
-    if tonumber(ARGV[3]) > 0 then
-        redis.call('SET', KEYS[3], -1, 'PX', ARGV[3])
+    if tonumber(record_ms) > 0 then
+        redis.call('SET', KEYS[3], -1, 'PX', record_ms)
     end
     return -1
 end

@@ -96,13 +96,20 @@ impl RwCore {
         waiter: &str,
     ) -> Result<ScriptCall> {
         let keys = self.keys()?;
+        // Without a record to keep, the record's key is named only if a waiter is (see the
+        // script's declaration).
+        let (attempt_record, record_ms) = match remember.is_zero() {
+            true if waiter.is_empty() => (String::new(), 0),
+            true => (keys.attempt_record(attempt), 0),
+            false => (keys.attempt_record(attempt), redis_millis(remember)),
+        };
         Ok(scripts::Release {
             hash: &keys.hash,
             readers: &keys.readers,
-            attempt_record: &keys.attempt_record(attempt),
+            attempt_record: &attempt_record,
             attempt,
             channel: &keys.channel,
-            record_ms: redis_millis(remember),
+            record_ms,
             waiter,
         }
         .call())
@@ -257,7 +264,7 @@ impl Side {
 /// |---|---|
 /// | read acquire (lock free) | 7: `EVALSHA`, `EXISTS`, `TIME`, `ZADD`, `HSET`, `PEXPIREAT` ×2 |
 /// | write acquire (lock free) | 6: `EVALSHA`, `EXISTS`, `TIME`, `INCR`, `HSET`, `PEXPIREAT` |
-/// | release of the only hold (read or write) | 3: `EVALSHA`, `HMGET`, `DEL` (+ `PUBLISH` if someone waits) |
+/// | release of the only hold (read or write) | 3: `EVALSHA`, `HMGET`, `DEL` (+ `PUBLISH` if someone waits); an unlock sends 2 keys and 2 arguments, leaving off the record's key and the arguments only a give-back reads |
 /// | read + unlock, write + unlock | 10, 9 (before issue 17: 37, 36) |
 /// | joining or leaving a shared read hold | 0 |
 /// | read acquire next to other holds | 6: `EVALSHA`, `EXISTS`, `HMGET`, `TIME`, `ZADD`, `HSET`; + `PEXPIREAT` ×2 when it ends last; + `EXISTS`, `ZREMRANGEBYSCORE`, `ZRANGE` when a writer's mark exists |

@@ -45,8 +45,14 @@ redisync_core::toolkit::lua_script! {
     /// Gives back the hold one acquire attempt got, if it got one
     /// (`lua/rwlock_release.lua`).
     pub(crate) struct Release = new "rwlock_release" for "rwlock" after ["publish_prelude", "rwlock_prelude"] {
-        keys { hash, readers, attempt_record }
-        args { attempt: &'a str, channel: &'a str, record_ms: u64, waiter: &'a str }
+        keys { hash, readers }
+        args { attempt: &'a str, channel: &'a str }
+        // An unlock's: it keeps no record and names no waiter.
+        optional {
+            left_off_when |call: &Self| call.record_ms == 0 && call.waiter.is_empty();
+            keys { attempt_record }
+            args { record_ms: u64, waiter: &'a str }
+        }
     }
 }
 
