@@ -25,16 +25,13 @@
 
 -- The common case, a free lock, a waiter never given back and nobody queued, in one EXISTS;
 -- only when it finds a key does a second one tell the queue's keys from the other two.
-local found = redis.call('EXISTS', KEYS[3], KEYS[1], KEYS[4], KEYS[5])
-local found_lock = found == 0 and 0 or redis.call('EXISTS', KEYS[3], KEYS[1])
-local holder = holder_for_attempt(KEYS[1], KEYS[3], found_lock)
+local holder, queued = holder_and_waiting(KEYS[1], KEYS[3], KEYS[4], KEYS[5])
 if holder == false then
     return {-1}
 end
 -- Without a queue (the case of every uncontended lock) nobody is to be tidied away, no head
 -- goes first and there is no place to leave: the grant then costs what the plain lock's does.
 -- Either key alone counts, so that leftovers and foreign data are still tidied or reported.
-local queued = found > found_lock
 local now
 local tidied = false
 if queued then

@@ -45,11 +45,7 @@ local on_grant = ARGV[6] or '0'
 local hand_over_ms = ARGV[7] or '0'
 local offered = ARGV[8] or ''
 
--- The common case, a free lock, an attempt never given back and nobody waiting, in one
--- EXISTS; only when it finds a key does a second one tell the registry from the other two.
-local found = redis.call('EXISTS', KEYS[3], KEYS[1], KEYS[4])
-local found_lock = found == 0 and 0 or redis.call('EXISTS', KEYS[3], KEYS[1])
-local holder = holder_for_attempt(KEYS[1], KEYS[3], found_lock)
+local holder, waiting = holder_and_waiting(KEYS[1], KEYS[3], KEYS[4])
 if holder == false then
     return {-1}
 end
@@ -61,8 +57,7 @@ local token
 if taken then
     token = taken
 elseif not holder then
-    local waiting = found > found_lock or requeue
-    token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], waiting)
+    token = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], waiting or requeue)
 elseif holder[1] == ARGV[1] then
     token = tonumber(holder[2])
     reenter(KEYS[1], ARGV[2], ARGV[3])

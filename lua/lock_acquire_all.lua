@@ -2,8 +2,8 @@
 -- whose locks live on one server: one round trip, and no hold is ever taken while another
 -- of the set is busy. (Prefixed with lock_prelude.lua.)
 --
--- KEYS[3i-2], KEYS[3i-1], KEYS[3i]  lock hash, fence and attempt record of lock i (as for
---                                   lock_acquire); the locks are distinct
+-- KEYS[4i-3], KEYS[4i-2], KEYS[4i-1], KEYS[4i]  lock hash, fence, attempt record and waiting
+--          clients of lock i (as for lock_acquire); the locks are distinct
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  attempt id, unique per request (the same for every lock of the request)
 -- ARGV[2 + i]  owner id of lock i
@@ -13,28 +13,27 @@
 -- (nothing was changed; pttl is its remaining lease in ms, -1 if it has none), or {-1} when
 -- the request was given back before it ran.
 
-local n = #KEYS / 3
-local holders = {}
+local n = #KEYS / 4
+local holders, waiting = {}, {}
 for i = 1, n do
-    holders[i] = holder_for_attempt(KEYS[3 * i - 2], KEYS[3 * i])
+    holders[i], waiting[i] = holder_and_waiting(KEYS[4 * i - 3], KEYS[4 * i - 1], KEYS[4 * i])
     if holders[i] == false then
         return {-1}
     end
 end
 for i = 1, n do
     if holders[i] and holders[i][1] ~= ARGV[2 + i] then
-        return {0, i, redis.call('PTTL', KEYS[3 * i - 2])}
+        return {0, i, redis.call('PTTL', KEYS[4 * i - 3])}
     end
 end
 local reply = {1}
 for i = 1, n do
-    local hash = KEYS[3 * i - 2]
+    local hash = KEYS[4 * i - 3]
     if holders[i] then
         reenter(hash, ARGV[1], ARGV[2])
         reply[i + 1] = tonumber(holders[i][2])
     else
-        -- Without the lock's registry of waiting clients at hand: its release looks.
-        reply[i + 1] = grant(hash, KEYS[3 * i - 1], ARGV[2 + i], ARGV[1], ARGV[2], true)
+        reply[i + 1] = grant(hash, KEYS[4 * i - 2], ARGV[2 + i], ARGV[1], ARGV[2], waiting[i])
     end
 end
 return reply

@@ -24,17 +24,25 @@ local function lock_holder(hash)
     return holder
 end
 
--- Reads who holds `hash` for an acquire whose attempt record is `record`: false when the
--- attempt was given back before it ran (the record exists: its caller gave up, so it must not
--- grant), else as lock_holder. One EXISTS answers the common case, a free lock and an attempt
--- never given back; when it finds one key, the hash's read tells which. `found` is the number
--- of the two that exist, if the caller already knows it (nil: asked here).
-local function holder_for_attempt(hash, record, found)
-    found = found or redis.call('EXISTS', record, hash)
+-- Reads who holds `hash` for an acquire whose attempt record is `record`, and whether anyone
+-- may be waiting: whether any of the keys that say so exists (`...`: the plain lock's
+-- registry of waiting clients, the fair lock's queue and deadlines). The holder is false when
+-- the attempt was given back before it ran (the record exists: its caller gave up, so it must
+-- not grant), else as lock_holder. The common case, a free lock, an attempt never given back
+-- and nobody waiting, costs one EXISTS; only when it finds a key does a second one tell the
+-- waiting keys from the other two, and only when that finds one does the hash's read tell
+-- the record from the lock.
+local function holder_and_waiting(hash, record, ...)
+    local found = redis.call('EXISTS', record, hash, ...)
     if found == 0 then
-        return nil
+        return nil, false
     end
-    return found == 1 and lock_holder(hash) or false
+    local found_lock = redis.call('EXISTS', record, hash)
+    local waiting = found > found_lock
+    if found_lock == 0 then
+        return nil, waiting
+    end
+    return found_lock == 1 and lock_holder(hash) or false, waiting
 end
 
 -- Grants a free lock to `owner` for acquire attempt `attempt`, with a new fencing token;

@@ -635,10 +635,11 @@ async fn uncontended_acquire_is_one_script_per_client() {
 
 /// What Redis runs for an uncontended cycle of a multi-lock of three free locks of one client
 /// (the crate documents it per operation): the acquire is one script of four commands per lock
-/// (as a lock's own acquire), the release one lock release per lock (three commands each, no
-/// `PUBLISH`): 1 + 8n commands with the `EVALSHA`s.
+/// (as a lock's own acquire, which finds nobody waiting in each lock's registry and says so in
+/// its hash), the release one lock release per lock (two commands each: no look for waiting
+/// clients, no `PUBLISH`): 1 + 7n commands with the `EVALSHA`s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uncontended_cycle_runs_one_plus_eight_commands_per_lock() {
+async fn an_uncontended_cycle_runs_one_plus_seven_commands_per_lock() {
     let server = RedisServer::start();
     let c = quiet_client(&server).await;
     let multi = c.multi_lock([c.lock("a"), c.lock("b"), c.lock("c")]);
@@ -657,9 +658,52 @@ async fn an_uncontended_cycle_runs_one_plus_eight_commands_per_lock() {
         ("pexpire", 3),
         ("hmget", 3),
         ("del", 3),
-        ("zrange", 3),
     ]);
     assert_eq!(common::operation_stats(&server), expected);
+}
+
+/// A multi-lock's acquire looks in each lock's registry of waiting clients, as a lock's own
+/// acquire does, and marks the hash only of a lock that clients may be waiting for: that
+/// release then wakes one of them, and a release of a lock nobody waits for does not look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_marks_only_the_locks_clients_wait_for() {
+    let server = RedisServer::start();
+    let c = quiet_client(&server).await;
+    let waiting = quiet_client(&server).await;
+    // A client registered as waiting for "a" (its wake-up came, and it has not asked yet).
+    let now_us = redis_now_us(&server);
+    server.cmd(&[
+        "ZADD",
+        "redisync:{a}:waiters",
+        &now_us.to_string(),
+        &common::wake_channel("a", &waiting),
+    ]);
+    let multi = c.multi_lock([c.lock("a"), c.lock("b")]);
+    let guard = multi.lock().await.unwrap();
+    let mark = |name: &str| server.cmd(&["HGET", &common::lock_key(name), "w"]);
+    assert_eq!(
+        mark("a"),
+        Value::BulkString(b"1".to_vec()),
+        "a is waited for"
+    );
+    assert_eq!(mark("b"), Value::Nil, "nobody waits for b");
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    let run = common::operation_stats(&server);
+    assert_eq!(
+        run.get("publish"),
+        Some(&1),
+        "the waiting client is woken: {run:?}"
+    );
+}
+
+/// Redis's clock in µs, as the registry of waiting clients keeps it.
+fn redis_now_us(server: &RedisServer) -> u64 {
+    let Value::Array(time) = server.cmd(&["TIME"]) else {
+        panic!("TIME answered otherwise");
+    };
+    let part = |v: &Value| common::text(v).parse::<u64>().expect("a number");
+    part(&time[0]) * 1_000_000 + part(&time[1])
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -422,10 +422,14 @@ impl LockCore {
             .iter()
             .map(|core| {
                 let keys = core.keys()?;
+                let Waiting::Clients { waiters, .. } = &keys.waiting else {
+                    return Err(Error::invalid("fair locks cannot be acquired together"));
+                };
                 Ok(scripts::OneOfAll {
                     hash: &keys.hash,
                     fence: &keys.fence,
                     attempt_record: keys.attempt_record(&attempt),
+                    waiters,
                     owner: &core.owner,
                 })
             })

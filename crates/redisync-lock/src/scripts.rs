@@ -139,18 +139,20 @@ pub(crate) struct OneOfAll<'a> {
     pub(crate) hash: &'a str,
     pub(crate) fence: &'a str,
     pub(crate) attempt_record: String,
+    pub(crate) waiters: &'a str,
     pub(crate) owner: &'a str,
 }
 
 /// The `lock_acquire_all` request for `locks` under attempt id `attempt`, each lock with its
-/// hash, fence, attempt record and owner, in the script's order.
+/// hash, fence, attempt record, registry of waiting clients and owner, in the script's order.
 pub(crate) fn acquire_all(locks: &[OneOfAll<'_>], lease_ms: u64, attempt: &str) -> ScriptCall {
     let mut call = ScriptCall::new(&ACQUIRE_ALL);
     for lock in locks {
         call = call
             .key(lock.hash)
             .key(lock.fence)
-            .key(lock.attempt_record.as_str());
+            .key(lock.attempt_record.as_str())
+            .key(lock.waiters);
     }
     call = call.arg(lease_ms).arg(attempt);
     for lock in locks {
