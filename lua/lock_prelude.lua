@@ -30,8 +30,8 @@ end
 -- the attempt was given back before it ran (the record exists: its caller gave up, so it must
 -- not grant), else as lock_holder. The common case, a free lock, an attempt never given back
 -- and nobody waiting, costs one EXISTS; only when it finds a key does a second one tell the
--- waiting keys from the other two, and only when that finds one does the hash's read tell
--- the record from the lock.
+-- waiting keys from the other two, and only when that finds exactly one does the hash's read
+-- tell the record from the lock.
 local function holder_and_waiting(hash, record, ...)
     local found = redis.call('EXISTS', record, hash, ...)
     if found == 0 then

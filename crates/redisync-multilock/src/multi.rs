@@ -52,14 +52,13 @@ use crate::release::{delete_all, give_back, release_all};
 ///
 /// | operation | round trips | commands run inside Redis |
 /// |---|---|---|
-/// | uncontended acquire of *n* locks | 1 per client, or per run of one client's locks (one after another, in canonical order); on a cluster, 1 per slot | 4 per lock, as a lock's own acquire (`EXISTS`, `INCR`, `HSET`, `PEXPIRE`) |
+/// | uncontended acquire of *n* locks | 1 per client, or per run of one client's locks (one after another, in canonical order); on a cluster, 1 per slot | 4 per lock, as a lock's own acquire (`EXISTS`, `INCR`, `HSET`, `PEXPIRE`; one more `EXISTS` for a lock that is held or waited for) |
 /// | with a fixed lease, locks on several clients, or after waiting | + 1 to set the leases (concurrently) | |
 /// | contended acquire | as for each lock waited for | as for each lock |
 /// | release | 1 per lock, concurrently | as a lock's release, per lock (2 with nobody waiting: `HMGET`, `DEL`) |
 ///
 /// So an uncontended cycle of *n* locks of one client runs 1 + 7*n* commands, `EVALSHA`s
-/// included (15 for 2 locks, 57 for 8 in the benchmark's scenario 1b), as asserted by
-/// `integration-tests/tests/multilock.rs`.
+/// included (15 for 2 locks, 57 for 8), as asserted by `integration-tests/tests/multilock.rs`.
 ///
 /// # Examples
 ///
