@@ -399,7 +399,9 @@ impl LockCore {
         let client = &first.client;
         let lease_for = lease.unwrap_or_else(|| client.watchdog_timeout());
         lease_millis(lease_for)?;
+        let attempt = client.unique_id();
         let mut hashes = std::collections::HashSet::new();
+        let mut locks = Vec::with_capacity(cores.len());
         for core in cores {
             let keys = core.keys()?;
             if core.client.id() != client.id() {
@@ -407,33 +409,23 @@ impl LockCore {
                     "locks acquired together must all use the same client",
                 ));
             }
-            if matches!(keys.waiting, Waiting::Queue { .. }) {
+            let Waiting::Clients { waiters, .. } = &keys.waiting else {
                 return Err(Error::invalid("fair locks cannot be acquired together"));
-            }
+            };
             if !hashes.insert(keys.hash.as_str()) {
                 return Err(Error::invalid(format!(
                     "lock {:?} appears twice among locks acquired together",
                     core.name()
                 )));
             }
+            locks.push(scripts::OneOfAll {
+                hash: &keys.hash,
+                fence: &keys.fence,
+                attempt_record: keys.attempt_record(&attempt),
+                waiters,
+                owner: &core.owner,
+            });
         }
-        let attempt = client.unique_id();
-        let locks = cores
-            .iter()
-            .map(|core| {
-                let keys = core.keys()?;
-                let Waiting::Clients { waiters, .. } = &keys.waiting else {
-                    return Err(Error::invalid("fair locks cannot be acquired together"));
-                };
-                Ok(scripts::OneOfAll {
-                    hash: &keys.hash,
-                    fence: &keys.fence,
-                    attempt_record: keys.attempt_record(&attempt),
-                    waiters,
-                    owner: &core.owner,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         let call = scripts::acquire_all(&locks, redis_millis(lease_for), &attempt);
         // Remembered past the lease, so a grant that could still run is refused.
         let give_back = cores
