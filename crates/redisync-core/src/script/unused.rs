@@ -10,6 +10,8 @@
 //! `local function NAME(` at the start of a line, ending at the first line that is `end`, with
 //! its comment lines right above it (dropped with it).
 
+use std::collections::HashSet;
+
 /// One top-level piece of a script's text.
 struct Item<'a> {
     /// The piece's lines, with their line ends (and, for a function, its comment lines).
@@ -23,27 +25,21 @@ struct Item<'a> {
 /// each with the comment lines right above it; everything else is kept, in order.
 pub(crate) fn without_unused_functions(source: &str) -> String {
     let items = items(source);
+    let mentions: Vec<HashSet<&str>> = items.iter().map(|item| mentions(item.text)).collect();
     let mut kept: Vec<bool> = items.iter().map(|item| item.function.is_none()).collect();
-    // Until nothing more is reached: a function kept for a call may call others.
-    loop {
-        let mut reached = false;
+    // The names mentioned by kept pieces, to be looked up; each function kept for one adds
+    // the names it mentions. A function's mention of itself keeps nothing: it is kept only
+    // when it is added.
+    let mut wanted: Vec<&str> = (0..items.len())
+        .filter(|&i| kept[i])
+        .flat_map(|i| mentions[i].iter().copied())
+        .collect();
+    while let Some(name) = wanted.pop() {
         for (i, item) in items.iter().enumerate() {
-            let Some(name) = item.function else { continue };
-            if kept[i] {
-                continue;
-            }
-            let called = items
-                .iter()
-                .zip(&kept)
-                .enumerate()
-                .any(|(j, (other, &kept))| kept && j != i && calls(other.text, name));
-            if called {
+            if !kept[i] && item.function == Some(name) {
                 kept[i] = true;
-                reached = true;
+                wanted.extend(mentions[i].iter().copied());
             }
-        }
-        if !reached {
-            break;
         }
     }
     items
@@ -111,18 +107,24 @@ fn function_name(line: &str) -> Option<&str> {
     (!name.is_empty() && name.bytes().all(is_identifier_byte)).then_some(name)
 }
 
-/// Whether `text` mentions `name` as a whole identifier outside comments: a call, or the
-/// function passed on as a value. A mention in a string counts too, which at worst keeps a
-/// function for nothing.
-fn calls(text: &str, name: &str) -> bool {
-    text.lines().any(|line| {
+/// The whole identifiers `text` mentions outside comments: calls, and functions passed on as
+/// values. A mention in a string counts too, which at worst keeps a function for nothing.
+fn mentions(text: &str) -> HashSet<&str> {
+    let mut names = HashSet::new();
+    for line in text.lines() {
         let code = line.find("--").map_or(line, |comment| &line[..comment]);
-        code.match_indices(name).any(|(at, _)| {
-            let before = code[..at].bytes().next_back();
-            let after = code[at + name.len()..].bytes().next();
-            !before.is_some_and(is_identifier_byte) && !after.is_some_and(is_identifier_byte)
-        })
-    })
+        names.extend(
+            code.split(|c: char| !c.is_ascii() || !is_identifier_byte(c as u8))
+                .filter(|word| !word.is_empty()),
+        );
+    }
+    names
+}
+
+/// Whether `text` mentions `name` as a whole identifier outside comments (see [`mentions`]).
+#[cfg(test)]
+fn calls(text: &str, name: &str) -> bool {
+    mentions(text).contains(name)
 }
 
 fn is_identifier_byte(byte: u8) -> bool {
