@@ -53,6 +53,10 @@ pub enum Contender {
     /// lock with redisync's guarantees could run on an uncontended cycle in another layout; a
     /// measuring rod, scenarios 1 and 3 only.
     StringHold,
+    /// redisync's plain-lock scripts as Redis Functions, called with `FCALL` (see
+    /// [`crate::raw_scripts`]): what the calling convention costs; a measuring rod,
+    /// scenarios 1 and 3 only.
+    Functions,
     /// redisync's first-come-first-served lock.
     RedisyncFair,
     /// redisync's leader election, as a lock: `campaign()` takes it, `resign()` gives it
@@ -70,13 +74,14 @@ pub enum Contender {
 
 impl Contender {
     /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
-    pub const LOCKS: [Contender; 11] = [
+    pub const LOCKS: [Contender; 12] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncScripts,
         Contender::BareCommands,
         Contender::EmptyScripts,
         Contender::StringHold,
+        Contender::Functions,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -88,13 +93,14 @@ impl Contender {
     pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 15] = [
+    pub const ALL: [Contender; 16] = [
         Contender::Floor,
         Contender::Redisync,
         Contender::RedisyncScripts,
         Contender::BareCommands,
         Contender::EmptyScripts,
         Contender::StringHold,
+        Contender::Functions,
         Contender::RedisyncFair,
         Contender::RslockDefault,
         Contender::RslockBest,
@@ -141,6 +147,7 @@ impl Contender {
             Contender::BareCommands => "their commands in bare scripts (raw redis-rs)",
             Contender::EmptyScripts => "two empty scripts (raw redis-rs)",
             Contender::StringHold => "a fenced string hold (raw redis-rs)",
+            Contender::Functions => "redisync's scripts as functions (FCALL, raw redis-rs)",
             Contender::RedisyncFair => "redisync FairLock",
             Contender::RedisyncElection => "redisync election",
             Contender::RslockDefault => "rslock 0.10 (defaults)",
@@ -231,12 +238,14 @@ pub async fn lockers(
             Contender::RedisyncScripts
             | Contender::BareCommands
             | Contender::EmptyScripts
-            | Contender::StringHold => {
+            | Contender::StringHold
+            | Contender::Functions => {
                 use crate::raw_scripts::{RawScripts, Rod};
                 let rod = match contender {
                     Contender::BareCommands => Rod::BareCommands,
                     Contender::EmptyScripts => Rod::Empty,
                     Contender::StringHold => Rod::StringHold,
+                    Contender::Functions => Rod::Functions,
                     _ => Rod::Library,
                 };
                 let (pool, client, scripts) = RawScripts::connect(url, rod).await;

@@ -19,6 +19,14 @@
 //!   [`Rod::BareCommands`], what a string layout would buy, were redisync to change its
 //!   layout for the uncontended path.
 //!
+//! * [`Rod::Functions`]: redisync's plain-lock scripts, word for word, loaded as one Redis
+//!   Functions library and called with `FCALL` instead of `EVALSHA`. Against
+//!   [`Rod::Library`]: what the calling convention costs. A script sent with `EVALSHA` runs
+//!   its whole text on every call, and makes each prelude function anew as a closure; a
+//!   function library runs its text once, when it is loaded, so a call runs only the body.
+//!   redisync sends `EVALSHA` (DESIGN.md: every state change is one script, loaded on
+//!   `NOSCRIPT`); this rod prices the alternative.
+//!
 //! Every rod sends the keys and arguments the library sends on that cycle, whether its
 //! scripts read them or not: Redis spends time on each one.
 //!
@@ -84,6 +92,38 @@ const STRING_HOLD_RELEASE: &str = "local hold = redis.call('GET', KEYS[1]) \
      redis.call('DEL', KEYS[1]) return 1 end \
      return -1";
 
+/// The lock's preludes, as `lua_script!` puts them in front of the lock's scripts.
+const LOCK_PRELUDES: [&str; 4] = [
+    include_str!("../lua/publish_prelude.lua"),
+    include_str!("../lua/lock_prelude.lua"),
+    include_str!("../lua/wake_prelude.lua"),
+    include_str!("../lua/lock_hand_over_prelude.lua"),
+];
+
+/// The function names of [`Rod::Functions`]'s acquire and release.
+const FUNCTION_ACQUIRE: &str = "redisync_bench_lock_acquire";
+const FUNCTION_RELEASE: &str = "redisync_bench_lock_release";
+
+/// [`Rod::Functions`]'s library: the lock's preludes once, then `lua/lock_acquire.lua` and
+/// `lua/lock_release.lua`, each the body of a function that takes `KEYS` and `ARGV` as its
+/// parameters, as the scripts read them.
+fn functions_library() -> String {
+    let mut library = String::from("#!lua name=redisync_bench_lock\n");
+    for prelude in LOCK_PRELUDES {
+        library.push_str(prelude);
+        library.push('\n');
+    }
+    for (name, body) in [
+        (FUNCTION_ACQUIRE, include_str!("../lua/lock_acquire.lua")),
+        (FUNCTION_RELEASE, include_str!("../lua/lock_release.lua")),
+    ] {
+        library.push_str(&format!(
+            "redis.register_function('{name}', function(KEYS, ARGV)\n{body}\nend)\n"
+        ));
+    }
+    library
+}
+
 /// Which scripts a [`RawScripts`] sends (see the module's docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rod {
@@ -95,13 +135,27 @@ pub enum Rod {
     Empty,
     /// A fenced, cancel-safe hold in a string key.
     StringHold,
+    /// redisync's plain-lock scripts as Redis Functions, called with `FCALL`.
+    Functions,
 }
 
-/// The SHA1s of one rod's acquire and release, as Redis knows them.
+/// How one rod's acquire and release are called: `EVALSHA` with their SHA1s as Redis knows
+/// them, or `FCALL` with their function names.
 #[derive(Debug, Clone)]
 pub struct RodScripts {
+    verb: &'static str,
     acquire: String,
     release: String,
+}
+
+impl RodScripts {
+    fn evalsha(acquire: String, release: String) -> Self {
+        RodScripts {
+            verb: "EVALSHA",
+            acquire,
+            release,
+        }
+    }
 }
 
 /// One task's lock, taken and released with one rod's scripts.
@@ -153,22 +207,35 @@ impl RawScripts {
             "the bench's copy of the lock's scripts is not what the library sends"
         );
         let scripts = match rod {
-            Rod::Library => RodScripts {
-                acquire: ACQUIRE.sha1().to_owned(),
-                release: RELEASE.sha1().to_owned(),
-            },
-            Rod::BareCommands => RodScripts {
-                acquire: load(&mut conn, BARE_ACQUIRE).await,
-                release: load(&mut conn, BARE_RELEASE).await,
-            },
-            Rod::Empty => RodScripts {
-                acquire: load(&mut conn, EMPTY_ACQUIRE).await,
-                release: load(&mut conn, EMPTY_RELEASE).await,
-            },
-            Rod::StringHold => RodScripts {
-                acquire: load(&mut conn, STRING_HOLD_ACQUIRE).await,
-                release: load(&mut conn, STRING_HOLD_RELEASE).await,
-            },
+            Rod::Library => {
+                RodScripts::evalsha(ACQUIRE.sha1().to_owned(), RELEASE.sha1().to_owned())
+            }
+            Rod::BareCommands => RodScripts::evalsha(
+                load(&mut conn, BARE_ACQUIRE).await,
+                load(&mut conn, BARE_RELEASE).await,
+            ),
+            Rod::Empty => RodScripts::evalsha(
+                load(&mut conn, EMPTY_ACQUIRE).await,
+                load(&mut conn, EMPTY_RELEASE).await,
+            ),
+            Rod::StringHold => RodScripts::evalsha(
+                load(&mut conn, STRING_HOLD_ACQUIRE).await,
+                load(&mut conn, STRING_HOLD_RELEASE).await,
+            ),
+            Rod::Functions => {
+                let _: String = redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg("REPLACE")
+                    .arg(functions_library())
+                    .query_async(&mut conn)
+                    .await
+                    .expect("FUNCTION LOAD");
+                RodScripts {
+                    verb: "FCALL",
+                    acquire: FUNCTION_ACQUIRE.to_owned(),
+                    release: FUNCTION_RELEASE.to_owned(),
+                }
+            }
         };
         (pool, client, scripts)
     }
@@ -201,7 +268,7 @@ impl RawScripts {
     /// so its call leaves off the optional keys and arguments (see `lua/lock_acquire.lua`).
     /// Every rod's acquire takes the same keys and arguments.
     async fn acquire(&mut self, attempt: &str) -> Result<bool, String> {
-        let reply: redis::Value = redis::cmd("EVALSHA")
+        let reply: redis::Value = redis::cmd(self.scripts.verb)
             .arg(&self.scripts.acquire)
             .arg(4)
             .arg(&self.hash)
@@ -221,7 +288,7 @@ impl RawScripts {
     /// A guard's release: no attempt record kept, so the call leaves it off (see
     /// `lua/lock_release.lua`). Every rod's release takes the same keys and arguments.
     async fn release(&mut self, attempt: &str) -> Result<(), String> {
-        let _: i64 = redis::cmd("EVALSHA")
+        let _: i64 = redis::cmd(self.scripts.verb)
             .arg(&self.scripts.release)
             .arg(4)
             .arg(&self.hash)
