@@ -26,36 +26,70 @@ pub enum LateOutcome<T> {
     Refused,
 }
 
-type Cleanup<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
+/// What runs on the output of a request its caller abandoned (see [`Abandonable`]): any
+/// `FnOnce(T) -> impl Future<Output = ()>` that can move to a background task.
+pub trait Cleanup<T>: Send + 'static {
+    /// The rest of `request`, then this cleanup on its output, as one background task.
+    fn after(self, request: BoxFuture<'static, T>) -> BoxFuture<'static, ()>;
+}
+
+impl<T, C, CF> Cleanup<T> for C
+where
+    T: Send + 'static,
+    C: FnOnce(T) -> CF + Send + 'static,
+    CF: Future<Output = ()> + Send + 'static,
+{
+    fn after(self, request: BoxFuture<'static, T>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let out = request.await;
+            self(out).await;
+        })
+    }
+}
 
 /// A future that, if dropped before completing, finishes in the background and hands its
 /// output to a cleanup.
+///
+/// The cleanup is kept as it is, not boxed: the common path, where the caller awaits the
+/// request to its end, allocates only the box the request needs to be movable to the
+/// background. After completion the cleanup can be taken back
+/// ([`take_cleanup`](Self::take_cleanup)), for a caller whose own error path needs it.
 #[must_use = "futures do nothing unless polled"]
-pub struct Abandonable<T: Send + 'static> {
+pub struct Abandonable<T: Send + 'static, C: Cleanup<T>> {
     request: Option<BoxFuture<'static, T>>,
-    cleanup: Option<Cleanup<T>>,
+    cleanup: Option<C>,
     // Taken when the request starts, so a drop outside the runtime (another thread, a
     // destructor after the runtime's context is gone) can still hand the rest to it.
     runtime: Option<tokio::runtime::Handle>,
 }
 
-impl<T: Send + 'static> Abandonable<T> {
+// The request is boxed and the cleanup is never polled: nothing here is pinned.
+impl<T: Send + 'static, C: Cleanup<T>> Unpin for Abandonable<T, C> {}
+
+impl<T: Send + 'static, C: Cleanup<T>> Abandonable<T, C> {
     /// Wraps `request`; `cleanup` runs on its output only if the wrapper is dropped first.
-    pub fn new<F, C, CF>(request: F, cleanup: C) -> Self
+    pub fn new<F>(request: F, cleanup: C) -> Self
     where
         F: Future<Output = T> + Send + 'static,
-        C: FnOnce(T) -> CF + Send + 'static,
-        CF: Future<Output = ()> + Send + 'static,
     {
         Abandonable {
             request: Some(Box::pin(request)),
-            cleanup: Some(Box::new(move |out| Box::pin(cleanup(out)))),
+            cleanup: Some(cleanup),
             runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// The cleanup, once the request has completed (it then never runs by itself); `None`
+    /// before, and after it was taken.
+    pub fn take_cleanup(&mut self) -> Option<C> {
+        match self.request {
+            Some(_) => None,
+            None => self.cleanup.take(),
         }
     }
 }
 
-impl<T: Send + 'static> Future for Abandonable<T> {
+impl<T: Send + 'static, C: Cleanup<T>> Future for Abandonable<T, C> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -66,7 +100,6 @@ impl<T: Send + 'static> Future for Abandonable<T> {
         match request.as_mut().poll(cx) {
             Poll::Ready(out) => {
                 self.request = None;
-                self.cleanup = None;
                 Poll::Ready(out)
             }
             Poll::Pending => Poll::Pending,
@@ -74,23 +107,22 @@ impl<T: Send + 'static> Future for Abandonable<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Abandonable<T> {
+impl<T: Send + 'static, C: Cleanup<T>> Drop for Abandonable<T, C> {
     fn drop(&mut self) {
-        if let (Some(request), Some(cleanup)) = (self.request.take(), self.cleanup.take()) {
-            // Without a runtime nothing can run; the lease bounds whatever the request got.
-            let runtime = self
-                .runtime
-                .take()
-                .or_else(|| tokio::runtime::Handle::try_current().ok());
-            match runtime {
-                Some(runtime) => {
-                    runtime.spawn(async move {
-                        let out = request.await;
-                        cleanup(out).await;
-                    });
-                }
-                None => tracing::warn!("request abandoned with no runtime to finish it"),
+        // Only a request that has not completed is abandoned.
+        let (Some(request), Some(cleanup)) = (self.request.take(), self.cleanup.take()) else {
+            return;
+        };
+        // Without a runtime nothing can run; the lease bounds whatever the request got.
+        let runtime = self
+            .runtime
+            .take()
+            .or_else(|| tokio::runtime::Handle::try_current().ok());
+        match runtime {
+            Some(runtime) => {
+                runtime.spawn(cleanup.after(request));
             }
+            None => tracing::warn!("request abandoned with no runtime to finish it"),
         }
     }
 }

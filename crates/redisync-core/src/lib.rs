@@ -79,7 +79,7 @@ mod transport;
 pub mod wait;
 pub mod watchdog;
 
-pub use abandon::{Abandonable, LateOutcome};
+pub use abandon::{Abandonable, Cleanup, LateOutcome};
 pub use builder::{
     ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE,
     DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,

@@ -13,16 +13,15 @@ mod hold;
 pub mod registry;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
-use crate::locking::lock;
 use crate::stats::Counters;
 use std::sync::atomic::Ordering;
 
-pub use crate::abandon::{Abandonable, LateOutcome};
+pub use crate::abandon::{Abandonable, Cleanup, LateOutcome};
 pub use crate::client::Client;
 pub use crate::duration;
 pub use crate::duration::{CLOCK_MARGIN, MIN_LEASE};
@@ -204,33 +203,28 @@ pub trait Toolkit: sealed::Sealed {
                 return Err(Error::Shutdown);
             }
             let timeout = shared.config.command_timeout;
-            let runtime = shared.runtime.clone();
-            // The undo goes to whichever path needs it: the abandoned request's cleanup, or
-            // the caller's error below.
-            let undo = Arc::new(Mutex::new(Some(undo)));
-            let abandoned_undo = undo.clone();
             let mut call = call;
             call.rollback_unreplicated = true;
             let request = crate::transport::send::<T>(shared.transport.clone(), call);
-            let guarded = crate::Abandonable::new(request, move |reply: Result<T>| async move {
-                let undo = lock(&abandoned_undo).take();
-                if let Some(undo) = undo {
-                    let outcome = match reply {
-                        Ok(reply) => LateOutcome::Replied(reply),
-                        Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
-                        Err(_) => LateOutcome::Refused,
-                    };
-                    undo(outcome).await;
-                }
+            // The undo goes to whichever path needs it: the abandoned request's cleanup, or
+            // the caller's error below, which takes it back once the request has ended.
+            let mut guarded = crate::Abandonable::new(request, move |reply: Result<T>| {
+                let outcome = match reply {
+                    Ok(reply) => LateOutcome::Replied(reply),
+                    Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
+                    Err(_) => LateOutcome::Refused,
+                };
+                undo(outcome)
             });
-            let reply = match tokio::time::timeout(timeout, guarded).await {
+            let reply = match tokio::time::timeout(timeout, &mut guarded).await {
                 Ok(reply) => reply,
+                // Dropping `guarded` on the way out hands the request to the background.
                 Err(_) => Err(Error::Timeout),
             };
             if let Err(err) = &reply {
                 if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
-                    if let Some(undo) = lock(&undo).take() {
-                        runtime.spawn(undo(LateOutcome::Unknown));
+                    if let Some(undo) = guarded.take_cleanup() {
+                        shared.runtime.spawn(undo(Err(err.clone())));
                     }
                 }
             }
