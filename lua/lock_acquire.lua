@@ -49,6 +49,17 @@ local holder, waiting = holder_and_waiting(KEYS[1], KEYS[3], KEYS[4])
 if holder == false then
     return {-1}
 end
+-- The common case: the lock is free, and the grant leaves the client's registration as it
+-- is (none: no task of the client waits).
+if not holder and on_grant == '0' then
+    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], waiting)
+end
+
+-- @uncommon: the lock is held (by the caller, who re-enters, or by another owner: the caller
+-- waits, or takes over a hold handed over to its client), or the grant changes the client's
+-- registration. The prelude functions only these paths call are defined here, so a call that
+-- returned above never makes them (see `script::arrange` in redisync-core).
+
 -- The client stays registered if it is granted while other tasks of it wait: registering it
 -- for them here spares the next of them a request of its own before it waits.
 local requeue = on_grant == '2' and registration_ms ~= '0'

@@ -33,8 +33,14 @@ if recorded then
     return tonumber(recorded)
 end
 local result, waiting = release_hold(KEYS[1], ARGV[1])
-if waiting then
-    hand_over_or_wake(KEYS[2], KEYS[3], KEYS[1], KEYS[4], 16)
+if not waiting then
+    record_outcome(KEYS[5], remember_ms, result)
+    return result
 end
+
+-- @uncommon: the release freed the lock, and clients may wait for it. The prelude functions
+-- only this path calls are defined here, so a release that returned above never makes them
+-- (see `script::arrange` in redisync-core).
+hand_over_or_wake(KEYS[2], KEYS[3], KEYS[1], KEYS[4], 16)
 record_outcome(KEYS[5], remember_ms, result)
 return result

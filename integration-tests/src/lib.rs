@@ -35,6 +35,7 @@ pub mod cluster;
 pub mod heap;
 pub mod holder;
 pub mod proxy;
+pub mod script_text;
 
 pub use busy::BusyScript;
 pub use cluster::RedisCluster;

@@ -14,7 +14,7 @@
 
 use std::sync::OnceLock;
 
-mod unused;
+mod arrange;
 
 use redis::ToRedisArgs;
 
@@ -35,7 +35,7 @@ pub struct LuaScript {
     kind: &'static str,
     source: &'static str,
     read_only: bool,
-    /// The source without the prelude functions it never calls (see `script::unused`).
+    /// The text as sent (see [`text`](Self::text) and `script::arrange`).
     sent: OnceLock<String>,
     compiled: OnceLock<redis::Script>,
     sharded: OnceLock<redis::Script>,
@@ -101,16 +101,32 @@ impl LuaScript {
         self.compiled(false).get_hash()
     }
 
-    /// The script's source as sent: without the prelude functions it never calls, and with
-    /// `sharded`, publishing with `SPUBLISH`.
+    /// The text Redis runs (its form for a single server): the preludes and the script's own
+    /// file, without the prelude functions it never calls, and with those only its uncommon
+    /// paths call defined where those paths begin (see the `-- @uncommon` line in
+    /// `lua/lock_acquire.lua`).
+    ///
+    /// ```
+    /// use redisync_core::LuaScript;
+    /// static TWICE: LuaScript = LuaScript::new(
+    ///     "twice",
+    ///     "local function unused()\nend\nlocal function twice(x)\n  return 2 * x\nend\n\
+    ///      return twice(ARGV[1])\n",
+    /// );
+    /// assert_eq!(TWICE.text(), "local function twice(x)\n  return 2 * x\nend\nreturn twice(ARGV[1])\n");
+    /// ```
+    pub fn text(&self) -> &str {
+        self.sent.get_or_init(|| arrange::as_sent(self.source))
+    }
+
+    /// The script's text as sent (see [`text`](Self::text)); with `sharded`, publishing with
+    /// `SPUBLISH`.
     pub(crate) fn source(&self, sharded: bool) -> std::borrow::Cow<'_, str> {
-        let sent = self
-            .sent
-            .get_or_init(|| unused::without_unused_functions(self.source));
+        let sent = self.text();
         if sharded {
             sent.replace(PUBLISH, SHARDED_PUBLISH).into()
         } else {
-            sent.as_str().into()
+            sent.into()
         }
     }
 

@@ -255,6 +255,21 @@ pub(crate) fn decode_status(reply: &[i64]) -> Result<(Option<Duration>, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redisync_test_harness::script_text::functions_in_front;
+
+    /// An uncontended cycle's calls make only the prelude functions they run: those of the
+    /// paths that wait, re-enter, take over or wake are made after the common path returned.
+    #[test]
+    fn the_common_paths_make_only_the_functions_they_call() {
+        assert_eq!(
+            functions_in_front(Acquire::script().text(), "-- lock_acquire:"),
+            ["lock_holder", "holder_and_waiting", "grant"]
+        );
+        assert_eq!(
+            functions_in_front(Release::script().text(), "-- lock_release:"),
+            ["release_hold", "recorded_outcome", "record_outcome"]
+        );
+    }
 
     #[test]
     fn replies_decode() {
