@@ -27,7 +27,19 @@ if values[2] then
     return {-1}
 end
 local now = now_ms()
-local available, reclaimed = tonumber(values[1]), 0
+local available = tonumber(values[1])
+-- The common case: a permit is free, and this is a first try, which leaves the registry of
+-- waiting clients alone (see after_attempt).
+if channel == '' and available and available >= 1 then
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+    redis.call('DECR', KEYS[1])
+    return 1
+end
+
+-- @uncommon: no permit is free (expired ones may be reclaimed), or the caller waits. The
+-- prelude functions only these paths call are defined here, so a call that returned above
+-- never makes them (see `script::arrange` in redisync-core).
+local reclaimed = 0
 if not available or available < 1 then
     -- Also where MGET read foreign data as nil or a string that is no count: pool() raises.
     available, reclaimed = reclaim(KEYS[1], KEYS[2], now)

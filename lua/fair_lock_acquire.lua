@@ -32,6 +32,13 @@ end
 -- Without a queue (the case of every uncontended lock) nobody is to be tidied away, no head
 -- goes first and there is no place to leave: the grant then costs what the plain lock's does.
 -- Either key alone counts, so that leftovers and foreign data are still tidied or reported.
+if not holder and not queued then
+    return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+end
+
+-- @uncommon: the lock is held (by the caller, who re-enters, or by another owner) or waiters
+-- queue. The prelude functions only these paths call are defined here, so a call that
+-- returned above never makes them (see `script::arrange` in redisync-core).
 local now
 local tidied = false
 if queued then

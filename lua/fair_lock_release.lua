@@ -30,16 +30,19 @@ if recorded then
 end
 -- Without a queue there is nobody to tidy away, no place to leave and nobody to wake (see
 -- fair_lock_acquire).
-local queued = redis.call('EXISTS', KEYS[2], KEYS[3]) > 0
-if queued then
-    tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+if redis.call('EXISTS', KEYS[2], KEYS[3]) == 0 then
+    local result = release_hold(KEYS[1], ARGV[1])
+    record_outcome(KEYS[4], remember_ms, result)
+    return result
 end
+
+-- @uncommon: waiters queue. The prelude functions only this path calls are defined here, so
+-- a release that returned above never makes them (see `script::arrange` in redisync-core).
+tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
 local result = release_hold(KEYS[1], ARGV[1])
-if queued then
-    leave_queue(KEYS[2], KEYS[3], ARGV[1])
-    if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
-        wake_head(KEYS[2], ARGV[2])
-    end
+leave_queue(KEYS[2], KEYS[3], ARGV[1])
+if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
+    wake_head(KEYS[2], ARGV[2])
 end
 record_outcome(KEYS[4], remember_ms, result)
 return result

@@ -38,6 +38,10 @@ if present == 0 then
     return 1
 end
 
+-- @uncommon: something holds or is marked, or this attempt was given back. The prelude
+-- functions only these paths call are defined here, so a call that returned above never
+-- makes them (see `script::arrange` in redisync-core).
+
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w',
     'w:' .. ARGV[5])
 local marks = marks_besides_hash(present, KEYS[1], h[1], KEYS[4])

@@ -36,6 +36,10 @@ if present == 0 then
     return token
 end
 
+-- @uncommon: something holds or is marked, or this attempt was given back. The prelude
+-- functions only these paths call are defined here, so a call that returned above never
+-- makes them (see `script::arrange` in redisync-core).
+
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wcount', 'wtoken', 'wexp',
     'r:' .. ARGV[1], 'exp', 'rc', 'w', 'sh', 'w:' .. ARGV[4])
 local marks = marks_besides_hash(present, KEYS[1], h[1], KEYS[5])

@@ -28,14 +28,25 @@ local available, generation, state = read_semaphore(KEYS[1], KEYS[3], KEYS[2])
 if state then
     return -1
 end
-if not available or available < tonumber(ARGV[1]) then
-    after_attempt(KEYS[4], channel, ARGV[3], ARGV[4], false)
+local granted = available and available >= tonumber(ARGV[1])
+local left
+if granted then
+    left = redis.call('DECRBY', KEYS[1], ARGV[1])
+    redis.call('SET', KEYS[2], 'granted:' .. generation)
+    -- A first try leaves the registry of waiting clients alone (see after_attempt).
+    if channel == '' then
+        return 1
+    end
+end
+
+-- @uncommon: the permits asked for are not free, or the caller waits. The prelude functions
+-- only these paths call are defined here, so a call that returned above never makes them
+-- (see `script::arrange` in redisync-core).
+after_attempt(KEYS[4], channel, ARGV[3], ARGV[4], granted)
+if not granted then
     return 0
 end
-local left = redis.call('DECRBY', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], 'granted:' .. generation)
-after_attempt(KEYS[4], channel, ARGV[3], ARGV[4], true)
-if channel ~= '' and ARGV[3] == '1' and left < tonumber(ARGV[1]) then
+if ARGV[3] == '1' and left < tonumber(ARGV[1]) then
     return 2
 end
 return 1

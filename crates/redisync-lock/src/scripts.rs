@@ -258,7 +258,8 @@ mod tests {
     use redisync_test_harness::script_text::functions_in_front;
 
     /// An uncontended cycle's calls make only the prelude functions they run: those of the
-    /// paths that wait, re-enter, take over or wake are made after the common path returned.
+    /// paths that wait, queue, re-enter, take over or wake are made after the common path
+    /// returned.
     #[test]
     fn the_common_paths_make_only_the_functions_they_call() {
         assert_eq!(
@@ -267,6 +268,14 @@ mod tests {
         );
         assert_eq!(
             functions_in_front(Release::script().text(), "-- lock_release:"),
+            ["release_hold", "recorded_outcome", "record_outcome"]
+        );
+        assert_eq!(
+            functions_in_front(FairAcquire::script().text(), "-- fair_lock_acquire:"),
+            ["lock_holder", "holder_and_waiting", "grant"]
+        );
+        assert_eq!(
+            functions_in_front(FairRelease::script().text(), "-- fair_lock_release:"),
             ["release_hold", "recorded_outcome", "record_outcome"]
         );
     }

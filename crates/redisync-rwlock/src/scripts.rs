@@ -226,6 +226,21 @@ impl SharedCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redisync_test_harness::script_text::functions_in_front;
+
+    /// An acquire of a free lock makes only the prelude functions it runs: those of the paths
+    /// that find holds, marks or waiters are made after it returned.
+    #[test]
+    fn the_common_paths_make_only_the_functions_they_call() {
+        assert_eq!(
+            functions_in_front(AcquireRead::script().text(), "-- rwlock_acquire_read:"),
+            ["now_ms", "expire_keys"]
+        );
+        assert_eq!(
+            functions_in_front(AcquireWrite::script().text(), "-- rwlock_acquire_write:"),
+            ["now_ms"]
+        );
+    }
 
     #[test]
     fn per_hold_calls_list_each_holds_keys_and_arguments_in_the_scripts_order() {

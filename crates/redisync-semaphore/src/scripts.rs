@@ -294,6 +294,21 @@ pub(crate) fn permit_change(n: i64) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redisync_test_harness::script_text::functions_in_front;
+
+    /// An uncontended first try makes only the prelude functions it runs: those of the
+    /// paths that wait, reclaim expired permits or wake are made after it returned.
+    #[test]
+    fn the_common_paths_make_only_the_functions_they_call() {
+        assert_eq!(
+            functions_in_front(Acquire::script().text(), "-- semaphore_acquire:"),
+            ["read_semaphore"]
+        );
+        assert_eq!(
+            functions_in_front(XAcquire::script().text(), "-- expirable_semaphore_acquire:"),
+            ["now_ms"]
+        );
+    }
 
     #[test]
     fn a_renewed_permit_is_its_deadlines_and_its_id() {
