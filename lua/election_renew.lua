@@ -11,7 +11,6 @@
 -- lease) or 0 if its leadership is gone. A key holding foreign data counts as gone for its
 -- hold only, so it cannot stall the renewal of the other holds in the batch.
 
-local lease = tonumber(ARGV[1])
 local results = {}
 for i, key in ipairs(KEYS) do
     local at = 4 + (i - 1) * tonumber(ARGV[3])
@@ -19,7 +18,7 @@ for i, key in ipairs(KEYS) do
     if leader.err ~= nil or leader[1] ~= ARGV[at] or leader[2] ~= ARGV[at + 1] then
         results[i] = 0
     else
-        redis.call('PEXPIRE', key, lease, 'GT')
+        redis.call('PEXPIRE', key, ARGV[1], 'GT')
         results[i] = 1
     end
 end

@@ -31,7 +31,7 @@ local available = tonumber(values[1])
 -- The common case: a permit is free, and this is a first try, which leaves the registry of
 -- waiting clients alone (see after_attempt).
 if channel == '' and available and available >= 1 then
-    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+    redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
     redis.call('DECR', KEYS[1])
     return 1
 end
@@ -52,7 +52,7 @@ if available < 1 then
     end
     return {0, -1}
 end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
 redis.call('DECR', KEYS[1])
 after_attempt(KEYS[4], channel, ARGV[4], ARGV[5], true)
 wake_waiters(KEYS[4], reclaimed, available - 1)

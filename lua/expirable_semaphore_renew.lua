@@ -13,12 +13,13 @@
 
 local now = now_ms()
 local lease_end = now + tonumber(ARGV[1])
+local lease_end_text = string.format('%d', lease_end)
 local results = {}
 for i, deadlines in ipairs(KEYS) do
     local ends = redis.pcall('ZSCORE', deadlines, ARGV[3 + i])
     if type(ends) == 'string' and tonumber(ends) > now then
         if tonumber(ends) < lease_end then
-            redis.call('ZADD', deadlines, lease_end, ARGV[3 + i])
+            redis.call('ZADD', deadlines, lease_end_text, ARGV[3 + i])
         end
         results[i] = 1
     else

@@ -46,7 +46,8 @@ if queued then
     if tonumber(ARGV[4]) > 0 then
         -- The caller is alive right now: its heartbeat counts before anyone is judged dead, so
         -- a stall of Redis itself cannot cost a live waiter its place.
-        redis.call('ZADD', KEYS[5], 'XX', math.floor(now / 1000) + tonumber(ARGV[4]), ARGV[3])
+        local alive_until = string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4]))
+        redis.call('ZADD', KEYS[5], 'XX', alive_until, ARGV[3])
     end
     tidied = tidy_queue(KEYS[4], KEYS[5], math.floor(now / 1000))
 end

@@ -25,16 +25,19 @@ end
 -- data under either key first. (Only the caller's own heartbeat, in fair_lock_acquire, is
 -- written before it.) Returns whether it removed any waiter.
 local function tidy_queue(queue, deadlines, now_ms)
-    local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
+    -- Numbers go to Redis as text: Redis 7.0 turns a number argument into text with a costly
+    -- floating-point format.
+    local now_text = string.format('%d', now_ms)
+    local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_text)
     for first = 1, #dead, 1000 do
         redis.call('ZREM', queue, unpack(dead, first, math.min(first + 999, #dead)))
     end
     if #dead > 0 then
-        redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_ms)
+        redis.call('ZREMRANGEBYSCORE', deadlines, '-inf', now_text)
     end
     local removed = #dead > 0
     while true do
-        local head = redis.call('ZRANGE', queue, 0, 0)[1]
+        local head = redis.call('ZRANGE', queue, '0', '0')[1]
         if not head or redis.call('ZSCORE', deadlines, head) then
             return removed
         end
@@ -48,17 +51,17 @@ end
 -- crashed processes leave nothing behind even if nobody touches the lock again.
 local function join_queue(queue, deadlines, waiter, now, place_ms)
     if not redis.call('ZSCORE', queue, waiter) then
-        local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+        local tail = redis.call('ZRANGE', queue, '-1', '-1', 'WITHSCORES')
         local order = now
         if tail[2] and tonumber(tail[2]) >= order then
             order = tonumber(tail[2]) + 1
         end
-        redis.call('ZADD', queue, order, waiter)
+        redis.call('ZADD', queue, string.format('%d', order), waiter)
     end
-    redis.call('ZADD', deadlines, math.floor(now / 1000) + place_ms, waiter)
+    redis.call('ZADD', deadlines, string.format('%d', math.floor(now / 1000) + place_ms), waiter)
     for _, key in ipairs({queue, deadlines}) do
         if redis.call('PTTL', key) < place_ms then
-            redis.call('PEXPIRE', key, place_ms)
+            redis.call('PEXPIRE', key, string.format('%d', place_ms))
         end
     end
 end
@@ -70,7 +73,7 @@ end
 
 -- The waiter whose turn it is, or nil when nobody waits.
 local function head_waiter(queue)
-    return redis.call('ZRANGE', queue, 0, 0)[1]
+    return redis.call('ZRANGE', queue, '0', '0')[1]
 end
 
 -- Tells the head waiter (only) that the lock is free.

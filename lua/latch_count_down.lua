@@ -28,10 +28,10 @@ if not count or prior == '1' then
         return -1
     end
 end
-if redis.call('HINCRBY', KEYS[1], 'count', -1) > 0 then
-    redis.call('HSET', KEYS[1], ARGV[1], 0)
+if redis.call('HINCRBY', KEYS[1], 'count', '-1') > 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], '0')
     return 0
 end
-redis.call('HSET', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[1], ARGV[1], '1')
 open_latch(KEYS[1], KEYS[2], ARGV[2], KEYS[3], ARGV[3])
 return 1

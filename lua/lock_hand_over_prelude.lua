@@ -63,7 +63,7 @@ local function take_over(hash, offered, owner, lease_ms, attempt)
         local field = 'a:' .. earlier
         if redis.call('HGET', hash, field) == 'h' then
             redis.call('HDEL', hash, field)
-            if redis.call('HINCRBY', hash, 'count', -1) == 0 then
+            if redis.call('HINCRBY', hash, 'count', '-1') == 0 then
                 redis.call('HSET', hash, 'owner', owner, 'count', '1', 'a:' .. attempt, '1')
                 redis.call('PEXPIRE', hash, lease_ms)
                 return tonumber(redis.call('HGET', hash, 'token'))

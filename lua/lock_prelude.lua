@@ -53,12 +53,16 @@ local function grant(hash, fence, owner, lease_ms, attempt, waiting, hold)
     local token = redis.call('INCR', fence)
     -- Strings, not Lua numbers: Redis 7.0 turns a number argument into text with a costly
     -- floating-point format; '%d' is an integer's.
-    local fields = {'owner', owner, 'count', '1', 'token', string.format('%d', token),
-        'a:' .. attempt, hold or '1'}
+    local token_text, field = string.format('%d', token), 'a:' .. attempt
+    -- The fields as arguments, not a table unpacked: a table is one more thing to make and
+    -- collect on every grant.
     if waiting then
-        fields[9], fields[10] = 'w', '1'
+        redis.call('HSET', hash, 'owner', owner, 'count', '1', 'token', token_text, field,
+            hold or '1', 'w', '1')
+    else
+        redis.call('HSET', hash, 'owner', owner, 'count', '1', 'token', token_text, field,
+            hold or '1')
     end
-    redis.call('HSET', hash, unpack(fields))
     redis.call('PEXPIRE', hash, lease_ms)
     return token
 end
@@ -66,7 +70,7 @@ end
 -- Adds a hold for attempt `attempt` to a lock its owner already holds. The expiry becomes the
 -- longer of the current one and the new lease, since other holds may rely on it.
 local function reenter(hash, lease_ms, attempt)
-    redis.call('HINCRBY', hash, 'count', 1)
+    redis.call('HINCRBY', hash, 'count', '1')
     redis.call('HSET', hash, 'a:' .. attempt, '1')
     redis.call('PEXPIRE', hash, lease_ms, 'GT')
 end
@@ -86,7 +90,7 @@ local function release_hold(hash, attempt)
         return 1, hold[3] ~= false
     end
     redis.call('HDEL', hash, field)
-    redis.call('HINCRBY', hash, 'count', -1)
+    redis.call('HINCRBY', hash, 'count', '-1')
     return 0
 end
 

@@ -13,7 +13,6 @@
 -- someone else's. A key holding foreign data counts
 -- as gone for its hold only, so it cannot stall the renewal of the other holds in the batch.
 
-local lease = tonumber(ARGV[1])
 local results = {}
 for i, key in ipairs(KEYS) do
     local at = 4 + (i - 1) * tonumber(ARGV[3])
@@ -23,7 +22,7 @@ for i, key in ipairs(KEYS) do
     elseif holder[3] == 'fixed' then
         results[i] = -1 - math.max(redis.call('PTTL', key), 0)
     else
-        redis.call('PEXPIRE', key, lease, 'GT')
+        redis.call('PEXPIRE', key, ARGV[1], 'GT')
         results[i] = 1
     end
 end

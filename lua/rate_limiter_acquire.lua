@@ -69,7 +69,7 @@ if le(newq, newr, limq, limr) then
     if newr > 0 then
         full_in = full_in + 1
     end
-    redis.call('PEXPIRE', KEYS[2], math.max(1, math.ceil(full_in / 1000)))
+    redis.call('PEXPIRE', KEYS[2], string.format('%d', math.max(1, math.ceil(full_in / 1000))))
     return {1, 0, fitting(newq, newr)}
 end
 -- Denied, so start > now (n * T <= tau): allowed from the first microsecond t with

@@ -25,22 +25,31 @@ local owner_field, attempt_field = 'r:' .. ARGV[1], 'a:' .. ARGV[3]
 local present = redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[3])
 local now = now_ms()
 local lease_end = now + tonumber(ARGV[2])
-local shared = {}
-if ARGV[6] == '1' then
-    shared = {'sh', 1}
-end
 if present == 0 then
+    -- Strings, not Lua numbers: Redis 7.0 turns a number argument into text with a costly
+    -- floating-point format. The fields as arguments, not a table unpacked: a table is one
+    -- more thing to make and collect on every call.
+    local lease_text = string.format('%d', lease_end)
     -- The readers set first: foreign data there fails the script before anything is written.
-    redis.call('ZADD', KEYS[2], lease_end, ARGV[3])
-    redis.call('HSET', KEYS[1], 'mode', 'read', owner_field, 1, attempt_field, 'r' .. ARGV[1],
-        'rc', 1, 'exp', lease_end, unpack(shared))
-    expire_keys(KEYS[1], KEYS[2], lease_end)
+    redis.call('ZADD', KEYS[2], lease_text, ARGV[3])
+    if ARGV[6] == '1' then
+        redis.call('HSET', KEYS[1], 'mode', 'read', owner_field, '1', attempt_field,
+            'r' .. ARGV[1], 'rc', '1', 'exp', lease_text, 'sh', '1')
+    else
+        redis.call('HSET', KEYS[1], 'mode', 'read', owner_field, '1', attempt_field,
+            'r' .. ARGV[1], 'rc', '1', 'exp', lease_text)
+    end
+    expire_keys(KEYS[1], KEYS[2], lease_text)
     return 1
 end
 
 -- @uncommon: something holds or is marked, or this attempt was given back. The prelude
 -- functions only these paths call are defined here, so a call that returned above never
 -- makes them (see `script::arrange` in redisync-core).
+local shared = {}
+if ARGV[6] == '1' then
+    shared = {'sh', 1}
+end
 
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w',
     'w:' .. ARGV[5])

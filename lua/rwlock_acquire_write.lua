@@ -30,9 +30,12 @@ local now = now_ms()
 local write_end = now + tonumber(ARGV[2])
 if present == 0 then
     local token = redis.call('INCR', KEYS[4])
-    redis.call('HSET', KEYS[1], 'mode', 'write', 'writer', ARGV[1], 'wcount', 1, 'wtoken', token,
-        'wexp', write_end, attempt_field, 'w' .. token, 'exp', write_end)
-    redis.call('PEXPIREAT', KEYS[1], write_end)
+    -- Strings, not Lua numbers: Redis 7.0 turns a number argument into text with a costly
+    -- floating-point format.
+    local token_text, end_text = string.format('%d', token), string.format('%d', write_end)
+    redis.call('HSET', KEYS[1], 'mode', 'write', 'writer', ARGV[1], 'wcount', '1', 'wtoken',
+        token_text, 'wexp', end_text, attempt_field, 'w' .. token_text, 'exp', end_text)
+    redis.call('PEXPIREAT', KEYS[1], end_text)
     return token
 end
 

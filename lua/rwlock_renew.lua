@@ -13,6 +13,9 @@
 
 local now = now_ms()
 local renewed_end = now + tonumber(ARGV[1])
+-- Sent as text: Redis 7.0 turns a number argument into text with a costly floating-point
+-- format.
+local renewed_text = string.format('%d', renewed_end)
 local per_hold = tonumber(ARGV[2])
 local results = {}
 for i = 1, #KEYS / per_hold do
@@ -28,20 +31,20 @@ for i = 1, #KEYS / per_hold do
             local ends = redis.call('ZSCORE', readers, attempt)
             if ends and tonumber(ends) > now then
                 if tonumber(ends) < renewed_end then
-                    redis.call('ZADD', readers, 'XX', renewed_end, attempt)
+                    redis.call('ZADD', readers, 'XX', renewed_text, attempt)
                 end
                 live = 1
             end
         elseif h[1] == 'w' .. (h[2] or '') and tonumber(h[3]) > now then
             if tonumber(h[3]) < renewed_end then
-                fields = {'wexp', renewed_end}
+                fields = {'wexp', renewed_text}
             end
             live = 1
         end
         if live == 1 and renewed_end > tonumber(h[4] or 0) then
             table.insert(fields, 'exp')
-            table.insert(fields, renewed_end)
-            expire_keys(hash, readers, renewed_end)
+            table.insert(fields, renewed_text)
+            expire_keys(hash, readers, renewed_text)
         end
         hset(hash, fields)
     end

@@ -28,11 +28,11 @@ local function register_waiter(waiters, channel, ttl_ms)
     if not redis.call('ZSCORE', waiters, channel) then
         local t = redis.call('TIME')
         local order = tonumber(t[1]) * 1000000 + tonumber(t[2])
-        local tail = redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')
+        local tail = redis.call('ZRANGE', waiters, '-1', '-1', 'WITHSCORES')
         if tail[2] and tonumber(tail[2]) >= order then
             order = tonumber(tail[2]) + 1
         end
-        redis.call('ZADD', waiters, order, channel)
+        redis.call('ZADD', waiters, string.format('%d', order), channel)
     end
     if redis.call('PTTL', waiters) < tonumber(ttl_ms) then
         redis.call('PEXPIRE', waiters, ttl_ms)
@@ -66,7 +66,7 @@ end
 -- client was woken or given what it waits for, 0 if nobody waits.
 local function wake_next_waiter(waiters, tries, hand_over)
     for _ = 1, tries do
-        local next_waiter = redis.call('ZRANGE', waiters, 0, 0)[1]
+        local next_waiter = redis.call('ZRANGE', waiters, '0', '0')[1]
         if not next_waiter then
             return 0
         end
