@@ -56,67 +56,36 @@ async fn main() -> Result<(), String> {
 
 /// `cycles` uncontended cycles of primitive `what` named `name`.
 async fn run(client: Client, what: String, name: String, cycles: usize) -> Result<(), String> {
-    let failed = |e: Error| e.to_string();
     match what.as_str() {
-        "lock" => {
-            let lock = client.lock(name);
-            for _ in 0..cycles {
-                lock.lock()
-                    .await
-                    .map_err(failed)?
-                    .unlock()
-                    .await
-                    .map_err(failed)?;
-            }
-        }
-        "fair" => {
-            let lock = client.fair_lock(name);
-            for _ in 0..cycles {
-                lock.lock()
-                    .await
-                    .map_err(failed)?
-                    .unlock()
-                    .await
-                    .map_err(failed)?;
-            }
-        }
-        "read" | "write" => {
-            let lock = client.read_write_lock(name);
-            for _ in 0..cycles {
-                match what.as_str() {
-                    "read" => lock.read().await.map_err(failed)?.unlock().await,
-                    _ => lock.write().await.map_err(failed)?.unlock().await,
-                }
-                .map_err(failed)?;
-            }
-        }
+        "lock" => cycle(&client.lock(name), cycles).await,
+        "fair" => cycle(&client.fair_lock(name), cycles).await,
+        "read" => cycle(&client.read_write_lock(name).reader(), cycles).await,
+        "write" => cycle(&client.read_write_lock(name).writer(), cycles).await,
         "semaphore" => {
             let semaphore = client.semaphore(name);
-            semaphore.try_set_permits(1000).await.map_err(failed)?;
-            for _ in 0..cycles {
-                semaphore
-                    .acquire()
-                    .await
-                    .map_err(failed)?
-                    .release()
-                    .await
-                    .map_err(failed)?;
-            }
+            semaphore
+                .try_set_permits(1000)
+                .await
+                .map_err(|e| e.to_string())?;
+            cycle(&semaphore, cycles).await
         }
         "expirable" => {
             let semaphore = client.expirable_semaphore(name);
-            semaphore.try_set_permits(1000).await.map_err(failed)?;
-            for _ in 0..cycles {
-                semaphore
-                    .acquire()
-                    .await
-                    .map_err(failed)?
-                    .release()
-                    .await
-                    .map_err(failed)?;
-            }
+            semaphore
+                .try_set_permits(1000)
+                .await
+                .map_err(|e| e.to_string())?;
+            cycle(&semaphore, cycles).await
         }
-        _ => return Err(USAGE.into()),
+        _ => Err(USAGE.into()),
+    }
+}
+
+/// `cycles` acquires of `primitive`, each released at once.
+async fn cycle<A: Acquire>(primitive: &A, cycles: usize) -> Result<(), String> {
+    for _ in 0..cycles {
+        let held = primitive.acquire().await.map_err(|e| e.to_string())?;
+        held.release().await.map_err(|e| e.to_string())?;
     }
     Ok(())
 }
