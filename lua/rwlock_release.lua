@@ -35,6 +35,25 @@ local h = redis.call('HMGET', KEYS[1], attempt_field, 'writer', 'wcount', 'wtoke
     'exp', 'rc', 'w', 'wm', 'w:' .. waiter)
 local kind, writer = h[1], h[2]
 local exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0)
+-- The common cases: the lock's only hold, read or write, given back while nobody waits or
+-- is registered (no `w`, `wm` or registration of the caller): its keys go, the readers set
+-- only with a read hold in it, and nobody is told. (A read hold that is the only one ends at
+-- `exp`, and the hash still exists: it is live; a write hold that ends last needs no look at
+-- the clock either.)
+if kind and not h[8] and not h[9] and not h[10] then
+    if rc == 1 and not writer and string.sub(kind, 1, 1) == 'r' then
+        redis.call('DEL', KEYS[1], KEYS[2])
+        return 1
+    end
+    if rc == 0 and h[3] == '1' and kind == 'w' .. (h[4] or '') and tonumber(h[5] or 0) >= exp then
+        redis.call('DEL', KEYS[1])
+        return 1
+    end
+end
+
+-- @uncommon: other holds remain, someone waits, or the attempt holds nothing. The prelude
+-- functions only these paths call are defined here, so a release that returned above never
+-- makes them (see `script::arrange` in redisync-core).
 local waiters = tonumber(h[8] or 0)
 if h[10] then
     unregister_waiter(KEYS[1], waiter)

@@ -228,8 +228,9 @@ mod tests {
     use super::*;
     use redisync_test_harness::script_text::functions_in_front;
 
-    /// An acquire of a free lock makes only the prelude functions it runs: those of the paths
-    /// that find holds, marks or waiters are made after it returned.
+    /// An acquire of a free lock, and the release of its only hold, make only the prelude
+    /// functions they run: those of the paths that find holds, marks or waiters are made after
+    /// they returned.
     #[test]
     fn the_common_paths_make_only_the_functions_they_call() {
         assert_eq!(
@@ -240,6 +241,8 @@ mod tests {
             functions_in_front(AcquireWrite::script().text(), "-- rwlock_acquire_write:"),
             ["now_ms"]
         );
+        // The release of the only hold, with nobody waiting, makes none.
+        assert!(functions_in_front(Release::script().text(), "-- rwlock_release:").is_empty());
     }
 
     #[test]
