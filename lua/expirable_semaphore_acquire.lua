@@ -30,7 +30,7 @@ local now = now_ms()
 local available = tonumber(values[1])
 -- The common case: a permit is free, and this is a first try, which leaves the registry of
 -- waiting clients alone (see after_attempt).
-if channel == '' and available and available >= 1 then
+if channel == '' and available and not (available < 1) then
     redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
     redis.call('DECR', KEYS[1])
     return 1

@@ -28,7 +28,9 @@ local available, generation, state = read_semaphore(KEYS[1], KEYS[3], KEYS[2])
 if state then
     return -1
 end
-local granted = available and available >= tonumber(ARGV[1])
+-- Written as the refusal's negation: a count that is not a number (foreign data) still takes
+-- the grant's path, whose DECRBY reports it.
+local granted = available and not (available < tonumber(ARGV[1]))
 local left
 if granted then
     left = redis.call('DECRBY', KEYS[1], ARGV[1])

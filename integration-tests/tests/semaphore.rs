@@ -1878,6 +1878,30 @@ async fn foreign_data_under_the_keys_is_wrong_type() {
     assert_idle(&[&c]);
 }
 
+/// A count Lua reads as a number that is no count (`nan`, `inf`: foreign data) fails the
+/// acquire, as it always did. With `nan`, a first try that tested `available >= n` would have
+/// found no permits free and waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_that_is_not_a_number_fails_the_acquire_rather_than_waiting() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    for text in ["nan", "inf"] {
+        let name = format!("not-a-number-{text}");
+        server.cmd(&["SET", &sem_key(&name), text]);
+        let sem = c.semaphore(&name);
+        let acquired = tokio::time::timeout(SETTLE, sem.acquire())
+            .await
+            .expect("the acquire returns");
+        assert!(acquired.is_err(), "{text}: {acquired:?}");
+        assert!(sem.try_acquire().await.is_err(), "{text}: try_acquire");
+        assert_eq!(
+            server.cmd(&["GET", &sem_key(&name)]),
+            redis::Value::BulkString(text.into())
+        );
+    }
+    assert_idle(&[&c]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_for_many_permits_does_not_hold_back_a_local_waiter_for_one() {
     let server = RedisServer::start();
