@@ -5,6 +5,9 @@
 #
 #   bash scripts/redis-instructions.sh lock [lock fair read write semaphore expirable ...]
 #
+# `floor` and `scripted-floor` count the benchmark's floor, and the floor with its take in a
+# script, for scale (BENCHMARKS.md, "The ceiling a script sets").
+#
 # For each primitive it runs the `cycles` example (32 tasks, each on a primitive of its own)
 # against a redis-server under callgrind twice, with 10 and 40 cycles per task, each time
 # after one warm-up cycle that loads the scripts and a zeroing of the counters, and prints the

@@ -15,13 +15,23 @@
 //! ```
 //!
 //! Primitives: `lock`, `fair` (fair lock), `read` and `write` (read-write lock), `semaphore`,
-//! `expirable` (expirable semaphore, 1,000 permits each). Optional fourth argument: the
+//! `expirable` (expirable semaphore, 1,000 permits each). Two loads that are not redisync's,
+//! for scale, sent from raw redis-rs over one connection per task: `floor`, the benchmark's
+//! floor (`SET key token NX PX`, then a compare-and-delete script), and `scripted-floor`,
+//! the same with its `SET` inside a script: the least an acquire can cost Redis when every
+//! state change is a script (DESIGN.md, non-negotiable 2). Optional fourth argument: the
 //! number of tasks (32); fifth: a word that makes the names unique to this run.
 
 use redisync::prelude::*;
 
 const USAGE: &str =
-    "usage: cycles URL lock|fair|read|write|semaphore|expirable CYCLES [TASKS] [TAG]";
+    "usage: cycles URL lock|fair|read|write|semaphore|expirable|floor|scripted-floor \
+     CYCLES [TASKS] [TAG]";
+
+#[path = "../src/floor_scripts.rs"]
+mod floor_scripts;
+
+use floor_scripts::{COMPARE_AND_DELETE, SCRIPTED_SET_NX};
 
 #[tokio::main]
 async fn main() -> Result<(), String> {
@@ -35,6 +45,9 @@ async fn main() -> Result<(), String> {
         None => 32,
     };
     let tag = args.next().unwrap_or_default();
+    if what == "floor" || what == "scripted-floor" {
+        return floors(&url, what == "scripted-floor", &tag, cycles, tasks).await;
+    }
     let client = Client::connect(url.as_str())
         .await
         .map_err(|e| e.to_string())?;
@@ -86,6 +99,73 @@ async fn cycle<A: Acquire>(primitive: &A, cycles: usize) -> Result<(), String> {
     for _ in 0..cycles {
         let held = primitive.acquire().await.map_err(|e| e.to_string())?;
         held.release().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// `tasks` tasks, each running `cycles` floor cycles on a key of its own over a connection of
+/// its own; with `scripted`, the take is a script too.
+async fn floors(
+    url: &str,
+    scripted: bool,
+    tag: &str,
+    cycles: usize,
+    tasks: usize,
+) -> Result<(), String> {
+    let server = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut running = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let conn = server
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let key = format!("bench:cycles:floor:{tag}:{task}");
+        running.push(tokio::spawn(floor_cycles(conn, key, scripted, cycles)));
+    }
+    for task in running {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    Ok(())
+}
+
+/// `cycles` floor cycles on `key`: take, then compare-and-delete.
+async fn floor_cycles(
+    mut conn: redis::aio::MultiplexedConnection,
+    key: String,
+    scripted: bool,
+    cycles: usize,
+) -> Result<(), String> {
+    let take = redis::Script::new(SCRIPTED_SET_NX);
+    let release = redis::Script::new(COMPARE_AND_DELETE);
+    let token = "token";
+    let lease_ms = 10_000u64;
+    for _ in 0..cycles {
+        let taken: Option<String> = if scripted {
+            take.key(&key)
+                .arg(token)
+                .arg(lease_ms)
+                .invoke_async(&mut conn)
+                .await
+        } else {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(lease_ms)
+                .query_async(&mut conn)
+                .await
+        }
+        .map_err(|e| e.to_string())?;
+        if taken.is_none() {
+            return Err(format!("{key} was taken by someone else"));
+        }
+        let _: i64 = release
+            .key(&key)
+            .arg(token)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

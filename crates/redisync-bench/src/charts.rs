@@ -14,9 +14,9 @@ use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// Tableau 10, then black and six of Tableau 20's light colours: one colour for each
+/// Tableau 10, then black and seven of Tableau 20's light colours: one colour for each
 /// contender and the EVALSHA ceiling, distinct, and readable on white.
-const COLOURS: [RGBColor; 17] = [
+const COLOURS: [RGBColor; 18] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -34,6 +34,7 @@ const COLOURS: [RGBColor; 17] = [
     RGBColor(197, 176, 213),
     RGBColor(196, 156, 148),
     RGBColor(247, 182, 210),
+    RGBColor(219, 219, 141),
 ];
 
 // More colours than `Contender::ALL` lists contenders, one more for the EVALSHA ceiling: a

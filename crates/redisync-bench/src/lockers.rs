@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use redisync::prelude::*;
 
+use crate::floor_scripts::{COMPARE_AND_DELETE, SCRIPTED_SET_NX};
+
 /// A critical section: what a task does while it holds the lock.
 pub type Section = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
@@ -24,6 +26,12 @@ pub enum Contender {
     /// Raw redis-rs: `SET key token NX PX` to take, one EVALSHA compare-and-delete to release,
     /// on the same connection type as redisync; no library logic. Retries at once when busy.
     Floor,
+    /// The floor with its take inside a script: `SET key token NX PX` run by `EVALSHA`, then
+    /// the floor's compare-and-delete, over as many connections as redisync's default pool
+    /// (as the other rods). A measuring rod,
+    /// scenarios 1 and 3 only: what the least acquire costs when every state change is a
+    /// script (DESIGN.md, non-negotiable 2), before any of redisync's guarantees.
+    ScriptedFloor,
     /// The floor of waiting by polling: the floor's commands, sleeping 1 ms between tries.
     PollingFloor,
     /// The floor of waiting on pub/sub: a waiter subscribes to the lock's channel and tries
@@ -74,8 +82,9 @@ pub enum Contender {
 
 impl Contender {
     /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
-    pub const LOCKS: [Contender; 12] = [
+    pub const LOCKS: [Contender; 13] = [
         Contender::Floor,
+        Contender::ScriptedFloor,
         Contender::Redisync,
         Contender::RedisyncScripts,
         Contender::BareCommands,
@@ -93,8 +102,9 @@ impl Contender {
     pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 16] = [
+    pub const ALL: [Contender; 17] = [
         Contender::Floor,
+        Contender::ScriptedFloor,
         Contender::Redisync,
         Contender::RedisyncScripts,
         Contender::BareCommands,
@@ -139,6 +149,7 @@ impl Contender {
     pub fn name(self) -> &'static str {
         match self {
             Contender::Floor => "floor (raw redis-rs)",
+            Contender::ScriptedFloor => "the floor with its SET in a script (raw redis-rs)",
             Contender::PollingFloor => "polling floor (1 ms sleep)",
             Contender::PubSubFloor => "pub/sub floor (raw redis-rs)",
             Contender::BlockingFloor => "blocking floor (BLPOP, then SET NX)",
@@ -174,19 +185,28 @@ pub async fn lockers(
     let mut lockers: Vec<Box<dyn Locker>> = Vec::new();
     for c in 0..clients {
         match contender {
-            Contender::Floor | Contender::PollingFloor => {
-                let conn = redis::Client::open(url)
-                    .expect("url")
-                    .get_connection_manager()
-                    .await
-                    .expect("connect");
+            Contender::Floor | Contender::ScriptedFloor | Contender::PollingFloor => {
+                // The floor sends over one connection, as issue 17 defines it. The scripted
+                // floor gets as many as a redisync client's default pool, as the other rods
+                // do: the most it could reach as the least a scripted lock could run.
+                let server = redis::Client::open(url).expect("url");
+                let connections = match contender {
+                    Contender::ScriptedFloor => redisync::core::DEFAULT_POOL_SIZE as usize,
+                    _ => 1,
+                };
+                let mut pool = Vec::new();
+                for _ in 0..connections {
+                    pool.push(server.get_connection_manager().await.expect("connect"));
+                }
                 for t in 0..per_client {
                     lockers.push(Box::new(FloorLocker {
-                        conn: conn.clone(),
+                        conn: pool[t % pool.len()].clone(),
                         key: name(c * per_client + t),
                         token: format!("{c}:{t}"),
                         pause: (contender == Contender::PollingFloor)
                             .then_some(Duration::from_millis(1)),
+                        scripted_take: (contender == Contender::ScriptedFloor)
+                            .then(|| redis::Script::new(SCRIPTED_SET_NX)),
                     }));
                 }
             }
@@ -306,16 +326,14 @@ pub async fn lockers(
     lockers
 }
 
-/// The floor's release: delete the key only if it still holds our token.
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-
 struct FloorLocker {
     conn: redis::aio::ConnectionManager,
     key: String,
     token: String,
     /// Sleep between tries; `None` retries at once.
     pause: Option<Duration>,
+    /// The take as a script ([`Contender::ScriptedFloor`]); `None`: the bare `SET`.
+    scripted_take: Option<redis::Script>,
 }
 
 /// The floor's take: `SET key token NX PX lease`; true if taken.
@@ -339,7 +357,17 @@ async fn set_nx(
 #[async_trait::async_trait]
 impl Locker for FloorLocker {
     async fn with_lock(&mut self, section: Section) -> Result<(), String> {
-        while !set_nx(&mut self.conn, &self.key, &self.token).await? {
+        while !match &self.scripted_take {
+            None => set_nx(&mut self.conn, &self.key, &self.token).await?,
+            Some(take) => take
+                .key(&self.key)
+                .arg(&self.token)
+                .arg(LEASE.as_millis() as u64)
+                .invoke_async::<Option<String>>(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some(),
+        } {
             match self.pause {
                 Some(pause) => tokio::time::sleep(pause).await,
                 None => tokio::task::yield_now().await,

@@ -15,6 +15,7 @@
 mod charts;
 mod commands;
 mod compare;
+mod floor_scripts;
 mod lockers;
 mod monitor;
 mod primitives;
