@@ -119,7 +119,8 @@ async fn floors(
             .get_multiplexed_async_connection()
             .await
             .map_err(|e| e.to_string())?;
-        let key = format!("bench:cycles:floor:{tag}:{task}");
+        let load = if scripted { "scripted-floor" } else { "floor" };
+        let key = format!("bench:cycles:{load}:{tag}:{task}");
         running.push(tokio::spawn(floor_cycles(conn, key, scripted, cycles)));
     }
     for task in running {
