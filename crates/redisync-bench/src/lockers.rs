@@ -28,9 +28,9 @@ pub enum Contender {
     Floor,
     /// The floor with its take inside a script: `SET key token NX PX` run by `EVALSHA`, then
     /// the floor's compare-and-delete, over as many connections as redisync's default pool
-    /// (as the other rods). A measuring rod,
-    /// scenarios 1 and 3 only: what the least acquire costs when every state change is a
-    /// script (DESIGN.md, non-negotiable 2), before any of redisync's guarantees.
+    /// (as the other rods). A measuring rod, scenarios 1 and 3 only: what the least acquire
+    /// costs when every state change is a script (DESIGN.md, non-negotiable 2), before any of
+    /// redisync's guarantees.
     ScriptedFloor,
     /// The floor of waiting by polling: the floor's commands, sleeping 1 ms between tries.
     PollingFloor,
@@ -354,20 +354,27 @@ async fn set_nx(
     Ok(taken.is_some())
 }
 
+impl FloorLocker {
+    /// One try to take the lock: the bare `SET`, or the same inside a script.
+    async fn take(&mut self) -> Result<bool, String> {
+        let Some(take) = &self.scripted_take else {
+            return set_nx(&mut self.conn, &self.key, &self.token).await;
+        };
+        let taken: Option<String> = take
+            .key(&self.key)
+            .arg(&self.token)
+            .arg(LEASE.as_millis() as u64)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(taken.is_some())
+    }
+}
+
 #[async_trait::async_trait]
 impl Locker for FloorLocker {
     async fn with_lock(&mut self, section: Section) -> Result<(), String> {
-        while !match &self.scripted_take {
-            None => set_nx(&mut self.conn, &self.key, &self.token).await?,
-            Some(take) => take
-                .key(&self.key)
-                .arg(&self.token)
-                .arg(LEASE.as_millis() as u64)
-                .invoke_async::<Option<String>>(&mut self.conn)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some(),
-        } {
+        while !self.take().await? {
             match self.pause {
                 Some(pause) => tokio::time::sleep(pause).await,
                 None => tokio::task::yield_now().await,
