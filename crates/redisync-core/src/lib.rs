@@ -64,6 +64,7 @@ mod cells;
 mod client;
 pub mod duration;
 mod error;
+mod in_flight;
 pub mod keys;
 mod locking;
 pub mod metrics;
@@ -87,6 +88,7 @@ pub use builder::{
 pub use client::{Client, LocalState};
 pub use duration::{CLOCK_MARGIN, MIN_LEASE};
 pub use error::{Error, Result};
+pub use in_flight::ReleasesInFlight;
 pub use keys::KeySpace;
 pub use primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use retry::{Confirmed, Retry};

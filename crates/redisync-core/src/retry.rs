@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use crate::error::{Error, Result};
+use crate::in_flight::InFlight;
 use crate::script::ScriptCall;
 use crate::stats::Counters;
 pub use crate::transport::Confirmed;
@@ -88,18 +89,21 @@ pub(crate) struct Pending {
     idle: tokio::sync::Notify,
 }
 
-/// Counts one give-back as in flight for as long as it lives.
+/// Counts one give-back as in flight for as long as it lives: in the client's count, and in
+/// its owner's if the call names one (see [`ScriptCall::counted_in`]).
 struct PendingGuard {
     pending: Arc<Pending>,
     retrying: bool,
+    _owner: Option<InFlight>,
 }
 
 impl PendingGuard {
-    fn new(pending: Arc<Pending>) -> Self {
+    fn new(pending: Arc<Pending>, call: &ScriptCall) -> Self {
         pending.in_flight.fetch_add(1, Ordering::AcqRel);
         PendingGuard {
             pending,
             retrying: false,
+            _owner: call.in_flight.as_ref().map(|owner| owner.begin()),
         }
     }
 
@@ -175,7 +179,7 @@ where
 {
     // In flight from the start: a caller that drops this future and shuts down at once must
     // still find the give-back waited for.
-    let abandoned_pending = PendingGuard::new(pending.clone());
+    let abandoned_pending = PendingGuard::new(pending.clone(), &call);
     let request = eval_idempotent_background_confirmed::<T>(transport.clone(), call.clone());
     let (abandoned_transport, abandoned_call) = (transport.clone(), call.clone());
     let reply = crate::Abandonable::new(request, move |reply: Result<Confirmed<T>>| async move {
@@ -194,7 +198,7 @@ where
     .await;
     if let Err(err) = &reply {
         // Counted before the caller returns, so that it already sees the give-back pending.
-        let mut pending = PendingGuard::new(pending);
+        let mut pending = PendingGuard::new(pending, &call);
         if worth_retrying(err) {
             pending.mark_retrying();
         }
@@ -268,7 +272,7 @@ pub(crate) fn spawn(
     gate: Option<Arc<dyn SendGate>>,
 ) {
     // In flight from now, so that a shutdown right after this call waits for it.
-    let pending = PendingGuard::new(pending);
+    let pending = PendingGuard::new(pending, &call);
     transport.runtime.clone().spawn(async move {
         if transport.shutdown.is_set() {
             retry_loop(transport, call, retry, Error::Shutdown, pending, gate).await;

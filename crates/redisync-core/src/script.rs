@@ -152,6 +152,9 @@ pub struct ScriptCall {
     /// An acquire: with replica sync, one that no replica acknowledged fails (and is then
     /// given back) instead of succeeding.
     pub(crate) rollback_unreplicated: bool,
+    /// The owner's releases in flight that this call, as a release or give-back on its way
+    /// to Redis (or as an acquire whose caller went away), counts in.
+    pub(crate) in_flight: Option<std::sync::Arc<crate::in_flight::ReleasesInFlight>>,
 }
 
 /// A call's keys and arguments, end to end in one buffer: a call costs a few allocations
@@ -254,7 +257,21 @@ impl ScriptCall {
                 keys: 0,
             }),
             rollback_unreplicated: false,
+            in_flight: None,
         }
+    }
+
+    /// Counts this call in `releases` while it is on its way to Redis as a release or
+    /// give-back, until Redis confirms it or retrying it ends; for an acquire, from when its
+    /// caller goes away until its give-back is under way (see [`ReleasesInFlight`]).
+    ///
+    /// [`ReleasesInFlight`]: crate::toolkit::ReleasesInFlight
+    pub fn counted_in(
+        mut self,
+        releases: &std::sync::Arc<crate::in_flight::ReleasesInFlight>,
+    ) -> Self {
+        self.in_flight = Some(releases.clone());
+        self
     }
 
     /// Appends a key (`KEYS[i]`).

@@ -26,6 +26,7 @@ pub use crate::client::Client;
 pub use crate::duration;
 pub use crate::duration::{CLOCK_MARGIN, MIN_LEASE};
 pub use crate::error::{Error, Result};
+pub use crate::in_flight::ReleasesInFlight;
 pub use crate::keys::{self, KeySpace};
 pub use crate::primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use crate::pubsub::{self, ChannelState, Subscription};
@@ -205,17 +206,26 @@ pub trait Toolkit: sealed::Sealed {
             let timeout = shared.config.command_timeout;
             let mut call = call;
             call.rollback_unreplicated = true;
+            // From when the caller goes away until the undo has handed its give-back on, the
+            // owner counts a release in flight (see `ReleasesInFlight`).
+            let in_flight = call.in_flight.clone();
             let request = crate::transport::send::<T>(shared.transport.clone(), call);
             // The undo goes to whichever path needs it: the abandoned request's cleanup, or
             // the caller's error below, which takes it back once the request has ended.
-            let mut guarded = crate::Abandonable::new(request, move |reply: Result<T>| {
-                let outcome = match reply {
-                    Ok(reply) => LateOutcome::Replied(reply),
-                    Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
-                    Err(_) => LateOutcome::Refused,
-                };
-                undo(outcome)
-            });
+            let mut guarded = crate::Abandonable::new(
+                request,
+                CountedUndo {
+                    undo: move |reply: Result<T>| {
+                        let outcome = match reply {
+                            Ok(reply) => LateOutcome::Replied(reply),
+                            Err(err) if err.is_outcome_unknown() => LateOutcome::Unknown,
+                            Err(_) => LateOutcome::Refused,
+                        };
+                        undo(outcome)
+                    },
+                    in_flight,
+                },
+            );
             let reply = match tokio::time::timeout(timeout, &mut guarded).await {
                 Ok(reply) => reply,
                 // Dropping `guarded` on the way out hands the request to the background.
@@ -224,7 +234,12 @@ pub trait Toolkit: sealed::Sealed {
             if let Err(err) = &reply {
                 if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
                     if let Some(undo) = guarded.take_cleanup() {
-                        shared.runtime.spawn(undo(Err(err.clone())));
+                        let counted = undo.in_flight.as_ref().map(|owner| owner.begin());
+                        let undone = (undo.undo)(Err(err.clone()));
+                        shared.runtime.spawn(async move {
+                            undone.await;
+                            drop(counted);
+                        });
                     }
                 }
             }
@@ -568,4 +583,32 @@ fn register_hold(
         hold.mark_lost();
     }
     hold
+}
+
+/// An acquire's undo, counting a release of the owner in flight (if the call named the
+/// owner's count) from the moment the request is abandoned until the undo is done: the undo
+/// hands its give-back on, which counts by itself from then.
+struct CountedUndo<U> {
+    undo: U,
+    in_flight: Option<Arc<crate::in_flight::ReleasesInFlight>>,
+}
+
+impl<T, U, UF> crate::abandon::Cleanup<T> for CountedUndo<U>
+where
+    T: Send + 'static,
+    U: FnOnce(T) -> UF + Send + 'static,
+    UF: Future<Output = ()> + Send + 'static,
+{
+    fn after(
+        self,
+        request: futures_util::future::BoxFuture<'static, T>,
+    ) -> futures_util::future::BoxFuture<'static, ()> {
+        // Counted now, while the caller's drop runs, not when the background task starts.
+        let counted = self.in_flight.as_ref().map(|owner| owner.begin());
+        Box::pin(async move {
+            let out = request.await;
+            (self.undo)(out).await;
+            drop(counted);
+        })
+    }
 }

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "error",
             "locking",
             "signal",
+            "in_flight",
             "duration",
             "keys",
             "script",

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     registration_for, Attempt, Client, ClientRegistration, Error, Hold, HoldLease, IntOrList,
-    LateOutcome, OnGrant, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
+    LateOutcome, OnGrant, ReleasesInFlight, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
 };
 use tracing::Instrument;
 
@@ -93,6 +93,9 @@ pub(crate) struct LockCore {
     /// Guards of this owner alive in this process: when non-zero, an acquire may be a
     /// re-entry and must not queue behind local waiters.
     pub(crate) live_guards: Arc<AtomicUsize>,
+    /// This owner's releases and give-backs still on their way to Redis: its next acquire
+    /// waits for them, or it would find the hold being released and re-enter it.
+    releases: Arc<ReleasesInFlight>,
 }
 
 /// A lock's name and keys (or why the name is refused), and what the client knows of it.
@@ -181,6 +184,7 @@ impl LockCore {
             names,
             kind,
             live_guards: Arc::default(),
+            releases: ReleasesInFlight::new(),
         }
     }
 
@@ -194,6 +198,7 @@ impl LockCore {
         let mut core = LockCore::new(&self.client, self.name().to_owned(), kind);
         core.owner = self.owner.clone();
         core.live_guards = self.live_guards.clone();
+        core.releases = self.releases.clone();
         core
     }
 
@@ -213,7 +218,7 @@ impl LockCore {
             true => (String::new(), 0),
             false => (keys.attempt_record(attempt), redis_millis(remember)),
         };
-        Ok(match &keys.waiting {
+        let call = match &keys.waiting {
             Waiting::Clients {
                 waiters, offers, ..
             } => scripts::Release {
@@ -240,7 +245,15 @@ impl LockCore {
                 remember_ms: remember,
             }
             .call(),
-        })
+        };
+        Ok(call.counted_in(&self.releases))
+    }
+
+    /// Waits until none of this owner's releases is on its way to Redis, for at most a
+    /// command timeout: until then Redis still shows the holds they give back, which the
+    /// owner's acquire would take for its own.
+    pub(crate) async fn settle_releases(&self) {
+        self.releases.settled(self.client.command_timeout()).await;
     }
 
     /// How long a give-back is remembered: long enough for its retries.
@@ -312,6 +325,7 @@ impl LockCore {
             let lease_for = lease.unwrap_or_else(|| self.client.watchdog_timeout());
             lease_millis(lease_for)?;
             let deadline = wait.map(wait_deadline).transpose()?;
+            self.settle_releases().await;
             // Boxed, span included: a waiting task's state is then one allocation of the size
             // it needs, and the future of `lock()` stays small (a task's memory grows in steps
             // of 128 bytes).
@@ -399,6 +413,9 @@ impl LockCore {
         let client = &first.client;
         let lease_for = lease.unwrap_or_else(|| client.watchdog_timeout());
         lease_millis(lease_for)?;
+        for core in cores {
+            core.settle_releases().await;
+        }
         let attempt = client.unique_id();
         let mut hashes = std::collections::HashSet::new();
         let mut locks = Vec::with_capacity(cores.len());
@@ -687,7 +704,8 @@ impl LockCore {
                 hand_over_ms: hand_over.map_or(0, redis_millis),
                 offered: &offered,
             }
-            .call();
+            .call()
+            .counted_in(&self.releases);
             Ok((call, Some((withdraw.clone(), on_grant))))
         });
         self.send_attempt(request, attempt, lease, offers)
@@ -770,7 +788,8 @@ impl LockCore {
                 place_ms: place.map_or(0, redis_millis),
                 wake_prefix,
             }
-            .call();
+            .call()
+            .counted_in(&self.releases);
             Ok((call, None))
         });
         self.send_attempt(request, waiter, lease, false)

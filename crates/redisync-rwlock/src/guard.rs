@@ -16,9 +16,9 @@ use crate::shared::{Share, SoloTicket};
 /// background without blocking; [`unlock`](Self::unlock) releases and reports whether the
 /// hold was still ours. Readers carry no fencing token: they do not write.
 ///
-/// Because a drop releases in the background, an owner that reads and then wants to write
-/// should `unlock().await` its read guards first: right after a drop the read hold may still
-/// be there, and the write is then refused as an upgrade.
+/// A drop releases in the background; the handle's next acquire waits for that release (for
+/// at most the command timeout), so a write right after the last read guard of the handle was
+/// dropped is a write, not a refused upgrade.
 ///
 /// A watchdog read may share its client's read hold with the client's other readers of the
 /// lock (see [`ReadWriteLock`](crate::ReadWriteLock)): its guard is then one share of that

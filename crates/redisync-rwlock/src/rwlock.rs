@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
-    IntOrList, Lease, Result, ScriptCall, Wait, WaitSpec,
+    IntOrList, Lease, ReleasesInFlight, Result, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -66,6 +66,10 @@ pub(crate) struct RwCore {
     /// Read guards of this owner alive in this process that read through a shared hold of
     /// the client (see [`crate::shared`]); not counted in `live_read_guards`.
     pub(crate) live_shared_reads: AtomicUsize,
+    /// This owner's releases and give-backs still on their way to Redis: its next acquire
+    /// waits for them, or it would find a read hold being released and refuse the write as
+    /// an upgrade (or re-enter a write hold being released).
+    releases: Arc<ReleasesInFlight>,
     /// The client's shared read holds on this lock (one per client and lock name); `None`
     /// for a bad name.
     coalescer: Option<Arc<Coalescer>>,
@@ -112,7 +116,14 @@ impl RwCore {
             record_ms,
             waiter,
         }
-        .call())
+        .call()
+        .counted_in(&self.releases))
+    }
+
+    /// Waits until none of this owner's releases is on its way to Redis, for at most a
+    /// command timeout (see `releases`).
+    async fn settle_releases(&self) {
+        self.releases.settled(self.client.command_timeout()).await;
     }
 
     fn retry_window(&self) -> Duration {
@@ -333,6 +344,7 @@ impl ReadWriteLock {
                 live_write_guards: Arc::default(),
                 live_read_guards: Arc::default(),
                 live_shared_reads: AtomicUsize::new(0),
+                releases: ReleasesInFlight::new(),
                 coalescer,
             }),
             prefer_writers: true,
@@ -608,6 +620,7 @@ impl ReadWriteLock {
         let core = &self.core;
         core.client.check_running()?;
         let coalescer = core.coalescer()?;
+        core.settle_releases().await;
         let reads_shared = core.live_shared_reads.load(Ordering::Acquire) > 0
             && coalescer.reads_shared(core.handle_id());
         let holds_own = core.live_write_guards.load(Ordering::Acquire) > 0
@@ -712,6 +725,7 @@ impl ReadWriteLock {
     ) -> Result<Option<WriteGuard>> {
         let deadline = self.validate(lease, wait)?;
         let core = &self.core;
+        core.settle_releases().await;
         if core.live_shared_reads.load(Ordering::Acquire) > 0
             && core.coalescer()?.reads_shared(core.handle_id())
         {
@@ -846,7 +860,8 @@ impl ReadWriteLock {
                     }
                     .call()
                 }
-            };
+            }
+            .counted_in(&core.releases);
             // Should Redis run the acquire after its give-back, the record refuses it: kept
             // past the lease, so a grant that could still run is refused. A busy read attempt
             // of a waiting call registered it: its give-back takes that out too (the call's

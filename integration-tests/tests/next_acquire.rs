@@ -1,0 +1,134 @@
+//! What a dropped guard, a timed-out `unlock()` or a cancelled acquire mean for the same
+//! owner's next acquisition: it waits for the release still on its way to Redis, so it never
+//! takes the hold being released for its own (no false upgrade, no stale re-entry with the old
+//! fencing token).
+
+mod common;
+
+use std::time::Duration;
+
+use common::client;
+use redisync::prelude::*;
+use redisync_test_harness::{ChaosProxy, RedisServer};
+
+/// The README's read-mostly cache, verbatim, in a loop: a read guard dropped at the end of
+/// its block, then a write on the same handle. On one thread the background release of the
+/// dropped guard cannot even start before the write is sent.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_after_a_dropped_read_guard_is_never_an_upgrade() {
+    read_then_write().await;
+}
+
+/// The same on two threads, where the release and the write race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_a_dropped_read_guard_is_never_an_upgrade_on_two_threads() {
+    read_then_write().await;
+}
+
+async fn read_then_write() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let cache = client.read_write_lock("cache:users");
+    for round in 0..40 {
+        {
+            let _read = cache.read().await.unwrap();
+        }
+        let write = match cache.write().await {
+            Ok(write) => write,
+            Err(err) => panic!("round {round}: the write failed with {err}"),
+        };
+        write.unlock().await.unwrap();
+    }
+}
+
+/// A dropped guard's release is in flight when the same handle asks again: the new
+/// acquisition is a new hold, with a new fencing token, not a re-entry of the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_after_a_dropped_guard_is_a_new_hold_with_a_new_token() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let lock = client.lock("orders:42");
+    let mut last = 0;
+    for round in 0..40 {
+        let guard = lock.lock().await.unwrap();
+        assert!(
+            guard.fencing_token() > last,
+            "round {round}: token {} after {last}: the old hold was re-entered",
+            guard.fencing_token()
+        );
+        last = guard.fencing_token();
+        drop(guard);
+    }
+    // The same for a write guard of a read-write lock.
+    let rw = client.read_write_lock("prices");
+    let mut last = 0;
+    for round in 0..40 {
+        let guard = rw.write().await.unwrap();
+        assert!(
+            guard.fencing_token() > last,
+            "round {round}: write token {} after {last}",
+            guard.fencing_token()
+        );
+        last = guard.fencing_token();
+        drop(guard);
+    }
+}
+
+/// An `unlock()` that answers `Err(Timeout)` goes on in the background; the next `lock()` of
+/// the same handle waits for it rather than re-entering the hold it gives back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_after_an_unlock_that_timed_out_is_a_new_hold() {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let client = Client::builder(proxy.url())
+        .command_timeout(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock("slow-unlock");
+    let first = lock.lock().await.unwrap();
+    let old = first.fencing_token();
+    // A round trip now takes 800 ms: the unlock times out, and lands 200 ms later.
+    proxy.set_latency(Duration::from_millis(400));
+    let err = first.unlock().await.expect_err("the unlock times out");
+    assert!(matches!(err, Error::Timeout), "{err}");
+    proxy.set_latency(Duration::ZERO);
+    let second = lock.lock().await.unwrap();
+    assert!(
+        second.fencing_token() > old,
+        "token {} after {old}: the hold being released was re-entered",
+        second.fencing_token()
+    );
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    second.unlock().await.unwrap();
+}
+
+/// A read acquire cancelled while on the wire is given back in the background; a write of the
+/// same handle right after waits for that give-back instead of refusing as an upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_a_cancelled_read_is_never_an_upgrade() {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let client = Client::builder(proxy.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let cache = client.read_write_lock("cache:cancelled");
+    // Connect the pool before the latency, so the cut below falls on the request itself.
+    drop(cache.read().await.unwrap());
+    cache.write().await.unwrap().unlock().await.unwrap();
+    for round in 0..5 {
+        proxy.set_latency(Duration::from_millis(60));
+        let cut = tokio::time::timeout(Duration::from_millis(20), cache.read()).await;
+        assert!(
+            cut.is_err(),
+            "round {round}: the read was not cut on the wire"
+        );
+        proxy.set_latency(Duration::ZERO);
+        match cache.write().await {
+            Ok(write) => write.unlock().await.unwrap(),
+            Err(err) => panic!("round {round}: the write failed with {err}"),
+        }
+    }
+}
