@@ -24,7 +24,8 @@
 --          short lease); '0': it does not offer
 -- ARGV[8]  earlier attempts of the client's waiting tasks that offered and whose hand-over the
 --          client has not taken (attempt ids separated by spaces; '' none): a hold handed
---          over to one of them is taken over by this attempt
+--          over to one of them is taken over by this attempt. Only the waiting head of the
+--          client's tasks names them: a hand-over belongs to the wait that offered
 --
 -- KEYS[5] and ARGV[4..8] are optional, all together: a call without them is one with
 -- ARGV[5] = 0, ARGV[6] = '0', ARGV[7] = '0' and ARGV[8] = '' (no registration, no offer,

@@ -620,6 +620,10 @@ impl LockCore {
                 let busy = (turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0)
                     .then(|| self.names.handed_over_hold_lapses_in());
                 let message = turn.message.clone().filter(|_| offers);
+                // A hand-over belongs to the wait whose head offered: only its head's
+                // attempts take one over, never a first try (a `try_lock`, another
+                // handle's barging acquire).
+                let takes_over = !turn.first_try;
                 withdraw.attempt(turn, move |withdraw, on_grant| {
                     // Woken by a release that handed this caller the lock: it holds it
                     // already. Taken here, where nothing is awaited before the caller has it.
@@ -636,6 +640,7 @@ impl LockCore {
                             withdraw,
                             on_grant,
                             offers,
+                            takes_over,
                         )),
                     };
                     async move {
@@ -654,8 +659,10 @@ impl LockCore {
     /// registration `withdraw` takes back (its `registration` is how long the client's
     /// registration as a waiter lasts if the lock is taken; zero: never register);
     /// `on_grant` says what a grant does with the client's registration; `offers`: if the
-    /// lock is taken, the attempt offers to take it in its wake-up (see `crate::handover`).
-    /// If its caller goes away, whatever it got is given back.
+    /// lock is taken, the attempt offers to take it in its wake-up (see `crate::handover`);
+    /// `takes_over`: the attempt is the waiting head's, and takes over a hold handed over to
+    /// an offer of its wait that no task took. If its caller goes away, whatever it got is
+    /// given back.
     fn attempt(
         self: &Arc<Self>,
         lease: Duration,
@@ -663,6 +670,7 @@ impl LockCore {
         withdraw: &Withdraw<LockCore>,
         on_grant: OnGrant,
         offers: bool,
+        takes_over: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let offers = offers && !withdraw.registration().is_zero();
         let request = self.keys().and_then(|keys| {
@@ -678,11 +686,12 @@ impl LockCore {
                 true => 0,
                 false => redis_millis(withdraw.registration()),
             };
-            // A hold handed over to an earlier offer of this client that no task took is
-            // this attempt's to take over (see `crate::handover`). Every attempt names them,
-            // a `try_lock` too: its owner's re-entry on top of such a hold would outlive the
-            // hand-over's short lease.
-            let offered = self.names.offers.name();
+            // A hold handed over to an earlier offer of this client's wait that no task took
+            // is the waiting head's to take over (see `crate::handover`).
+            let offered = match takes_over {
+                true => self.names.offers.name(),
+                false => String::new(),
+            };
             let hand_over = offers.then(|| hand_over_lease(&self.client));
             if let Some(lease) = hand_over {
                 self.names

@@ -21,10 +21,11 @@
 //!   gives it back. Only a hand-over's hold is ever taken or given back this way (its field
 //!   in the lock's hash says so), never one an attempt got by its own request. Once named, an
 //!   offer is never claimed: the hold may have been taken over or given back meanwhile.
-//! * Every acquire names the offers, a `try_lock` or a first try too: one of the owner's that
-//!   re-entered an unclaimed hand-over instead would keep it past the short lease. Naming only
-//!   marks an offer; a hand-over to it that comes later is taken over by the head's next
-//!   acquire, one request more than taking it from the message.
+//! * A hand-over belongs to the wait that offered: only the attempts of the waiting head name
+//!   offers. A first try, a `try_lock` among them, names none, so it never takes a lock
+//!   handed to a waiting task (it finds the lock taken, as tokio's `Mutex::try_lock` does
+//!   while the mutex is handed to a waiter), and it leaves the offer claimable from the
+//!   message.
 //! * An acquire that was granted under an id it had offered with removes the offer
 //!   ([`Offers::granted`]): that id is now a guard's hold.
 //!
