@@ -4,10 +4,11 @@
 -- waiting clients. Not an operation of its own.
 --
 --   offers  hash: wake-up channel of a registered client ->
---           '<owner> <attempt> <lease ms> <server ms>': the waiting task at the head of that
---           client's local queue offered to take the lock in its wake-up (its owner id, the
---           id of the attempt that offered, made when the watchdog keeps its hold, and the
---           hand-over lease it asks for), and when, in server milliseconds. Written by the
+--           '<owner> <attempt> <lease ms> <stands ms> <server ms>': the waiting task at the
+--           head of that client's local queue offered to take the lock in its wake-up (its
+--           owner id, the id of the attempt that offered, made when the watchdog keeps its
+--           hold, the hand-over lease it asks for, and how long the offer stands), and when,
+--           in server milliseconds. Written by the
 --           acquire that finds the lock taken; gone when the client is woken, granted or
 --           withdraws. It expires with the registry.
 --
@@ -24,10 +25,10 @@
 -- keeps the lock at most the hand-over lease, which is the re-check period of a waiting
 -- client, the time a swallowed wake-up costs the others without hand-overs; a cancelled
 -- task's client gives the hold back with its withdrawal or takes it over with its next
--- acquire. An offer older than half the hand-over lease is not taken (its task re-asks at
--- least once per re-check period, so it may have stopped since): such a client is woken with
--- 'w', as before, so a crashed client is handed the lock only if it crashed within half a
--- lease of its last acquire. A grant is never taken back because PUBLISH counted no
+-- acquire. An offer that no longer stands is not taken (its task asks again, offering anew,
+-- at least once per re-check period however long the hold lasts, so it may have stopped
+-- since): such a client is woken with 'w', so a crashed client is handed the lock only if it
+-- crashed within that time of its last acquire, and once. A grant is never taken back because PUBLISH counted no
 -- listener: a subscriber on a replica hears it all the same (see wake_prelude), and would
 -- hold the lock beside the next client. Only a message Redis refused (a releasing client
 -- without channel rights, which waits by polling) has its grant taken back, and the next
@@ -40,8 +41,8 @@ local function now_ms()
 end
 
 -- Records that the client listening on `channel` offers to take the lock in its wake-up for
--- the waiting task `offer` ('<owner> <attempt> <lease ms>'), or withdraws its offer (`offer`
--- false).
+-- the waiting task `offer` ('<owner> <attempt> <lease ms> <stands ms>'), or withdraws its
+-- offer (`offer` false).
 -- `ttl_ms` as the registry's (see wake_prelude).
 local function offer_hand_over(offers, channel, offer, ttl_ms)
     if offer then
@@ -86,9 +87,9 @@ local function give_back_handed_over(hash, offered)
 end
 
 -- For a release that freed the lock: wakes the client that has waited longest and is still
--- listening (see wake_prelude), and hands it the lock in the wake-up if it offered within the
--- last half of the hand-over lease it asked for (the hold then lasts that lease, and no other
--- client is woken, unless Redis refused the message: see wake_prelude). Returns 1 if a
+-- listening (see wake_prelude), and hands it the lock in the wake-up if its offer still
+-- stands (the hold then lasts the hand-over lease it asked for, and no other client is woken,
+-- unless Redis refused the message: see wake_prelude). Returns 1 if a
 -- client was woken or handed the lock, 0 if nobody waits.
 local function hand_over_or_wake(waiters, offers, hash, fence, tries)
     return wake_next_waiter(waiters, tries, function(channel)
@@ -97,8 +98,9 @@ local function hand_over_or_wake(waiters, offers, hash, fence, tries)
             return 'w'
         end
         redis.call('HDEL', offers, channel)
-        local owner, attempt, lease_ms, at = string.match(offer, '^(%S+) (%S+) (%d+) (%d+)$')
-        if not at or now_ms() - tonumber(at) > tonumber(lease_ms) / 2 then
+        local owner, attempt, lease_ms, stands_ms, at =
+            string.match(offer, '^(%S+) (%S+) (%d+) (%d+) (%d+)$')
+        if not at or now_ms() - tonumber(at) > tonumber(stands_ms) then
             return 'w'
         end
         local token = grant(hash, fence, owner, lease_ms, attempt, true, 'h')

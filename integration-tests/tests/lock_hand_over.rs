@@ -413,7 +413,7 @@ async fn released_to_a_ghost(
 
 /// Registers a made-up client at the head of lock `name`'s waiting clients, listening on
 /// `channel`, with a fresh offer for its task `ghost:1` (attempt `ghost:2`, a hand-over lease
-/// of 1 s).
+/// of 1 s, standing for 1.5 s).
 fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
     let time = common::strings(&server.cmd(&["TIME"]));
     let now_ms: u64 =
@@ -424,7 +424,7 @@ fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
         "HSET",
         &offers_key(name),
         channel,
-        &format!("ghost:1 ghost:2 1000 {now_ms}"),
+        &format!("ghost:1 ghost:2 1000 1500 {now_ms}"),
     ]);
 }
 
@@ -614,4 +614,40 @@ async fn a_withdrawal_gives_back_only_a_hand_over() {
             "a hold marked {value:?}"
         );
     }
+}
+
+/// Clients take turns in the order they registered whatever the hold length: one client
+/// holding 700 ms and asking again at once, two holding 50 ms, for about 10 s. A waiting
+/// client re-asks only once per re-check period while the long hold lasts; its offer must
+/// still stand when the release comes, and the long holder, asking again at once, must not
+/// get in ahead of the clients that waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_take_turns_whatever_the_hold_length() {
+    let name = "turns";
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let stop_at = Instant::now() + Duration::from_secs(10);
+    let mut tasks = Vec::new();
+    for hold in [ms(700), ms(50), ms(50)] {
+        let client = client(&server).await;
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock(name);
+            let mut turns = 0u32;
+            while Instant::now() < stop_at {
+                let guard = lock.lock().await.unwrap();
+                turns += 1;
+                tokio::time::sleep(hold).await;
+                guard.unlock().await.unwrap();
+            }
+            client.shutdown().await;
+            turns
+        }));
+    }
+    let turns = common::join_all(tasks).await;
+    let (least, most) = (turns.iter().min(), turns.iter().max());
+    assert!(
+        most.zip(least)
+            .is_some_and(|(most, least)| most - least <= 1),
+        "turns per client (700 ms, 50 ms, 50 ms holds): {turns:?}"
+    );
 }

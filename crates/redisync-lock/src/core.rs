@@ -16,7 +16,7 @@ use redisync_core::toolkit::{
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::handover::{hand_over_lease, Claimed, Offers};
+use crate::handover::{hand_over_lease, Claimed, Offers, OFFER_STANDS};
 use crate::scripts::{self, decode_acquire_all, decode_status, AcquireReply};
 
 /// A fair waiter that misses this many heartbeats in a row loses its place...
@@ -698,6 +698,10 @@ impl LockCore {
                     .offers
                     .offering(&attempt, &self.owner, Instant::now(), lease);
             }
+            let hand_over = hand_over.map_or_else(
+                || "0".to_owned(),
+                |lease| format!("{} {}", redis_millis(lease), redis_millis(OFFER_STANDS)),
+            );
             let call = scripts::Acquire {
                 hash: &keys.hash,
                 fence: &keys.fence,
@@ -710,7 +714,7 @@ impl LockCore {
                 registration_ms: registration,
                 on_grant: on_grant.as_arg(),
                 offers: offer_key,
-                hand_over_ms: hand_over.map_or(0, redis_millis),
+                hand_over: &hand_over,
                 offered: &offered,
             }
             .call()

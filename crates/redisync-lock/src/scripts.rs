@@ -16,7 +16,7 @@ redisync_core::toolkit::lua_script! {
             left_off_when |call: &Self| {
                 call.registration_ms == 0
                     && call.on_grant == "0"
-                    && call.hand_over_ms == 0
+                    && call.hand_over == "0"
                     && call.offered.is_empty()
             };
             keys { offers }
@@ -24,7 +24,7 @@ redisync_core::toolkit::lua_script! {
                 channel: &'a str,
                 registration_ms: u64,
                 on_grant: &'a str,
-                hand_over_ms: u64,
+                hand_over: &'a str,
                 offered: &'a str,
             }
         }
