@@ -53,6 +53,7 @@
 pub(crate) mod lease;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -99,6 +100,8 @@ struct Entry {
     /// For a hold registered with a short lease: when to renew it, ahead of the next round
     /// (cleared by its first confirmed renewal).
     renew_by: Option<Instant>,
+    /// An early renewal of this hold is on the wire: no other is sent until it ends.
+    renewing_early: bool,
 }
 
 /// The registry of holds the watchdog renews, by registration serial.
@@ -209,6 +212,7 @@ impl Watchdog {
                 script,
                 state: state.clone(),
                 renew_by,
+                renewing_early: false,
             },
         );
         drop(entries);
@@ -251,7 +255,8 @@ impl Watchdog {
 
     /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
     /// by themselves); returns how many, when the next one would run out, and when the first
-    /// is due for a renewal ahead of the rounds (see [`register`](Self::register)).
+    /// is due for a renewal ahead of the rounds (see [`register`](Self::register)) that is not
+    /// on the wire already.
     fn expire(&self) -> (u64, Option<Instant>, Option<Instant>) {
         let metrics = self.metrics;
         let mut entries = lock(&self.entries);
@@ -269,7 +274,11 @@ impl Watchdog {
             }
         });
         let next = entries.values().map(|e| e.state.expires_at()).min();
-        let renew_by = entries.values().filter_map(|e| e.renew_by).min();
+        let renew_by = entries
+            .values()
+            .filter(|e| !e.renewing_early)
+            .filter_map(|e| e.renew_by)
+            .min();
         (expired, next, renew_by)
     }
 }
@@ -359,24 +368,46 @@ impl Notices {
 }
 
 async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Option<Notices>) {
+    use futures_util::future::{Fuse, FutureExt};
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+
     let lease = transport.config.watchdog_timeout;
     let period = lease / 3;
     let hedge_after = (period / 2).min(transport.config.command_timeout);
     let mut next_tick = Instant::now() + period;
-    // An early renewal waits at least this long: after a round that failed, it is retried at
-    // the pace of failures, not at once.
-    let mut next_round_at = Instant::now();
+    // The round on the wire (polled alongside everything else, so that nothing waits behind
+    // it), when it started, and whether a notice asked for one more after it.
+    let round = Fuse::terminated();
+    tokio::pin!(round);
+    let mut round_started: Option<Instant> = None;
+    let mut round_wanted = false;
+    // Early renewals on the wire, each its own request.
+    let mut early = FuturesUnordered::new();
     loop {
         let (expired, next_expiry, renew_by) = watchdog.expire();
         Counters::bump(&transport.counters.lost_leases, expired);
-        let renewal_due_at = renew_by.map(|at| at.max(next_round_at));
-        let mut wake = [next_expiry, renewal_due_at]
+        let now = Instant::now();
+        if renew_by.is_some_and(|at| at <= now) {
+            early.push(renew_early(&transport, &watchdog, lease, hedge_after));
+            continue;
+        }
+        if round_started.is_none() && (round_wanted || now >= next_tick) {
+            round_wanted = false;
+            round_started = Some(now);
+            round.set(renew_round(&transport, &watchdog, lease, hedge_after).fuse());
+        }
+        // While a round is on the wire, the next one is planned when it ends.
+        let tick = if round_started.is_none() {
+            next_tick
+        } else {
+            now + period
+        };
+        let mut wake = [next_expiry, renew_by]
             .into_iter()
             .flatten()
-            .fold(next_tick, Instant::min);
+            .fold(tick, Instant::min);
         {
             let mut plan = lock(&watchdog.plan);
-            let now = Instant::now();
             if let Some((seen, short)) = plan.short {
                 if now.saturating_duration_since(seen) < lease {
                     wake = wake.min(now + short / 8);
@@ -394,36 +425,31 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
                 None => std::future::pending().await,
             }
         };
-        let notified = tokio::select! {
+        tokio::select! {
             _ = transport.shutdown.wait() => {
                 // Nobody renews these holds any more: they will expire, so say so now.
                 watchdog.abandon_all();
                 return;
             }
-            _ = tokio::time::sleep_until(wake.into()) => false,
-            _ = watchdog.first_hold.notified(), if waiting_for_first_hold => continue,
-            _ = watchdog.renew_soon.notified() => continue,
-            _ = notice => true,
-        };
-        // A notice: some hold of this client was taken, and the round finds which.
-        let now = Instant::now();
-        let renewal_due = renewal_due_at.is_some_and(|at| at <= now);
-        if !notified && now < next_tick && !renewal_due {
-            continue;
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = watchdog.first_hold.notified(), if waiting_for_first_hold => {}
+            _ = watchdog.renew_soon.notified() => {}
+            // A notice: some hold of this client was taken, and a round finds which (one
+            // more after the round on the wire, which may have been sent before the take).
+            _ = notice => round_wanted = true,
+            all_renewed = &mut round, if round_started.is_some() => {
+                let started = round_started.take().unwrap_or(now);
+                // Counted from the round's start, so that rounds keep their rhythm however
+                // long the renewal calls take.
+                next_tick = started
+                    + if all_renewed {
+                        period
+                    } else {
+                        RETRY_AFTER_FAILURE.min(period)
+                    };
+            }
+            Some(()) = early.next(), if !early.is_empty() => {}
         }
-        let started = Instant::now();
-        let all_renewed = renew_all(&transport, &watchdog, lease, hedge_after).await;
-        if !all_renewed {
-            next_round_at = started + RETRY_AFTER_FAILURE;
-        }
-        // Counted from the round's start, so that rounds keep their rhythm however long the
-        // renewal calls take.
-        next_tick = started
-            + if all_renewed {
-                period
-            } else {
-                RETRY_AFTER_FAILURE.min(period)
-            };
     }
 }
 
@@ -433,18 +459,19 @@ type Registered = (HoldId, u64);
 /// Holds renewed together: their script and the holds (of one slot, on a cluster).
 type Batch = (&'static LuaScript, Vec<Registered>);
 
-/// One renewal round. Returns false if any call failed.
-async fn renew_all(
-    transport: &Arc<Transport>,
+/// The registered holds that `selected` picks (by serial), grouped by renewal script and, on
+/// a cluster, where one call may only touch one slot, by slot as well.
+fn batches(
+    transport: &Transport,
     watchdog: &Watchdog,
-    lease: Duration,
-    hedge_after: Duration,
-) -> bool {
-    let lease_ms = crate::duration::redis_millis(lease);
-    // On a cluster one call may only touch one slot, so holds are grouped by slot as well.
+    selected: impl Fn(u64) -> bool,
+) -> Vec<Batch> {
     let sharded = transport.sharded();
     let mut groups: HashMap<(&'static str, Option<u16>), Batch> = HashMap::new();
     for (serial, entry) in lock(&watchdog.entries).iter() {
+        if !selected(*serial) {
+            continue;
+        }
         let shard = sharded.then(|| crate::keys::slot(entry.id.key()));
         groups
             .entry((entry.id.script, shard))
@@ -452,9 +479,75 @@ async fn renew_all(
             .1
             .push((entry.id.clone(), *serial));
     }
-    // Every batch at once: a round costs about one round trip however many holds there are.
+    groups.into_values().collect()
+}
+
+/// One renewal round: every hold, batched. Resolves to false if any call failed.
+fn renew_round<'a>(
+    transport: &'a Arc<Transport>,
+    watchdog: &'a Watchdog,
+    lease: Duration,
+    hedge_after: Duration,
+) -> impl Future<Output = bool> + Send + 'a {
+    let groups = batches(transport, watchdog, |_| true);
+    renew(transport, watchdog, groups, lease, hedge_after)
+}
+
+/// Renews, as a request of its own, the holds registered with a short lease that are due for
+/// their early renewal and have none on the wire (see [`Watchdog::register`]). It is sent again
+/// on another connection after a quarter of the shortest time such a hold has left, so that
+/// one stalled connection cannot keep it from landing before that hold runs out. A hold
+/// whose renewal failed is tried again shortly.
+fn renew_early<'a>(
+    transport: &'a Arc<Transport>,
+    watchdog: &'a Watchdog,
+    lease: Duration,
+    hedge_after: Duration,
+) -> impl Future<Output = ()> + Send + 'a {
+    let now = Instant::now();
+    let mut due = std::collections::HashSet::new();
+    let mut left = hedge_after;
+    for (serial, entry) in lock(&watchdog.entries).iter_mut() {
+        if !entry.renewing_early && entry.renew_by.is_some_and(|at| at <= now) {
+            entry.renewing_early = true;
+            left = left.min(entry.state.expires_at().saturating_duration_since(now));
+            due.insert(*serial);
+        }
+    }
+    // Up to HEDGES sends by half the time left, the last with the other half to answer.
+    let hedge = (left / (HEDGES as u32 + 1))
+        .min(hedge_after)
+        .max(Duration::from_millis(1));
+    let groups = batches(transport, watchdog, |serial| due.contains(&serial));
+    async move {
+        renew(transport, watchdog, groups, lease, hedge).await;
+        // A confirmed renewal cleared `renew_by` (or the hold is gone); what is left failed.
+        let retry_at = Instant::now() + RETRY_AFTER_FAILURE;
+        let mut entries = lock(&watchdog.entries);
+        for serial in &due {
+            if let Some(entry) = entries.get_mut(serial) {
+                entry.renewing_early = false;
+                if entry.renew_by.is_some() {
+                    entry.renew_by = Some(retry_at);
+                }
+            }
+        }
+    }
+}
+
+/// Renews the holds of `groups`, every batch at once: a round costs about one round trip
+/// however many holds there are. Returns false if any call failed.
+async fn renew(
+    transport: &Arc<Transport>,
+    watchdog: &Watchdog,
+    groups: Vec<Batch>,
+    lease: Duration,
+    hedge_after: Duration,
+) -> bool {
+    let lease_ms = crate::duration::redis_millis(lease);
     let mut renewals = Vec::new();
-    for (script, holds) in groups.values() {
+    for (script, holds) in &groups {
+        let script = *script;
         for batch in holds.chunks(BATCH) {
             let (keys_per_hold, args_per_hold) = batch
                 .first()
