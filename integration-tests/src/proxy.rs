@@ -1032,7 +1032,11 @@ mod tests {
         proxy.stall_on("{wanted}");
         assert!(proxy.stall_armed());
         assert_eq!(set(&mut first, "plain", "1").unwrap(), "+OK\r\n");
-        assert_eq!(proxy.stalled(), 0, "a request without the string goes through");
+        assert_eq!(
+            proxy.stalled(),
+            0,
+            "a request without the string goes through"
+        );
         second
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();

@@ -123,6 +123,8 @@ pub(crate) struct Watchdog {
     renew_soon: tokio::sync::Notify,
     /// When the task plans to wake next, and the latest short lease registered.
     plan: Mutex<WakePlan>,
+    /// The client's clock drift bound, in parts per million: every deadline is counted with it.
+    drift_ppm: u32,
     /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
     /// made: one channel per client, not a leak of any call).
     pub(crate) listens_for_notices: std::sync::atomic::AtomicBool,
@@ -170,10 +172,12 @@ impl Drop for Renewal {
 }
 
 impl Watchdog {
-    /// An empty registry, reporting with `metrics`.
-    pub(crate) fn new(metrics: crate::metrics::Metrics) -> Self {
+    /// An empty registry, reporting with `metrics`, for a client whose clock drift bound is
+    /// `drift_ppm`.
+    pub(crate) fn new(metrics: crate::metrics::Metrics, drift_ppm: u32) -> Self {
         Watchdog {
             metrics,
+            drift_ppm,
             ..Watchdog::default()
         }
     }
@@ -197,8 +201,8 @@ impl Watchdog {
             keys,
             args,
         };
-        let expires_at = crate::watchdog::lease::deadline(sent_at, lease);
-        let state = LeaseState::new(expires_at);
+        let state = LeaseState::new(sent_at, lease, self.drift_ppm);
+        let expires_at = state.expires_at();
         let renew_by = short.then(|| {
             let now = Instant::now();
             now + expires_at.saturating_duration_since(now) / 2
@@ -650,17 +654,11 @@ fn settle(
             // believe in a later one. Nothing is left for an early renewal to do.
             entry.renew_by = None;
             let left = Duration::from_millis(result.saturating_add(1).unsigned_abs());
-            entry
-                .state
-                .cap(crate::watchdog::lease::deadline(sent_at, left));
+            entry.state.cap(entry.state.deadline(sent_at, left));
             continue;
         }
         let metrics = transport.config.metrics;
-        if result == 1
-            && entry
-                .state
-                .extend(crate::watchdog::lease::deadline(sent_at, lease))
-        {
+        if result == 1 && entry.state.extend(entry.state.deadline(sent_at, lease)) {
             entry.renew_by = None;
             Counters::bump(&transport.counters.renewals, 1);
             metrics.renewal(entry.script.kind(), id.key(), "renewed");
