@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{int, lock_key};
 use redisync::prelude::*;
-use redisync_test_harness::RedisServer;
+use redisync_test_harness::{ChaosProxy, RedisServer};
 
 /// How much faster than the host's the server's clock runs.
 const FAST: f64 = 1.04;
@@ -92,6 +92,39 @@ async fn a_fixed_expirable_permit_is_given_up_before_a_fast_redis_clock_frees_it
     // Redis frees it by itself soon after.
     let freed = other.try_acquire_for(Duration::from_secs(5)).await.unwrap();
     assert!(freed.is_some(), "the permit's lease ended in Redis");
+}
+
+/// A watchdog lease counts its margin from every renewal: renewals stop (the network to Redis
+/// goes dark) and the guard reports lost before the last renewal's lease ends in Redis.
+#[tokio::test]
+async fn a_watchdog_lease_cut_off_from_renewals_is_given_up_before_a_fast_redis_clock_ends_it() {
+    let server = RedisServer::start_with_fake_clock(&[]);
+    server.set_clock_rate(FAST);
+    let proxy = ChaosProxy::start(&server);
+    let client = Client::builder(proxy.url())
+        .watchdog_timeout(LEASE)
+        .clock_drift_ppm(BOUND_PPM)
+        .build()
+        .await
+        .expect("connect");
+    let guard = client.lock("drift-renewed").lock().await.unwrap();
+    let renewals = client.stats().renewals;
+    common::eventually("a renewal was confirmed", LEASE * 5, || {
+        client.stats().renewals > renewals
+    })
+    .await;
+    proxy.blackhole(true);
+    let cut = Instant::now();
+    let after = lost_after(guard.lost(), cut).await;
+    let left = int(&server, &["PTTL", &lock_key("drift-renewed")]);
+    println!(
+        "REPORT drift watchdog: lost {after:?} after renewals were cut; Redis had {left} ms left"
+    );
+    assert!(
+        left > 0,
+        "the guard still reported the lock held after Redis had freed it (PTTL {left})"
+    );
+    proxy.blackhole(false);
 }
 
 #[tokio::test]
