@@ -13,11 +13,16 @@
 //!   `-1 - ms` still ours but not renewed because its lease was fixed meanwhile (a renewal
 //!   that raced the fixing request must not undo it), ending in `ms` milliseconds.
 //!
-//! A hold that comes back `0` is marked lost and dropped from the registry; one that comes back
-//! negative keeps its deadline, brought forward to the fixed lease's end if that is earlier
-//! (the guard may not have learnt of the fix, when the fixing request's reply was lost). A failed call keeps the holds and retries sooner; a hold with no
-//! successful renewal sent within one lease is marked lost (monotonic clock), and so is every
-//! hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
+//! A hold that comes back `1` gets a new deadline: the lease from when the call was *sent*,
+//! less the lease's margin (the fixed [`CLOCK_MARGIN`](crate::CLOCK_MARGIN) plus the client's
+//! clock drift bound's share of the lease, see
+//! [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm)), so the client
+//! never believes in a hold Redis, by its own clock, may already have ended. A hold that comes
+//! back `0` is marked lost and dropped from the registry; one that comes back negative keeps
+//! its deadline, brought forward to the fixed lease's end if that is earlier (the guard may
+//! not have learnt of the fix, when the fixing request's reply was lost). A failed call keeps
+//! the holds and retries sooner; a hold with no successful renewal sent within one lease is
+//! marked lost (monotonic clock), and so is every hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
 //! hold that is not ours.
 //!
@@ -25,8 +30,15 @@
 //! (a lock handed over in a wake-up, whose designee might not be able to act) is registered
 //! with [`Toolkit::watch_short_lease`](crate::toolkit::Toolkit::watch_short_lease): the task
 //! renews it once half of what was left of it at registration has passed, ahead of its
-//! rounds (a round renews every hold, batched as ever). While such holds come, the task wakes
-//! at least every eighth of their lease, so that registering one seldom has to wake it.
+//! rounds, with an *early renewal*: a request of its own (batched with the other short holds
+//! due at that moment), sent whether or not a round is on the wire, so that a round stuck on
+//! a stalled connection, a slow server or a cluster's `TRYAGAIN` retries never holds it up.
+//! An early renewal that does not answer is sent again on the next connection after a quarter
+//! of the time the shortest of its holds has left (not the rounds' half period), so that all
+//! [`HEDGES`] sends are out by half that time; one that fails is retried shortly, until the
+//! hold is renewed or runs out. The task never waits for a round: rounds, early renewals,
+//! lost notices and registrations are all watched at once. While short holds come, the task
+//! wakes at least every eighth of their lease, so that registering one seldom has to wake it.
 //!
 //! Every registration is its own: two guards of one owner on one lock (a re-entry) each have
 //! their own deadline and their own place in the registry, so fixing one's lease or dropping
@@ -45,10 +57,12 @@
 //! the next renewal, as before.
 //!
 //! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
-//! has not answered within half a renewal period (or the command timeout, if shorter), the
-//! same batch is sent again, on the next connection of the pool, up to [`HEDGES`] times in
-//! all; the first answer counts. So one slow connection cannot lose every hold even when the
-//! command timeout is longer than the lease.
+//! has not answered within half a renewal period (or the command timeout, if shorter; for an
+//! early renewal, see above), the same batch is sent again, on the next connection of the
+//! pool, up to [`HEDGES`] times in all; the first answer counts. So one slow connection cannot
+//! lose every hold even when the command timeout is longer than the lease. A round still on
+//! the wire when the next is due delays that next round until it ends (rounds never overlap);
+//! it delays nothing else.
 
 pub(crate) mod lease;
 
