@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::duration::{DEFAULT_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::strategy::WaitStrategy;
@@ -22,12 +23,6 @@ pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_POOL_SIZE: u32 = 1024;
 /// Default number of multiplexed connections.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
-/// Default bound on how much faster Redis's clock may run than the client's: 1000 parts per
-/// million (0.1 %), twice the fastest slew NTP (`ntpd`) applies, with room for the frequency
-/// error a disciplined clock keeps. See [`ClientBuilder::clock_drift_ppm`].
-pub const DEFAULT_CLOCK_DRIFT_PPM: u32 = 1_000;
-/// The largest clock drift bound a client accepts: 100,000 parts per million (10 %).
-pub const MAX_CLOCK_DRIFT_PPM: u32 = 100_000;
 
 /// Builds a [`Client`]; start with [`Client::builder`] (one server),
 /// [`Client::sentinel_builder`] or [`Client::cluster_builder`].

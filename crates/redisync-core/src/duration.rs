@@ -14,9 +14,17 @@ use crate::error::{Error, Result};
 /// longer than the margin: see [`MIN_LEASE`].
 pub const CLOCK_MARGIN: Duration = Duration::from_millis(2);
 
+/// Default bound on how much faster Redis's clock may run than the client's: 1000 parts per
+/// million (0.1 %), twice the fastest slew NTP (`ntpd`) applies, with room for the frequency
+/// error a disciplined clock keeps. See
+/// [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm).
+pub const DEFAULT_CLOCK_DRIFT_PPM: u32 = 1_000;
+/// The largest clock drift bound a client accepts: 100,000 parts per million (10 %).
+pub const MAX_CLOCK_DRIFT_PPM: u32 = 100_000;
+
 /// The shortest lease redisync accepts: a few times [`CLOCK_MARGIN`], so that a hold is
 /// not known lost the moment it is granted (with the largest drift bound a client accepts,
-/// [`MAX_CLOCK_DRIFT_PPM`](crate::MAX_CLOCK_DRIFT_PPM), the margin of such a lease is 3 ms).
+/// [`MAX_CLOCK_DRIFT_PPM`], the margin of such a lease is 3 ms).
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 
 /// The largest duration, in milliseconds, redisync sends to Redis: 2^53 ms (about 285,000
@@ -137,7 +145,7 @@ mod tests {
             CLOCK_MARGIN + Duration::from_nanos(1)
         );
         // The shortest lease keeps most of itself under the largest bound.
-        assert!(lease_margin(MIN_LEASE, crate::MAX_CLOCK_DRIFT_PPM) <= ms(3));
+        assert!(lease_margin(MIN_LEASE, MAX_CLOCK_DRIFT_PPM) <= ms(3));
         // Huge leases and bounds: no overflow, no panic.
         assert_eq!(lease_margin(Duration::MAX, u32::MAX), Duration::MAX);
         assert_eq!(

@@ -81,12 +81,11 @@ pub mod watchdog;
 
 pub use abandon::{Abandonable, Cleanup, LateOutcome};
 pub use builder::{
-    ClientBuilder, DEFAULT_CLOCK_DRIFT_PPM, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX,
-    DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_CLOCK_DRIFT_PPM, MAX_COMMAND_TIMEOUT,
-    MAX_POOL_SIZE,
+    ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
 };
 pub use client::{Client, LocalState};
-pub use duration::{CLOCK_MARGIN, MIN_LEASE};
+pub use duration::{CLOCK_MARGIN, DEFAULT_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM, MIN_LEASE};
 pub use error::{Error, Result};
 pub use keys::KeySpace;
 pub use primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};

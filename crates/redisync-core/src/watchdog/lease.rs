@@ -5,8 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Renewal;
-use crate::builder::DEFAULT_CLOCK_DRIFT_PPM;
-use crate::duration::lease_margin;
+use crate::duration::{lease_margin, DEFAULT_CLOCK_DRIFT_PPM};
 use crate::locking::lock;
 use crate::signal::Flag;
 
@@ -274,10 +273,10 @@ mod tests {
     fn huge_leases_saturate_far_in_the_future() {
         let now = Instant::now();
         let year = Duration::from_secs(86_400 * 365);
-        for drift in [0, 1_000, crate::MAX_CLOCK_DRIFT_PPM, u32::MAX] {
+        for drift in [0, 1_000, crate::duration::MAX_CLOCK_DRIFT_PPM, u32::MAX] {
             let end = deadline(now, Duration::MAX, drift);
             assert!(end >= now, "drift {drift}");
-            if drift <= crate::MAX_CLOCK_DRIFT_PPM {
+            if drift <= crate::duration::MAX_CLOCK_DRIFT_PPM {
                 assert!(end > now + year * 25, "drift {drift}: {:?}", end - now);
             }
         }
