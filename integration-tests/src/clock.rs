@@ -31,6 +31,15 @@
 //!
 //! The offset is kept across [`RedisServer::restart`], like a host's clock would be.
 //!
+//! **A clock running at a rate.** [`RedisServer::set_clock_rate`] makes the server's wall
+//! clock run faster (or slower) than the host's, as an NTP daemon slewing it or a drifting
+//! oscillator would: `1.04` is 4 % fast, so a key set with `PX 2000` is gone after about
+//! 1923 ms of host time. libfaketime counts the rate from when the process started, so
+//! setting one moves the clock at once by `(rate − 1) ×` the server's age (a few tens of
+//! milliseconds for a server a few seconds old) before it runs at the rate; only keys set
+//! before that see the move (and so does a later change of rate, by the difference of the
+//! rates). The rate is kept across restarts, counted from the new start.
+//!
 //! ```no_run
 //! use redisync_test_harness::RedisServer;
 //!
@@ -75,12 +84,19 @@ const TIME_TOLERANCE: Duration = Duration::from_millis(250);
 /// How long [`RedisServer::set_clock_offset`] waits for the server to report the new time.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long apart [`RedisServer::set_clock_rate`] reads `TIME` to see the rate.
+const RATE_WINDOW: Duration = Duration::from_millis(300);
+
+/// How far the rate [`RedisServer::set_clock_rate`] sees may be from the one it set, beyond
+/// what the round trips of `TIME` blur.
+const RATE_TOLERANCE: f64 = 0.01;
+
 /// The fake clock of one server: the library and the offset file.
 pub(crate) struct FakeClock {
     library: PathBuf,
     file: PathBuf,
-    /// The offset in seconds last written to `file`.
-    offset: Mutex<i64>,
+    /// The offset in seconds and the rate last written to `file`.
+    offset: Mutex<(i64, f64)>,
 }
 
 impl FakeClock {
@@ -90,9 +106,9 @@ impl FakeClock {
         let clock = FakeClock {
             library,
             file: dir.join(OFFSET_FILE),
-            offset: Mutex::new(0),
+            offset: Mutex::new((0, 1.0)),
         };
-        clock.write(0)?;
+        clock.write(0, 1.0)?;
         Ok(clock)
     }
 
@@ -124,9 +140,16 @@ impl FakeClock {
     }
 
     /// Replaces the offset file atomically (a reader never sees half a file).
-    fn write(&self, seconds: i64) -> Result<(), String> {
+    fn write(&self, seconds: i64, rate: f64) -> Result<(), String> {
         let staged = self.file.with_extension("new");
-        fs::write(&staged, format!("{seconds:+}\n"))
+        // libfaketime keeps a rate it read until it reads another: back at 1.0, say so.
+        let had_rate = self.lock_offset().1 != 1.0;
+        let spec = if rate == 1.0 && !had_rate {
+            format!("{seconds:+}\n")
+        } else {
+            format!("{seconds:+} x{rate}\n")
+        };
+        fs::write(&staged, spec)
             .and_then(|()| fs::rename(&staged, &self.file))
             .map_err(|e| {
                 format!(
@@ -134,11 +157,11 @@ impl FakeClock {
                     self.file.display()
                 )
             })?;
-        *self.lock_offset() = seconds;
+        *self.lock_offset() = (seconds, rate);
         Ok(())
     }
 
-    fn lock_offset(&self) -> MutexGuard<'_, i64> {
+    fn lock_offset(&self) -> MutexGuard<'_, (i64, f64)> {
         self.offset.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -166,7 +189,76 @@ impl RedisServer {
     /// [`set_clock_offset`](Self::set_clock_offset); `None` for a server without a fake
     /// clock.
     pub fn clock_offset(&self) -> Option<i64> {
-        self.fake_clock.as_ref().map(|clock| *clock.lock_offset())
+        self.fake_clock.as_ref().map(|clock| clock.lock_offset().0)
+    }
+
+    /// The rate of the server's wall clock against the host's, as last set with
+    /// [`set_clock_rate`](Self::set_clock_rate) (`1.0` unless set); `None` for a server
+    /// without a fake clock.
+    pub fn clock_rate(&self) -> Option<f64> {
+        self.fake_clock.as_ref().map(|clock| clock.lock_offset().1)
+    }
+
+    /// Makes the server's wall clock run at `rate` times the host's (`1.04`: 4 % fast;
+    /// `1.0`: at the host's pace again), keeping its offset. See the
+    /// [module documentation](crate::clock) for the move this makes at once. Key expiry and
+    /// `TIME` follow the new pace; the server's monotonic clock does not change.
+    ///
+    /// On a running server that is not [paused](Self::pause), this returns once `TIME`, read
+    /// twice some 300 ms apart, shows the server's clock running at `rate` (within 1 %,
+    /// beyond what the round trips blur).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the server was not started with
+    /// [`start_with_fake_clock`](Self::start_with_fake_clock), if `rate` is not a positive
+    /// finite number, if the offset file cannot be written, or if `TIME` does not show the
+    /// rate within 5 s.
+    pub fn set_clock_rate(&self, rate: f64) {
+        let Some(clock) = &self.fake_clock else {
+            panic!(
+                "redis-server on port {} has no fake clock: start it with \
+                 RedisServer::start_with_fake_clock to change its clock's rate",
+                self.port
+            );
+        };
+        assert!(
+            rate.is_finite() && rate > 0.0,
+            "a clock rate must be a positive finite number, found {rate}"
+        );
+        let seconds = clock.lock_offset().0;
+        clock
+            .write(seconds, rate)
+            .unwrap_or_else(|message| panic!("{message}"));
+        if self.paused.load(Ordering::SeqCst) || !self.is_running() {
+            return;
+        }
+        let deadline = Instant::now() + APPLY_TIMEOUT;
+        loop {
+            let first = self.timed_server_time();
+            std::thread::sleep(RATE_WINDOW);
+            let second = self.timed_server_time();
+            let (low, high) = rate_bounds(first, second);
+            if low - RATE_TOLERANCE <= rate && rate <= high + RATE_TOLERANCE {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "redis-server on port {} did not run its clock at {rate}x within \
+                     {APPLY_TIMEOUT:?}: measured between {low} and {high} \
+                     (is libfaketime working?)",
+                    self.port
+                );
+            }
+        }
+    }
+
+    /// The server's `TIME` with the host's clock read just before and just after.
+    fn timed_server_time(&self) -> (SystemTime, SystemTime, SystemTime) {
+        let before = SystemTime::now();
+        let server = self.server_time();
+        let after = SystemTime::now();
+        (before, server, after)
     }
 
     /// Moves the server's wall clock to `seconds` ahead of the host's (behind if negative),
@@ -176,7 +268,9 @@ impl RedisServer {
     ///
     /// On a running server that is not [paused](Self::pause), this returns once `TIME` shows
     /// the new offset (within 250 ms of the host's clock plus `seconds`, beyond the time the
-    /// round trip took). A paused or stopped server picks the offset up when it runs again.
+    /// round trip took). A paused or stopped server picks the offset up when it runs again. A
+    /// clock running at a rate other than 1 ([`set_clock_rate`](Self::set_clock_rate)) keeps
+    /// its rate, and is not checked.
     ///
     /// # Panics
     ///
@@ -191,10 +285,12 @@ impl RedisServer {
                 self.port
             );
         };
+        let rate = clock.lock_offset().1;
         clock
-            .write(seconds)
+            .write(seconds, rate)
             .unwrap_or_else(|message| panic!("{message}"));
-        if self.paused.load(Ordering::SeqCst) || !self.is_running() {
+        // The check below assumes the host's pace.
+        if rate != 1.0 || self.paused.load(Ordering::SeqCst) || !self.is_running() {
             return;
         }
         let deadline = Instant::now() + APPLY_TIMEOUT;
@@ -229,6 +325,28 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("unexpected TIME reply {reply:?}: {e}"));
         UNIX_EPOCH + Duration::from_secs(parts.0) + Duration::from_micros(parts.1)
     }
+}
+
+/// The slowest and fastest rate of the server's clock against the host's that two `TIME`
+/// readings (each bracketed by the host's clock) allow.
+fn rate_bounds(
+    (before1, server1, after1): (SystemTime, SystemTime, SystemTime),
+    (before2, server2, after2): (SystemTime, SystemTime, SystemTime),
+) -> (f64, f64) {
+    let secs = |from: SystemTime, to: SystemTime| {
+        to.duration_since(from)
+            .map_or(0.0, |elapsed| elapsed.as_secs_f64())
+    };
+    let server = secs(server1, server2);
+    let longest = secs(before1, after2);
+    let shortest = secs(after1, before2);
+    let low = if longest > 0.0 { server / longest } else { 0.0 };
+    let high = if shortest > 0.0 {
+        server / shortest
+    } else {
+        f64::INFINITY
+    };
+    (low, high)
 }
 
 /// How far `server` lies outside `[before, after]` shifted by `seconds`.
@@ -338,6 +456,40 @@ mod tests {
         server.set_clock_offset(120);
         server.resume();
         assert!((time_of(&server) - host_now() - 120).abs() <= 1);
+    }
+
+    #[test]
+    fn the_fake_clock_runs_at_a_rate() {
+        let server = RedisServer::start_with_fake_clock(&[]);
+        assert_eq!(server.clock_rate(), Some(1.0));
+        server.set_clock_rate(1.05);
+        assert_eq!(server.clock_rate(), Some(1.05));
+        let set_at = Instant::now();
+        server.cmd(&["SET", "fast", "1", "PX", "1000"]);
+        while server.cmd(&["EXISTS", "fast"]) == redis::Value::Int(1) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let gone = set_at.elapsed();
+        assert!(
+            gone < Duration::from_millis(990),
+            "a 1 s TTL on a clock 5 % fast ends after about 952 ms, took {gone:?}"
+        );
+        // The offset keeps the rate.
+        server.set_clock_offset(0);
+        assert_eq!(server.clock_rate(), Some(1.05));
+        server.set_clock_rate(1.0);
+    }
+
+    #[test]
+    fn rate_bounds_bracket_the_rate() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let ms = Duration::from_millis;
+        let (low, high) = rate_bounds(
+            (t, t + ms(1), t + ms(2)),
+            (t + ms(1000), t + ms(1051), t + ms(1002)),
+        );
+        assert!(low < 1.05 && 1.05 < high, "{low} {high}");
+        assert!(high - low < 0.01, "{low} {high}");
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //!   the oldest open connection that has not subscribed to anything (for a client that opens
 //!   its connections in order, its first one) forwards nothing in either direction, data
 //!   dropped and the connection kept open, until [`unstall`](ChaosProxy::unstall) closes it
-//!   abruptly.
+//!   abruptly. [`stall_on`](ChaosProxy::stall_on) stalls, the same way, the next connection
+//!   on which the client sends a given string (a key name), from that request on: for
+//!   catching one particular request, whichever pool connection it goes out on.
 //! * [`reset_all`](ChaosProxy::reset_all): closes every current connection abruptly (`RST`,
 //!   both towards the client and towards the server).
 //! * [`cut_pubsub`](ChaosProxy::cut_pubsub): the same, only for connections on which the
@@ -114,12 +116,15 @@ struct Connection {
 }
 
 /// The proxy-wide modes that drop data.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Modes {
     /// Nothing is forwarded, in either direction.
     blackhole: bool,
     /// Nothing is forwarded from the server to the client.
     drop_replies: bool,
+    /// Armed by [`ChaosProxy::stall_on`]: the next connection (not subscribed, not stalled)
+    /// on which the client sends a chunk with these bytes is stalled from that chunk on.
+    stall_on: Option<Vec<u8>>,
 }
 
 /// What the connection's tasks report about it, and its own fault.
@@ -297,13 +302,34 @@ impl ChaosProxy {
         }
     }
 
+    /// Stalls, as [`stall_oldest`](Self::stall_oldest) does, the next connection on which the
+    /// client sends `needle` (in one chunk read; requests of a few kilobytes arrive whole):
+    /// the chunk that carries it is dropped, so that request never reaches the server, and so
+    /// is everything after it, until [`unstall`](Self::unstall). Connections on which the
+    /// client subscribed and stalled ones are skipped. Arms one stall, replacing one armed
+    /// before that has not fired; [`stalled`](Self::stalled) counts it once it fired.
+    ///
+    /// For stalling the connection one particular request goes out on (a renewal naming a
+    /// key), whichever of a pool's connections that is.
+    pub fn stall_on(&self, needle: &str) {
+        let needle = needle.as_bytes().to_vec();
+        self.set_mode(|modes| modes.stall_on = Some(needle));
+    }
+
+    /// Whether a stall armed by [`stall_on`](Self::stall_on) has not fired yet.
+    pub fn stall_armed(&self) -> bool {
+        self.shared.lock_modes().stall_on.is_some()
+    }
+
     /// Closes abruptly (`RST` to both ends) every connection stalled by
-    /// [`stall_oldest`](Self::stall_oldest), and returns how many.
+    /// [`stall_oldest`](Self::stall_oldest) or [`stall_on`](Self::stall_on), and returns how
+    /// many.
     pub fn unstall(&self) -> usize {
         self.close_where(|flags| flags.stalled.load(Ordering::SeqCst))
     }
 
-    /// Open connections stalled by [`stall_oldest`](Self::stall_oldest).
+    /// Open connections stalled by [`stall_oldest`](Self::stall_oldest) or
+    /// [`stall_on`](Self::stall_on).
     pub fn stalled(&self) -> usize {
         self.shared
             .lock_connections()
@@ -412,6 +438,7 @@ impl fmt::Debug for ChaosProxy {
             .field("blackhole", &self.is_blackholed())
             .field("drop_replies", &self.is_dropping_replies())
             .field("stalled", &self.stalled())
+            .field("stall_armed", &self.stall_armed())
             .field("accepted", &self.accepted())
             .field("active", &self.active())
             .finish()
@@ -446,6 +473,23 @@ impl Shared {
             flags.tainted.store(true, Ordering::SeqCst);
         }
         dropped
+    }
+
+    /// Stalls the connection if a stall armed by [`ChaosProxy::stall_on`] waits for a chunk
+    /// like `data` the client sent on it (under the modes lock, like every decision to drop).
+    fn stall_if_armed(&self, flags: &Flags, data: &[u8]) {
+        let mut modes = self.lock_modes();
+        let Some(needle) = &modes.stall_on else {
+            return;
+        };
+        let found = !needle.is_empty() && data.windows(needle.len()).any(|w| w == &needle[..]);
+        if found
+            && !flags.subscriber.load(Ordering::SeqCst)
+            && !flags.stalled.load(Ordering::SeqCst)
+        {
+            modes.stall_on = None;
+            flags.stalled.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Whether this direction of the connection is dropping data (without marking it).
@@ -575,6 +619,9 @@ where
             let data = &buffer[..n];
             if up && !flags.subscriber.load(Ordering::SeqCst) && scanner.feed(data) {
                 flags.subscriber.store(true, Ordering::SeqCst);
+            }
+            if up {
+                shared.stall_if_armed(flags, data);
             }
             if shared.swallowed(flags, up) {
                 continue;
@@ -974,6 +1021,32 @@ mod tests {
         assert_eq!(proxy.active(), 1, "the subscriber is left");
         assert_eq!(proxy.closed_by_faults(), 2);
         assert_eq!(server.cmd(&["GET", "stalled"]), redis::Value::Nil);
+    }
+
+    #[test]
+    fn stall_on_stalls_the_connection_that_sends_the_string() {
+        let server = RedisServer::start();
+        let proxy = ChaosProxy::start(&server);
+        let mut first = connect(&proxy);
+        let mut second = connect(&proxy);
+        proxy.stall_on("{wanted}");
+        assert!(proxy.stall_armed());
+        assert_eq!(set(&mut first, "plain", "1").unwrap(), "+OK\r\n");
+        assert_eq!(
+            proxy.stalled(),
+            0,
+            "a request without the string goes through"
+        );
+        second
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        assert!(set(&mut second, "{wanted}", "2").is_err(), "no reply");
+        assert_eq!(server.cmd(&["GET", "{wanted}"]), redis::Value::Nil);
+        assert_eq!(proxy.stalled(), 1);
+        assert!(!proxy.stall_armed(), "one stall per call");
+        // The other connection works, the string included.
+        assert_eq!(set(&mut first, "{wanted}", "3").unwrap(), "+OK\r\n");
+        assert_eq!(proxy.unstall(), 1);
     }
 
     #[test]

@@ -651,3 +651,100 @@ async fn clients_take_turns_whatever_the_hold_length() {
         "turns per client (700 ms, 50 ms, 50 ms holds): {turns:?}"
     );
 }
+
+/// How long the tests below keep a connection of the designee's client stalled: longer than
+/// the hand-over lease, shorter than the command timeout.
+const STALL: Duration = Duration::from_secs(3);
+
+/// A Redis with the lock's scripts loaded, a chaos proxy in front of it, a client holding
+/// lock `name` (straight to Redis), and a client with every option at its default (the
+/// watchdog's 30 s lease, the 5 s command timeout) connected through the proxy, with a task
+/// waiting for the lock that has offered to take it in its wake-up.
+async fn offering_through_a_proxy(
+    name: &str,
+) -> (
+    RedisServer,
+    redisync_test_harness::ChaosProxy,
+    LockGuard,
+    Client,
+    WaitingTask,
+) {
+    let server = RedisServer::start();
+    load_scripts(&server).await;
+    let proxy = redisync_test_harness::ChaosProxy::start(&server);
+    let holder = client(&server).await;
+    let waiting = Client::connect(proxy.url()).await.unwrap();
+    let guard = holder.lock(name).lock().await.unwrap();
+    let task = spawn_offering(&server, name, &waiting).await;
+    (server, proxy, guard, waiting, task)
+}
+
+/// The designee's hold after a stall of `STALL`: still its own, and its lease lengthened to
+/// the watchdog's, which the stall did not hold up.
+async fn assert_kept_through_the_stall(
+    server: &RedisServer,
+    proxy: &redisync_test_harness::ChaosProxy,
+    name: &str,
+    owner: &str,
+    handed: LockGuard,
+) {
+    let lost = tokio::time::timeout(STALL, handed.lost()).await;
+    assert!(
+        lost.is_err(),
+        "the hand-over was lost while a connection stalled"
+    );
+    assert_eq!(proxy.stalled(), 1, "the request was caught by the stall");
+    assert!(!handed.is_lost());
+    assert_eq!(holder_of(server, name), owner);
+    let left = int(server, &["PTTL", &lock_key(name)]);
+    assert!(left > 20_000, "the lease is the watchdog's, {left} ms left");
+    proxy.unstall();
+    handed.unlock().await.unwrap();
+    assert!(!common::exists(server, &lock_key(name)));
+}
+
+/// The early renewal that lengthens a hand-over's short lease goes out on a connection that
+/// stalls (no error, no answer): it is sent again on another connection soon enough for the
+/// short lease, not after the half renewal period (5 s with the defaults) that an ordinary
+/// round waits before it sends again, and the designee keeps the lock as an acquire's hold
+/// would be kept.
+#[tokio::test]
+async fn a_hand_over_survives_a_stalled_connection_under_its_early_renewal() {
+    let name = "stalled-early";
+    let (server, proxy, guard, _waiting, task) = offering_through_a_proxy(name).await;
+    let owner = task.0.clone();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    let (handed, _) = guard_of(task, SETTLE).await;
+    assert_eq!(scripts_run(&server), 1, "handed over: only the release ran");
+    // The designee's client sends nothing naming the lock until its early renewal.
+    proxy.stall_on(&format!("{{{name}}}"));
+    assert_kept_through_the_stall(&server, &proxy, name, &owner, handed).await;
+}
+
+/// A renewal round is stuck on a stalled connection when a hand-over arrives: the early
+/// renewal of the hand-over's short lease does not wait behind that round.
+#[tokio::test]
+async fn a_hand_over_survives_a_renewal_round_stuck_on_a_stalled_connection() {
+    let name = "stalled-round";
+    let (server, proxy, guard, waiting, task) = offering_through_a_proxy(name).await;
+    let owner = task.0.clone();
+    let other = waiting.lock("stalled-round-other").lock().await.unwrap();
+    common::lost_notices_subscribed(&server, &waiting).await;
+    // Taking the other hold from the designee's client tells it at once: its watchdog runs a
+    // round, which goes out on the connection the stall catches.
+    proxy.stall_on("{stalled-round-other}");
+    assert!(client(&server)
+        .await
+        .lock("stalled-round-other")
+        .force_unlock()
+        .await
+        .unwrap());
+    eventually("the round is stuck", SETTLE, || proxy.stalled() == 1).await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    guard.unlock().await.unwrap();
+    let (handed, _) = guard_of(task, SETTLE).await;
+    assert_eq!(scripts_run(&server), 1, "handed over: only the release ran");
+    assert_kept_through_the_stall(&server, &proxy, name, &owner, handed).await;
+    drop(other);
+}

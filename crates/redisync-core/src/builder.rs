@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::duration::{DEFAULT_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::strategy::WaitStrategy;
@@ -79,6 +80,50 @@ impl ClientBuilder {
     /// third of this. A crashed holder's lock frees within this time.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// How much faster Redis's clock may run than this client's, in parts per million
+    /// (default [`DEFAULT_CLOCK_DRIFT_PPM`], 1000 ppm = 0.1 %; at most
+    /// [`MAX_CLOCK_DRIFT_PPM`]).
+    ///
+    /// Redis ends a hold by its own wall clock, the client counts the lease on its own
+    /// monotonic clock from when it sent the request. If Redis's clock runs fast (an NTP
+    /// daemon slewing it forward, a drifting oscillator), the hold ends in Redis before the
+    /// client's count of the lease is over. So the client believes in a hold (what
+    /// `is_lost`, `lost` and the lease's end go by) until `lease − margin`, with a margin of
+    /// [`CLOCK_MARGIN`](crate::CLOCK_MARGIN) (2 ms) plus `lease × ppm / 1,000,000`: 32 ms on
+    /// the default 30 s watchdog lease, after every renewal. Fencing tokens protect writes
+    /// after a hold ended either way; without them (or for an expirable permit, which has
+    /// none), a bound below the real drift means two holders for that long.
+    ///
+    /// The default covers `ntpd`, which slews a clock by at most 500 ppm. `chronyd` may slew
+    /// much faster while it corrects a large offset (its `maxslewrate`, 83,333 ppm by
+    /// default): cap it on the Redis host (`maxslewrate 500`) or raise this bound. Clock
+    /// *steps* are not drift, and no bound covers them (see DEPLOYMENT.md). `0` keeps only the
+    /// fixed 2 ms. [`build`](Self::build) fails with [`Error::InvalidArgument`] above
+    /// [`MAX_CLOCK_DRIFT_PPM`].
+    ///
+    /// ```
+    /// use redisync::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let url = server.url();
+    /// let client = Client::builder(url.clone())
+    ///     .clock_drift_ppm(5_000) // Redis's clock may run up to 0.5 % fast
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(client.clock_drift_ppm(), 5_000);
+    ///
+    /// let absurd = Client::builder(url).clock_drift_ppm(1_000_000).build().await;
+    /// assert!(matches!(absurd, Err(Error::InvalidArgument(_))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn clock_drift_ppm(mut self, ppm: u32) -> Self {
+        self.config.clock_drift_ppm = ppm;
         self
     }
 
@@ -168,7 +213,8 @@ impl ClientBuilder {
     /// Checks the options, connects, and starts the client's background tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, a zero
-    /// watchdog timeout, pool size or command timeout, or a poll interval out of range; with [`Error::Redis`] or
+    /// watchdog timeout, pool size or command timeout, a poll interval out of range, or a
+    /// clock drift bound above [`MAX_CLOCK_DRIFT_PPM`]; with [`Error::Redis`] or
     /// [`Error::Timeout`] when Redis cannot be reached.
     pub async fn build(self) -> Result<Client> {
         let config = self.config;
@@ -197,6 +243,12 @@ impl ClientBuilder {
             }
         }
         config.wait_strategy.check()?;
+        if config.clock_drift_ppm > MAX_CLOCK_DRIFT_PPM {
+            return Err(Error::invalid(format!(
+                "clock drift bound must be at most {MAX_CLOCK_DRIFT_PPM} ppm, found {} ppm",
+                config.clock_drift_ppm
+            )));
+        }
         if config.pool_size == 0 || config.pool_size > MAX_POOL_SIZE {
             return Err(Error::invalid(format!(
                 "pool size must be between 1 and {MAX_POOL_SIZE}, found {}",
@@ -310,6 +362,7 @@ impl Client {
                 cluster: None,
                 metrics: crate::metrics::Metrics::default(),
                 wait_strategy: WaitStrategy::default(),
+                clock_drift_ppm: DEFAULT_CLOCK_DRIFT_PPM,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
             },

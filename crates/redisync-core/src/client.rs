@@ -148,7 +148,10 @@ impl Client {
         let shared = Arc::new(Shared {
             id: uuid::Uuid::new_v4().to_string(),
             hub: Arc::new(Hub::new(transport.config.wait_strategy)),
-            watchdog: Arc::new(Watchdog::new(transport.config.metrics)),
+            watchdog: Arc::new(Watchdog::new(
+                transport.config.metrics,
+                transport.config.clock_drift_ppm,
+            )),
             queues: Arc::new(WaitQueues::default()),
             pending: Arc::new(Pending::default()),
             cells: Cells::default(),
@@ -240,6 +243,13 @@ impl Client {
     /// The command timeout.
     pub fn command_timeout(&self) -> Duration {
         self.shared().config.command_timeout
+    }
+
+    /// How much faster Redis's clock may run than this client's, in parts per million: a
+    /// share of every lease the client counts as over before Redis does (see
+    /// [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm)).
+    pub fn clock_drift_ppm(&self) -> u32 {
+        self.shared().config.clock_drift_ppm
     }
 
     /// How waiters learn that a primitive was released: by pub/sub wake-ups, or by polling.

@@ -86,7 +86,7 @@ pub use builder::{
     DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
 };
 pub use client::{Client, LocalState};
-pub use duration::{CLOCK_MARGIN, MIN_LEASE};
+pub use duration::{CLOCK_MARGIN, DEFAULT_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM, MIN_LEASE};
 pub use error::{Error, Result};
 pub use in_flight::ReleasesInFlight;
 pub use keys::KeySpace;

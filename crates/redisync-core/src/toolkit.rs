@@ -372,12 +372,40 @@ pub trait Toolkit: sealed::Sealed {
     fn retry_for_lease(&self, sent_at: Instant, lease: Option<Duration>) -> Retry {
         match lease {
             None => Retry::UntilConfirmed,
-            Some(lease) => Retry::UntilLeaseEnds(
-                crate::watchdog::lease::deadline(sent_at, lease)
-                    .checked_add(self.abandoned_request_grace())
-                    .unwrap_or_else(|| crate::watchdog::lease::deadline(sent_at, lease)),
-            ),
+            Some(lease) => {
+                let ends = self.lease_deadline(sent_at, lease);
+                Retry::UntilLeaseEnds(
+                    ends.checked_add(self.abandoned_request_grace())
+                        .unwrap_or(ends),
+                )
+            }
         }
+    }
+
+    /// When a lease of `lease` set by a request sent at `sent_at` ends at the latest as far as
+    /// this client may believe (monotonic clock): its end less its margin, the fixed
+    /// [`CLOCK_MARGIN`] and the client's clock drift bound's share of the lease (see
+    /// [`duration::lease_margin`] and
+    /// [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm)). For a
+    /// primitive that counts the end of something Redis expires by itself. Never panics: a
+    /// lease too long for the platform's clock saturates far in the future.
+    fn lease_deadline(&self, sent_at: Instant, lease: Duration) -> Instant {
+        crate::watchdog::lease::deadline(
+            sent_at,
+            lease,
+            self.client().shared().config.clock_drift_ppm,
+        )
+    }
+
+    /// A fixed lease of `lease`, set by a request sent at `sent_at`, never renewed: a
+    /// [`HoldLease::fixed`] whose deadline (and that of any later fix) is counted with this
+    /// client's clock drift bound (see [`lease_deadline`](Self::lease_deadline)).
+    fn fixed_lease(&self, sent_at: Instant, lease: Duration) -> crate::HoldLease {
+        crate::HoldLease::fixed_with_drift(
+            sent_at,
+            lease,
+            self.client().shared().config.clock_drift_ppm,
+        )
     }
 
     /// Runs a script that is safe to repeat (it remembers its request id), retrying on a broken

@@ -78,6 +78,9 @@ pub(crate) struct Config {
     pub(crate) metrics: crate::metrics::Metrics,
     /// How waiters learn of releases.
     pub(crate) wait_strategy: crate::strategy::WaitStrategy,
+    /// How much faster Redis's clock may run than the client's, in parts per million: see
+    /// [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm).
+    pub(crate) clock_drift_ppm: u32,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
@@ -106,6 +109,7 @@ impl fmt::Debug for Config {
             .field("command_timeout", &self.command_timeout)
             .field("pool_size", &self.pool_size)
             .field("wait_strategy", &self.wait_strategy)
+            .field("clock_drift_ppm", &self.clock_drift_ppm)
             .finish()
     }
 }

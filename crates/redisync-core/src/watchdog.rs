@@ -13,11 +13,16 @@
 //!   `-1 - ms` still ours but not renewed because its lease was fixed meanwhile (a renewal
 //!   that raced the fixing request must not undo it), ending in `ms` milliseconds.
 //!
-//! A hold that comes back `0` is marked lost and dropped from the registry; one that comes back
-//! negative keeps its deadline, brought forward to the fixed lease's end if that is earlier
-//! (the guard may not have learnt of the fix, when the fixing request's reply was lost). A failed call keeps the holds and retries sooner; a hold with no
-//! successful renewal sent within one lease is marked lost (monotonic clock), and so is every
-//! hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
+//! A hold that comes back `1` gets a new deadline: the lease from when the call was *sent*,
+//! less the lease's margin (the fixed [`CLOCK_MARGIN`](crate::CLOCK_MARGIN) plus the client's
+//! clock drift bound's share of the lease, see
+//! [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm)), so the client
+//! never believes in a hold Redis, by its own clock, may already have ended. A hold that comes
+//! back `0` is marked lost and dropped from the registry; one that comes back negative keeps
+//! its deadline, brought forward to the fixed lease's end if that is earlier (the guard may
+//! not have learnt of the fix, when the fixing request's reply was lost). A failed call keeps
+//! the holds and retries sooner; a hold with no successful renewal sent within one lease is
+//! marked lost (monotonic clock), and so is every hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
 //! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
 //! hold that is not ours.
 //!
@@ -25,8 +30,15 @@
 //! (a lock handed over in a wake-up, whose designee might not be able to act) is registered
 //! with [`Toolkit::watch_short_lease`](crate::toolkit::Toolkit::watch_short_lease): the task
 //! renews it once half of what was left of it at registration has passed, ahead of its
-//! rounds (a round renews every hold, batched as ever). While such holds come, the task wakes
-//! at least every eighth of their lease, so that registering one seldom has to wake it.
+//! rounds, with an *early renewal*: a request of its own (batched with the other short holds
+//! due at that moment), sent whether or not a round is on the wire, so that a round stuck on
+//! a stalled connection, a slow server or a cluster's `TRYAGAIN` retries never holds it up.
+//! An early renewal that does not answer is sent again on the next connection after a quarter
+//! of the time the shortest of its holds has left (not the rounds' half period), so that all
+//! [`HEDGES`] sends are out by half that time; one that fails is retried shortly, until the
+//! hold is renewed or runs out. The task never waits for a round: rounds, early renewals,
+//! lost notices and registrations are all watched at once. While short holds come, the task
+//! wakes at least every eighth of their lease, so that registering one seldom has to wake it.
 //!
 //! Every registration is its own: two guards of one owner on one lock (a re-entry) each have
 //! their own deadline and their own place in the registry, so fixing one's lease or dropping
@@ -45,14 +57,17 @@
 //! the next renewal, as before.
 //!
 //! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
-//! has not answered within half a renewal period (or the command timeout, if shorter), the
-//! same batch is sent again, on the next connection of the pool, up to [`HEDGES`] times in
-//! all; the first answer counts. So one slow connection cannot lose every hold even when the
-//! command timeout is longer than the lease.
+//! has not answered within half a renewal period (or the command timeout, if shorter; for an
+//! early renewal, see above), the same batch is sent again, on the next connection of the
+//! pool, up to [`HEDGES`] times in all; the first answer counts. So one slow connection cannot
+//! lose every hold even when the command timeout is longer than the lease. A round still on
+//! the wire when the next is due delays that next round until it ends (rounds never overlap);
+//! it delays nothing else.
 
 pub(crate) mod lease;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -99,6 +114,8 @@ struct Entry {
     /// For a hold registered with a short lease: when to renew it, ahead of the next round
     /// (cleared by its first confirmed renewal).
     renew_by: Option<Instant>,
+    /// An early renewal of this hold is on the wire: no other is sent until it ends.
+    renewing_early: bool,
 }
 
 /// The registry of holds the watchdog renews, by registration serial.
@@ -120,6 +137,8 @@ pub(crate) struct Watchdog {
     renew_soon: tokio::sync::Notify,
     /// When the task plans to wake next, and the latest short lease registered.
     plan: Mutex<WakePlan>,
+    /// The client's clock drift bound, in parts per million: every deadline is counted with it.
+    drift_ppm: u32,
     /// Whether the watchdog holds the client's lost-notice subscription (it keeps it once
     /// made: one channel per client, not a leak of any call).
     pub(crate) listens_for_notices: std::sync::atomic::AtomicBool,
@@ -167,10 +186,12 @@ impl Drop for Renewal {
 }
 
 impl Watchdog {
-    /// An empty registry, reporting with `metrics`.
-    pub(crate) fn new(metrics: crate::metrics::Metrics) -> Self {
+    /// An empty registry, reporting with `metrics`, for a client whose clock drift bound is
+    /// `drift_ppm`.
+    pub(crate) fn new(metrics: crate::metrics::Metrics, drift_ppm: u32) -> Self {
         Watchdog {
             metrics,
+            drift_ppm,
             ..Watchdog::default()
         }
     }
@@ -194,8 +215,8 @@ impl Watchdog {
             keys,
             args,
         };
-        let expires_at = crate::watchdog::lease::deadline(sent_at, lease);
-        let state = LeaseState::new(expires_at);
+        let state = LeaseState::new(sent_at, lease, self.drift_ppm);
+        let expires_at = state.expires_at();
         let renew_by = short.then(|| {
             let now = Instant::now();
             now + expires_at.saturating_duration_since(now) / 2
@@ -209,6 +230,7 @@ impl Watchdog {
                 script,
                 state: state.clone(),
                 renew_by,
+                renewing_early: false,
             },
         );
         drop(entries);
@@ -251,7 +273,8 @@ impl Watchdog {
 
     /// Forgets every hold whose lease ran out without a confirmed renewal (its guards see that
     /// by themselves); returns how many, when the next one would run out, and when the first
-    /// is due for a renewal ahead of the rounds (see [`register`](Self::register)).
+    /// is due for a renewal ahead of the rounds (see [`register`](Self::register)) that is not
+    /// on the wire already.
     fn expire(&self) -> (u64, Option<Instant>, Option<Instant>) {
         let metrics = self.metrics;
         let mut entries = lock(&self.entries);
@@ -269,7 +292,11 @@ impl Watchdog {
             }
         });
         let next = entries.values().map(|e| e.state.expires_at()).min();
-        let renew_by = entries.values().filter_map(|e| e.renew_by).min();
+        let renew_by = entries
+            .values()
+            .filter(|e| !e.renewing_early)
+            .filter_map(|e| e.renew_by)
+            .min();
         (expired, next, renew_by)
     }
 }
@@ -359,24 +386,46 @@ impl Notices {
 }
 
 async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Option<Notices>) {
+    use futures_util::future::{Fuse, FutureExt};
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+
     let lease = transport.config.watchdog_timeout;
     let period = lease / 3;
     let hedge_after = (period / 2).min(transport.config.command_timeout);
     let mut next_tick = Instant::now() + period;
-    // An early renewal waits at least this long: after a round that failed, it is retried at
-    // the pace of failures, not at once.
-    let mut next_round_at = Instant::now();
+    // The round on the wire (polled alongside everything else, so that nothing waits behind
+    // it), when it started, and whether a notice asked for one more after it.
+    let round = Fuse::terminated();
+    tokio::pin!(round);
+    let mut round_started: Option<Instant> = None;
+    let mut round_wanted = false;
+    // Early renewals on the wire, each its own request.
+    let mut early = FuturesUnordered::new();
     loop {
         let (expired, next_expiry, renew_by) = watchdog.expire();
         Counters::bump(&transport.counters.lost_leases, expired);
-        let renewal_due_at = renew_by.map(|at| at.max(next_round_at));
-        let mut wake = [next_expiry, renewal_due_at]
+        let now = Instant::now();
+        if renew_by.is_some_and(|at| at <= now) {
+            early.push(renew_early(&transport, &watchdog, lease, hedge_after));
+            continue;
+        }
+        if round_started.is_none() && (round_wanted || now >= next_tick) {
+            round_wanted = false;
+            round_started = Some(now);
+            round.set(renew_round(&transport, &watchdog, lease, hedge_after).fuse());
+        }
+        // While a round is on the wire, the next one is planned when it ends.
+        let tick = if round_started.is_none() {
+            next_tick
+        } else {
+            now + period
+        };
+        let mut wake = [next_expiry, renew_by]
             .into_iter()
             .flatten()
-            .fold(next_tick, Instant::min);
+            .fold(tick, Instant::min);
         {
             let mut plan = lock(&watchdog.plan);
-            let now = Instant::now();
             if let Some((seen, short)) = plan.short {
                 if now.saturating_duration_since(seen) < lease {
                     wake = wake.min(now + short / 8);
@@ -394,36 +443,31 @@ async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Op
                 None => std::future::pending().await,
             }
         };
-        let notified = tokio::select! {
+        tokio::select! {
             _ = transport.shutdown.wait() => {
                 // Nobody renews these holds any more: they will expire, so say so now.
                 watchdog.abandon_all();
                 return;
             }
-            _ = tokio::time::sleep_until(wake.into()) => false,
-            _ = watchdog.first_hold.notified(), if waiting_for_first_hold => continue,
-            _ = watchdog.renew_soon.notified() => continue,
-            _ = notice => true,
-        };
-        // A notice: some hold of this client was taken, and the round finds which.
-        let now = Instant::now();
-        let renewal_due = renewal_due_at.is_some_and(|at| at <= now);
-        if !notified && now < next_tick && !renewal_due {
-            continue;
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = watchdog.first_hold.notified(), if waiting_for_first_hold => {}
+            _ = watchdog.renew_soon.notified() => {}
+            // A notice: some hold of this client was taken, and a round finds which (one
+            // more after the round on the wire, which may have been sent before the take).
+            _ = notice => round_wanted = true,
+            all_renewed = &mut round, if round_started.is_some() => {
+                let started = round_started.take().unwrap_or(now);
+                // Counted from the round's start, so that rounds keep their rhythm however
+                // long the renewal calls take.
+                next_tick = started
+                    + if all_renewed {
+                        period
+                    } else {
+                        RETRY_AFTER_FAILURE.min(period)
+                    };
+            }
+            Some(()) = early.next(), if !early.is_empty() => {}
         }
-        let started = Instant::now();
-        let all_renewed = renew_all(&transport, &watchdog, lease, hedge_after).await;
-        if !all_renewed {
-            next_round_at = started + RETRY_AFTER_FAILURE;
-        }
-        // Counted from the round's start, so that rounds keep their rhythm however long the
-        // renewal calls take.
-        next_tick = started
-            + if all_renewed {
-                period
-            } else {
-                RETRY_AFTER_FAILURE.min(period)
-            };
     }
 }
 
@@ -433,18 +477,19 @@ type Registered = (HoldId, u64);
 /// Holds renewed together: their script and the holds (of one slot, on a cluster).
 type Batch = (&'static LuaScript, Vec<Registered>);
 
-/// One renewal round. Returns false if any call failed.
-async fn renew_all(
-    transport: &Arc<Transport>,
+/// The registered holds that `selected` picks (by serial), grouped by renewal script and, on
+/// a cluster, where one call may only touch one slot, by slot as well.
+fn batches(
+    transport: &Transport,
     watchdog: &Watchdog,
-    lease: Duration,
-    hedge_after: Duration,
-) -> bool {
-    let lease_ms = crate::duration::redis_millis(lease);
-    // On a cluster one call may only touch one slot, so holds are grouped by slot as well.
+    selected: impl Fn(u64) -> bool,
+) -> Vec<Batch> {
     let sharded = transport.sharded();
     let mut groups: HashMap<(&'static str, Option<u16>), Batch> = HashMap::new();
     for (serial, entry) in lock(&watchdog.entries).iter() {
+        if !selected(*serial) {
+            continue;
+        }
         let shard = sharded.then(|| crate::keys::slot(entry.id.key()));
         groups
             .entry((entry.id.script, shard))
@@ -452,9 +497,75 @@ async fn renew_all(
             .1
             .push((entry.id.clone(), *serial));
     }
-    // Every batch at once: a round costs about one round trip however many holds there are.
+    groups.into_values().collect()
+}
+
+/// One renewal round: every hold, batched. Resolves to false if any call failed.
+fn renew_round<'a>(
+    transport: &'a Arc<Transport>,
+    watchdog: &'a Watchdog,
+    lease: Duration,
+    hedge_after: Duration,
+) -> impl Future<Output = bool> + Send + 'a {
+    let groups = batches(transport, watchdog, |_| true);
+    renew(transport, watchdog, groups, lease, hedge_after)
+}
+
+/// Renews, as a request of its own, the holds registered with a short lease that are due for
+/// their early renewal and have none on the wire (see [`Watchdog::register`]). It is sent again
+/// on another connection after a quarter of the shortest time such a hold has left, so that
+/// one stalled connection cannot keep it from landing before that hold runs out. A hold
+/// whose renewal failed is tried again shortly.
+fn renew_early<'a>(
+    transport: &'a Arc<Transport>,
+    watchdog: &'a Watchdog,
+    lease: Duration,
+    hedge_after: Duration,
+) -> impl Future<Output = ()> + Send + 'a {
+    let now = Instant::now();
+    let mut due = std::collections::HashSet::new();
+    let mut left = hedge_after;
+    for (serial, entry) in lock(&watchdog.entries).iter_mut() {
+        if !entry.renewing_early && entry.renew_by.is_some_and(|at| at <= now) {
+            entry.renewing_early = true;
+            left = left.min(entry.state.expires_at().saturating_duration_since(now));
+            due.insert(*serial);
+        }
+    }
+    // Up to HEDGES sends by half the time left, the last with the other half to answer.
+    let hedge = (left / (HEDGES as u32 + 1))
+        .min(hedge_after)
+        .max(Duration::from_millis(1));
+    let groups = batches(transport, watchdog, |serial| due.contains(&serial));
+    async move {
+        renew(transport, watchdog, groups, lease, hedge).await;
+        // A confirmed renewal cleared `renew_by` (or the hold is gone); what is left failed.
+        let retry_at = Instant::now() + RETRY_AFTER_FAILURE;
+        let mut entries = lock(&watchdog.entries);
+        for serial in &due {
+            if let Some(entry) = entries.get_mut(serial) {
+                entry.renewing_early = false;
+                if entry.renew_by.is_some() {
+                    entry.renew_by = Some(retry_at);
+                }
+            }
+        }
+    }
+}
+
+/// Renews the holds of `groups`, every batch at once: a round costs about one round trip
+/// however many holds there are. Returns false if any call failed.
+async fn renew(
+    transport: &Arc<Transport>,
+    watchdog: &Watchdog,
+    groups: Vec<Batch>,
+    lease: Duration,
+    hedge_after: Duration,
+) -> bool {
+    let lease_ms = crate::duration::redis_millis(lease);
     let mut renewals = Vec::new();
-    for (script, holds) in groups.values() {
+    for (script, holds) in &groups {
+        let script = *script;
         for batch in holds.chunks(BATCH) {
             let (keys_per_hold, args_per_hold) = batch
                 .first()
@@ -557,17 +668,11 @@ fn settle(
             // believe in a later one. Nothing is left for an early renewal to do.
             entry.renew_by = None;
             let left = Duration::from_millis(result.saturating_add(1).unsigned_abs());
-            entry
-                .state
-                .cap(crate::watchdog::lease::deadline(sent_at, left));
+            entry.state.cap(entry.state.deadline(sent_at, left));
             continue;
         }
         let metrics = transport.config.metrics;
-        if result == 1
-            && entry
-                .state
-                .extend(crate::watchdog::lease::deadline(sent_at, lease))
-        {
+        if result == 1 && entry.state.extend(entry.state.deadline(sent_at, lease)) {
             entry.renew_by = None;
             Counters::bump(&transport.counters.renewals, 1);
             metrics.renewal(entry.script.kind(), id.key(), "renewed");

@@ -7,8 +7,8 @@ use futures_util::Stream;
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     async_trait, granted, registration_for, Acquire, Attempt, Client, ClientRegistration,
-    DistributedPrimitive, Error, Hold, HoldLease, LateOutcome, Lease, OnGrant, Result, ScriptCall,
-    Toolkit, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
+    DistributedPrimitive, Error, Hold, LateOutcome, Lease, OnGrant, Result, ScriptCall, Toolkit,
+    Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
 };
 use tracing::Instrument;
 
@@ -331,7 +331,7 @@ impl ElectionCore {
         };
         let keys = self.keys()?;
         let hold_lease = match lease {
-            Some(lease) => HoldLease::fixed(sent_at, lease),
+            Some(lease) => self.client.fixed_lease(sent_at, lease),
             None => {
                 let hold = scripts::RenewedHold {
                     leader: &keys.leader,

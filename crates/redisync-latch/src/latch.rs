@@ -391,9 +391,10 @@ impl CountDownLatch {
         // arming opened (so at least this long after the first send); retries go on only
         // while one sent now would still be recognised.
         let keep = count_down_memory(&core.client);
-        let retry = sent_at
-            .checked_add(keep.saturating_sub(core.client.abandoned_request_grace()))
-            .map_or(Retry::UntilConfirmed, Retry::WhileRemembered);
+        let retry = Retry::WhileRemembered(core.client.lease_deadline(
+            sent_at,
+            keep.saturating_sub(core.client.abandoned_request_grace()),
+        ));
         let call = scripts::CountDown {
             latch: &keys.latch,
             opened: &keys.opened,

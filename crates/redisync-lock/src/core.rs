@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
-    registration_for, Attempt, Client, ClientRegistration, Error, Hold, HoldLease, IntOrList,
-    LateOutcome, OnGrant, ReleasesInFlight, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
+    registration_for, Attempt, Client, ClientRegistration, Error, Hold, IntOrList, LateOutcome,
+    OnGrant, ReleasesInFlight, Result, ScriptCall, WaitSpec, Waitlist, Withdraw,
 };
 use tracing::Instrument;
 
@@ -376,7 +376,7 @@ impl LockCore {
             attempt,
         };
         let lease = match lease {
-            GuardLease::Fixed(lease) => HoldLease::fixed(sent_at, lease),
+            GuardLease::Fixed(lease) => self.client.fixed_lease(sent_at, lease),
             GuardLease::Watchdog => {
                 self.client
                     .watch_lease(&scripts::RENEW, hold.keys(), hold.args(), sent_at)

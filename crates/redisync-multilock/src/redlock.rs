@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redisync_core::toolkit::duration::{lease_millis, wait_deadline};
+use redisync_core::toolkit::duration::{lease_margin, lease_millis, wait_deadline};
 use redisync_core::toolkit::{async_trait, DistributedPrimitive, Error, Result};
 use redisync_lock::{LockGuard, ReentrantLock};
 
@@ -25,7 +25,8 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// (usually all with the same name). A round asks every server at once, without waiting on
 /// any; it succeeds when a majority ([`quorum`](Self::quorum)) granted the lock and time is
 /// left of the lease: the *validity*, `lease − time the round took − drift` (drift: 1% of the
-/// lease plus 2 ms). Otherwise every grant of the round is given back and, until the wait runs
+/// lease plus 2 ms, or the lease margin of a server's client if that is larger: see
+/// [`ClientBuilder::clock_drift_ppm`](redisync_core::ClientBuilder::clock_drift_ppm)). Otherwise every grant of the round is given back and, until the wait runs
 /// out, another round follows after a random pause. The lock therefore survives a minority of
 /// the servers being down. Leases are fixed (no watchdog): the guard is valid until
 /// [`RedlockGuard::validity`] runs out.
@@ -191,7 +192,11 @@ impl Redlock {
         }
         lease_millis(lease)?;
         let deadline = wait.map(wait_deadline).transpose()?;
-        let drift = lease / 100 + Duration::from_millis(2);
+        let drift = self
+            .locks
+            .iter()
+            .map(|lock| lease_margin(lease, lock.client().clock_drift_ppm()))
+            .fold(lease / 100 + Duration::from_millis(2), Duration::max);
         let random = RandomState::new();
         for round in 0u64.. {
             if let Some(guard) = self.round(lease, drift).await? {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
-    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
-    IntOrList, Lease, ReleasesInFlight, Result, ScriptCall, Wait, WaitSpec,
+    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, IntOrList,
+    Lease, ReleasesInFlight, Result, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -782,7 +782,7 @@ impl ReadWriteLock {
         // The grant removed the mark and the registration in the same script.
         mark.disarm();
         let lease = match request.lease {
-            Some(lease) => HoldLease::fixed(granted.sent_at, lease),
+            Some(lease) => core.client.fixed_lease(granted.sent_at, lease),
             None => {
                 let hold = scripts::RenewedHold {
                     hash: &keys.hash,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use redisync_core::toolkit::duration::{lease_millis, redis_millis};
 use redisync_core::toolkit::{
-    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, HoldLease,
-    IntOrList, LateOutcome, Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
+    async_trait, granted, Acquire, Attempt, Client, DistributedPrimitive, Error, Hold, IntOrList,
+    LateOutcome, Lease, Result, Retry, ScriptCall, Wait, WaitSpec,
 };
 use tracing::Instrument;
 
@@ -510,7 +510,7 @@ impl Acquire for ExpirableSemaphore {
             return Ok(None);
         };
         let lease = match fixed {
-            Some(lease) => HoldLease::fixed(sent_at, lease),
+            Some(lease) => core.client.fixed_lease(sent_at, lease),
             None => {
                 let permit = scripts::XRenewedPermit {
                     deadlines: &keys.deadlines,

@@ -5,16 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Renewal;
-use crate::duration::CLOCK_MARGIN;
+use crate::duration::{lease_margin, DEFAULT_CLOCK_DRIFT_PPM};
 use crate::locking::lock;
 use crate::signal::Flag;
 
 /// The client's view of one hold: when it ends at the latest, and whether it is known gone.
 ///
 /// The deadline is counted on the monotonic clock from when the request that set the lease
-/// was *sent*, less [`CLOCK_MARGIN`], so the client never believes it holds longer than Redis
-/// does. Once the deadline passes, or the flag is set, the hold is lost for good: a late
-/// confirmation does not revive it.
+/// was *sent*, less the lease's margin ([`lease_margin`], with the client's clock drift
+/// bound), so the client never believes it holds longer than Redis does. Once the deadline
+/// passes, or the flag is set, the hold is lost for good: a late confirmation does not revive
+/// it.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: Flag,
@@ -25,27 +26,45 @@ pub(crate) struct LeaseState {
     refixed: tokio::sync::Notify,
     /// The loss was counted in the client's statistics (whoever notices it first counts it).
     counted: std::sync::atomic::AtomicBool,
+    /// The client's clock drift bound, in parts per million: every later deadline of this
+    /// hold (a fixed lease, a pending fix) is counted with it.
+    drift_ppm: u32,
 }
 
-/// The client-side deadline of a lease set by a request sent at `sent_at`. A lease too long
-/// for the platform's clock saturates to a far-future instant instead of panicking.
-pub(crate) fn deadline(sent_at: Instant, lease: Duration) -> Instant {
+/// The client-side deadline of a lease set by a request sent at `sent_at`: its end less its
+/// margin ([`lease_margin`] with a drift bound of `drift_ppm`), never before `sent_at`. A
+/// lease too long for the platform's clock is taken as a far-future one (and so is its
+/// margin) instead of panicking.
+pub(crate) fn deadline(sent_at: Instant, lease: Duration, drift_ppm: u32) -> Instant {
     const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
-    let end = sent_at
-        .checked_add(lease)
-        .or_else(|| sent_at.checked_add(FAR_FUTURE))
-        .unwrap_or(sent_at);
-    end.checked_sub(CLOCK_MARGIN).unwrap_or(sent_at)
+    let (end, lease) = match sent_at.checked_add(lease) {
+        Some(end) => (end, lease),
+        None => match sent_at.checked_add(FAR_FUTURE) {
+            Some(end) => (end, FAR_FUTURE),
+            None => return sent_at,
+        },
+    };
+    end.checked_sub(lease_margin(lease, drift_ppm))
+        .map_or(sent_at, |at| at.max(sent_at))
 }
 
 impl LeaseState {
-    pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
+    /// A hold with a lease of `lease` set by a request sent at `sent_at`, for a client whose
+    /// clock drift bound is `drift_ppm`.
+    pub(crate) fn new(sent_at: Instant, lease: Duration, drift_ppm: u32) -> Arc<Self> {
         Arc::new(LeaseState {
             lost: Flag::default(),
-            expires_at: Mutex::new((expires_at, false)),
+            expires_at: Mutex::new((deadline(sent_at, lease, drift_ppm), false)),
             refixed: tokio::sync::Notify::new(),
             counted: std::sync::atomic::AtomicBool::new(false),
+            drift_ppm,
         })
+    }
+
+    /// The deadline of a lease of `lease` set by a request sent at `sent_at`, counted with
+    /// this hold's drift bound.
+    pub(crate) fn deadline(&self, sent_at: Instant, lease: Duration) -> Instant {
+        deadline(sent_at, lease, self.drift_ppm)
     }
 
     pub(crate) fn expires_at(&self) -> Instant {
@@ -149,10 +168,18 @@ impl HoldLease {
         }
     }
 
-    /// A fixed lease of `lease`, set by a request sent at `sent_at`, never renewed.
+    /// A fixed lease of `lease`, set by a request sent at `sent_at`, never renewed, counted
+    /// with the default clock drift bound ([`DEFAULT_CLOCK_DRIFT_PPM`]). Primitives use
+    /// [`Toolkit::fixed_lease`](crate::toolkit::Toolkit::fixed_lease), which counts it with
+    /// their client's bound.
     pub fn fixed(sent_at: Instant, lease: Duration) -> Self {
+        Self::fixed_with_drift(sent_at, lease, DEFAULT_CLOCK_DRIFT_PPM)
+    }
+
+    /// [`fixed`](Self::fixed), counted with a drift bound of `drift_ppm`.
+    pub(crate) fn fixed_with_drift(sent_at: Instant, lease: Duration, drift_ppm: u32) -> Self {
         HoldLease {
-            state: LeaseState::new(deadline(sent_at, lease)),
+            state: LeaseState::new(sent_at, lease, drift_ppm),
             _renewal: None,
         }
     }
@@ -163,10 +190,11 @@ impl HoldLease {
     }
 
     /// Turns the lease into a fixed one of `lease`, set by a request sent at `sent_at`:
-    /// renewal stops, and the deadline becomes that lease's, even if it is earlier.
+    /// renewal stops, and the deadline becomes that lease's, even if it is earlier. Counted
+    /// with the drift bound the lease was made with.
     pub fn fix(&mut self, sent_at: Instant, lease: Duration) {
         self._renewal = None;
-        self.state.fix(deadline(sent_at, lease));
+        self.state.fix(self.state.deadline(sent_at, lease));
     }
 
     /// When the hold ends at the latest as far as the client knows (monotonic clock): its
@@ -181,7 +209,7 @@ impl HoldLease {
     pub fn pending_fix(&self, sent_at: Instant, lease: Duration) -> PendingFix {
         PendingFix {
             state: Some(self.state.clone()),
-            until: deadline(sent_at, lease),
+            until: self.state.deadline(sent_at, lease),
         }
     }
 
@@ -219,5 +247,57 @@ impl Drop for PendingFix {
         if let Some(state) = self.state.take() {
             state.cap(self.until);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::duration::CLOCK_MARGIN;
+
+    #[test]
+    fn deadlines_take_the_margin_off_the_lease() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            deadline(now, ms(30_000), 0),
+            now + ms(30_000) - CLOCK_MARGIN
+        );
+        assert_eq!(deadline(now, ms(30_000), 1_000), now + ms(29_968));
+        assert_eq!(deadline(now, ms(2_000), 100_000), now + ms(1_798));
+        // A lease shorter than its margin ends at once, never before it was sent.
+        assert_eq!(deadline(now, ms(1), 0), now);
+    }
+
+    #[test]
+    fn huge_leases_saturate_far_in_the_future() {
+        let now = Instant::now();
+        let year = Duration::from_secs(86_400 * 365);
+        for drift in [0, 1_000, crate::duration::MAX_CLOCK_DRIFT_PPM, u32::MAX] {
+            let end = deadline(now, Duration::MAX, drift);
+            assert!(end >= now, "drift {drift}");
+            if drift <= crate::duration::MAX_CLOCK_DRIFT_PPM {
+                assert!(end > now + year * 25, "drift {drift}: {:?}", end - now);
+            }
+        }
+        let longest = Duration::from_millis(crate::duration::MAX_MILLIS);
+        if let Some(end) = now.checked_add(longest) {
+            assert!(deadline(now, longest, 1_000) < end);
+            assert!(deadline(now, longest, 1_000) > now + year * 1_000);
+        }
+    }
+
+    #[test]
+    fn fixed_leases_use_the_default_bound_and_fixes_keep_theirs() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let lease = HoldLease::fixed(now, ms(10_000));
+        assert_eq!(lease.ends_at(), now + ms(10_000 - 12));
+        let mut lease = HoldLease::fixed_with_drift(now, ms(10_000), 50_000);
+        assert_eq!(lease.ends_at(), now + ms(10_000 - 502));
+        lease.fix(now, ms(1_000));
+        assert_eq!(lease.ends_at(), now + ms(1_000 - 52));
+        drop(lease.pending_fix(now, ms(100)));
+        assert_eq!(lease.ends_at(), now + ms(100 - 7));
     }
 }
