@@ -51,9 +51,12 @@ struct Hold {
     token: Option<u64>,
     lost_at_end: bool,
     writes: Vec<WriteRecord>,
+    /// The first stamp of the run, for readable reports.
+    origin: u64,
 }
 
 impl Hold {
+    /// How the hold is named in reports; stamps in seconds since `origin`.
     fn label(&self, cheat: Option<u32>) -> String {
         let who = if Some(self.worker) == cheat {
             " (the cheat)"
@@ -61,9 +64,16 @@ impl Hold {
             ""
         };
         let token = self.token.map_or(String::new(), |t| format!(" token {t}"));
+        let secs = |at: u64| at.saturating_sub(self.origin) as f64 / 1e6;
         format!(
-            "w{}.{} #{}{}{} [{}..{}]",
-            self.worker, self.incarnation, self.seq, token, who, self.entered, self.end
+            "w{}.{} #{}{}{} [{:.6}..{:.6} s]",
+            self.worker,
+            self.incarnation,
+            self.seq,
+            token,
+            who,
+            secs(self.entered),
+            secs(self.end)
         )
     }
 }
@@ -130,6 +140,8 @@ pub fn check(
             cheat,
         );
     }
+    let origin = holds.iter().map(|h| h.tried).min().unwrap_or(0);
+    holds.iter_mut().for_each(|h| h.origin = origin);
     for (round, stamps) in &begins {
         findings.rounds.entry(*round).or_default().begun = stamps.len() as u64;
     }
@@ -166,8 +178,9 @@ pub fn check(
             .map_or(0, |stamps| stamps.iter().filter(|s| **s < at).count() as u64);
         if begun < LATCH_COUNT {
             findings.violations.push(format!(
-                "latch round {round} seen open at {at} after only {begun} of its \
-                 {LATCH_COUNT} count-downs began"
+                "latch round {round} seen open {:.6} s into the run after only {begun} of its \
+                 {LATCH_COUNT} count-downs began",
+                at.saturating_sub(origin) as f64 / 1e6
             ));
         }
     }
@@ -239,6 +252,7 @@ fn collect(
                         token: *token,
                         lost_at_end: *lost,
                         writes: Vec::new(),
+                        origin: 0,
                     },
                 );
             }

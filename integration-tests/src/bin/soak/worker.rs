@@ -38,7 +38,7 @@ pub fn latch_name(round: u64) -> String {
 const MAX_WAIT_MS: u64 = 1500;
 
 /// Longest ordinary hold.
-const MAX_HOLD_MS: u64 = 200;
+const MAX_HOLD_MS: u64 = 80;
 
 /// Runs a worker until its standard input closes.
 pub async fn run(options: WorkerOptions) -> ExitCode {
@@ -204,7 +204,7 @@ impl Worker {
         let hold = if fixed && self.rng.chance(3) {
             self.lease + self.rng.millis(100, 400)
         } else {
-            self.rng.millis(5, MAX_HOLD_MS)
+            self.rng.millis(2, MAX_HOLD_MS)
         };
         tokio::time::sleep(hold).await;
         if let Some(token) = token {
