@@ -323,7 +323,9 @@ fn overlaps<'h>(holds: &[&'h Hold], capacity: u64) -> Vec<Vec<&'h Hold>> {
     let mut points: Vec<(u64, u8, usize)> = Vec::with_capacity(holds.len() * 2);
     for (i, h) in holds.iter().enumerate() {
         points.push((h.entered, 1, i));
-        points.push((h.end, 0, i));
+        // A hold killed right after its `enter` has one stamp: a span of 1 µs, which ends
+        // after it starts.
+        points.push((h.end.max(h.entered + 1), 0, i));
     }
     points.sort_unstable();
     let mut active: Vec<usize> = Vec::new();

@@ -13,11 +13,11 @@ use redisync_test_harness::{ChaosProxy, RedisServer};
 
 use crate::checker::{self, Findings};
 use crate::events::Resource;
-use crate::fleet::{Fleet, FleetConfig};
+use crate::fleet::{FaultRecord, Fleet, FleetConfig};
 use crate::latches::arm_rounds;
 use crate::liveness::{self, Liveness};
 use crate::nemesis::{FaultCounts, Nemesis};
-use crate::options::RunOptions;
+use crate::options::{CheckOptions, RunOptions};
 use crate::register::Register;
 use crate::rng::Rng;
 use crate::worker::KEY_PREFIX;
@@ -187,6 +187,33 @@ async fn soak(options: &RunOptions) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `soak check`: the checker alone, on the logs an earlier run kept.
+pub fn check_again(options: &CheckOptions) -> ExitCode {
+    let checked = FaultRecord::read(&options.dir).and_then(|record| {
+        checker::check(&options.dir, &record, options.permits, options.cheat)
+    });
+    let findings = match checked {
+        Ok(findings) => findings,
+        Err(e) => {
+            eprintln!("soak: cannot read the logs in {}: {e}", options.dir.display());
+            return ExitCode::from(SETUP);
+        }
+    };
+    println!(
+        "acquisitions {}, violations {}",
+        findings.acquisitions.values().sum::<u64>(),
+        findings.violations.len()
+    );
+    for v in &findings.violations {
+        println!("  VIOLATION {v}");
+    }
+    if findings.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(FAILED)
+    }
 }
 
 /// Gives both semaphores their permits.

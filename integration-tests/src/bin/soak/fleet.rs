@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::events::now_us;
 
+/// The file in the log directory that lists the workers' suspensions.
+const PAUSES_LOG: &str = "pauses.log";
+
 /// A worker was suspended (`SIGSTOP`) from `from` to `to` (µs stamps; `to` is the `SIGCONT`, or
 /// the `SIGKILL` of a worker killed while suspended).
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +46,50 @@ pub struct FaultRecord {
 }
 
 impl FaultRecord {
+    /// Notes a suspension, in memory and in `pauses.log` in `dir` (so that the logs can be
+    /// checked again later with `soak check`).
+    fn add_pause(&mut self, dir: &Path, pause: Pause) {
+        self.pauses.push(pause);
+        let line = format!("{} {} {}\n", pause.worker, pause.from, pause.to);
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(PAUSES_LOG))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("soak: cannot note a pause in {PAUSES_LOG}: {e}");
+        }
+    }
+
+    /// Reads the suspensions noted in `dir`.
+    pub fn read(dir: &Path) -> std::io::Result<FaultRecord> {
+        let text = match std::fs::read_to_string(dir.join(PAUSES_LOG)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        let pauses = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split(' ').map(str::parse::<u64>);
+                let (Some(Ok(worker)), Some(Ok(from)), Some(Ok(to))) =
+                    (fields.next(), fields.next(), fields.next())
+                else {
+                    return None;
+                };
+                Some(Pause {
+                    worker: worker as u32,
+                    from,
+                    to,
+                })
+            })
+            .collect();
+        Ok(FaultRecord {
+            pauses,
+            crashes: Vec::new(),
+        })
+    }
+
     /// Whether `worker` was suspended at some time within `from..=to`.
     pub fn paused_within(&self, worker: u32, from: u64, to: u64) -> bool {
         self.pauses
@@ -180,11 +227,12 @@ impl Fleet {
         };
         signal(slot.child.id(), "CONT");
         let to = now_us();
-        self.record.pauses.push(Pause {
+        let pause = Pause {
             worker: id,
             from,
             to,
-        });
+        };
+        self.record.add_pause(&self.config.dir, pause);
     }
 
     /// Resumes every suspended worker.
@@ -209,11 +257,12 @@ impl Fleet {
         let _ = slot.child.wait();
         let killed_at = now_us();
         if let Some(from) = slot.paused_since.take() {
-            self.record.pauses.push(Pause {
+            let pause = Pause {
                 worker: id,
                 from,
                 to: killed_at,
-            });
+            };
+            self.record.add_pause(&self.config.dir, pause);
         }
         self.restart(id)
     }

@@ -51,6 +51,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run(options) => runtime.block_on(controller::run(options)),
+        Command::Check(options) => controller::check_again(&options),
         Command::Worker(options) => runtime.block_on(worker::run(options)),
     }
 }

@@ -17,6 +17,11 @@ usage: soak [--duration D] [--workers N] [--seed S] [--self-test] [--lease-ms N]
   --permits N    permits of each semaphore (default 2)
   --keep-logs    keep the workers' event logs even when the run is clean
 
+       soak check <log directory> [--permits N] [--cheat ID]
+
+  runs the checker again on the logs a run kept (the cheating worker's id is the number of
+  honest workers)
+
 Exit status: 0 clean, 1 violations or stuck resources, 2 bad usage or set-up failure,
 3 a self-test in which the checker reported nothing.";
 
@@ -62,11 +67,24 @@ pub struct WorkerOptions {
     pub cheat: bool,
 }
 
+/// Options of `soak check`: the checker alone, on the logs a run kept.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// The log directory.
+    pub dir: PathBuf,
+    /// Permits of each semaphore in that run.
+    pub permits: u64,
+    /// The cheating worker's id, if the run was a self-test.
+    pub cheat: Option<u32>,
+}
+
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Command {
     /// Run the soak test.
     Run(RunOptions),
+    /// Check the logs of an earlier run again.
+    Check(CheckOptions),
     /// Be a worker.
     Worker(WorkerOptions),
     /// Print the usage.
@@ -77,6 +95,7 @@ pub enum Command {
 pub fn parse(args: &[String]) -> Result<Command, String> {
     match args.first().map(String::as_str) {
         Some("worker") => parse_worker(&args[1..]).map(Command::Worker),
+        Some("check") => parse_check(&args[1..]).map(Command::Check),
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         _ => parse_run(args).map(Command::Run),
     }
@@ -118,6 +137,27 @@ fn parse_run(args: &[String]) -> Result<RunOptions, String> {
     }
     if options.lease < Duration::from_millis(300) {
         return Err("--lease-ms must be at least 300".into());
+    }
+    Ok(options)
+}
+
+fn parse_check(args: &[String]) -> Result<CheckOptions, String> {
+    let [dir, rest @ ..] = args else {
+        return Err("usage: soak check <log directory> [--permits N] [--cheat ID]".into());
+    };
+    let mut options = CheckOptions {
+        dir: PathBuf::from(dir),
+        permits: 2,
+        cheat: None,
+    };
+    let mut rest = rest.iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--permits" => options.permits = number(flag, value)?,
+            "--cheat" => options.cheat = Some(number(flag, value)?),
+            _ => return Err(format!("unknown option {flag}")),
+        }
     }
     Ok(options)
 }
