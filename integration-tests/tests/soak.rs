@@ -38,8 +38,14 @@ fn a_short_soak_under_faults_finds_no_violation_and_nothing_stuck() {
     let (output, text) = soak(&["--duration", "15s", "--workers", "3"]);
     assert_eq!(figure(&text, "violations"), 0, "{text}");
     assert_eq!(figure(&text, "stuck"), 0, "{text}");
-    assert!(figure(&text, "faults") >= 4, "too few faults injected:\n{text}");
-    assert!(figure(&text, "acquisitions") >= 100, "too little done:\n{text}");
+    assert!(
+        figure(&text, "faults") >= 4,
+        "too few faults injected:\n{text}"
+    );
+    assert!(
+        figure(&text, "acquisitions") >= 100,
+        "too little done:\n{text}"
+    );
     assert!(output.status.success(), "{text}");
 }
 
@@ -56,6 +62,9 @@ fn the_self_test_catches_the_cheating_worker() {
         .collect();
     assert!(!shown.is_empty(), "{text}");
     for line in shown {
-        assert!(line.contains("(the cheat)"), "an honest worker was blamed: {line}");
+        assert!(
+            line.contains("(the cheat)"),
+            "an honest worker was blamed: {line}"
+        );
     }
 }

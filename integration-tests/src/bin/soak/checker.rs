@@ -173,9 +173,9 @@ pub fn check(
         }
     }
     for (at, round) in opens {
-        let begun = begins
-            .get(&round)
-            .map_or(0, |stamps| stamps.iter().filter(|s| **s < at).count() as u64);
+        let begun = begins.get(&round).map_or(0, |stamps| {
+            stamps.iter().filter(|s| **s < at).count() as u64
+        });
         if begun < LATCH_COUNT {
             findings.violations.push(format!(
                 "latch round {round} seen open {:.6} s into the run after only {begun} of its \
@@ -363,7 +363,11 @@ fn check_tokens(holds: &[&Hold], cheat: Option<u32>, violations: &mut Vec<String
         }
     }
     // A hold attempted after another ended must get a higher token.
-    let mut by_end: Vec<&Hold> = holds.iter().copied().filter(|h| h.token.is_some()).collect();
+    let mut by_end: Vec<&Hold> = holds
+        .iter()
+        .copied()
+        .filter(|h| h.token.is_some())
+        .collect();
     by_end.sort_by_key(|h| h.end);
     let mut by_try = by_end.clone();
     by_try.sort_by_key(|h| h.tried);
@@ -438,5 +442,207 @@ fn check_writes(
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::EventLog;
+    use crate::fleet::Pause;
+
+    /// Writes one worker process's log: `(stamp, event)` pairs.
+    fn log(dir: &Path, worker: u32, incarnation: u32, events: &[(u64, Event)]) {
+        let path = dir.join(format!("w{worker}-{incarnation}.log"));
+        let mut log = EventLog::open(&path).unwrap();
+        for (at, event) in events {
+            log.record_at(*at, event);
+        }
+    }
+
+    /// A complete hold of `res` from `from` to `to`, not lost.
+    fn hold(res: Resource, seq: u64, token: Option<u64>, from: u64, to: u64) -> Vec<(u64, Event)> {
+        vec![
+            (from - 1, Event::Try { res, seq }),
+            (
+                from,
+                Event::Enter {
+                    res,
+                    seq,
+                    token,
+                    lost: false,
+                },
+            ),
+            (
+                to,
+                Event::Exit {
+                    res,
+                    seq,
+                    lost: false,
+                },
+            ),
+            (
+                to + 1,
+                Event::Released {
+                    res,
+                    seq,
+                    outcome: "ok".into(),
+                },
+            ),
+        ]
+    }
+
+    fn violations(dir: &Path, record: &FaultRecord, permits: u64) -> Vec<String> {
+        check(dir, record, permits, None).unwrap().violations
+    }
+
+    fn suspended(worker: u32, from: u64, to: u64) -> FaultRecord {
+        FaultRecord {
+            pauses: vec![Pause { worker, from, to }],
+            crashes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn two_valid_lock_holds_at_once_are_a_violation_unless_one_was_lost_or_suspended() {
+        let dir = tempfile::tempdir().unwrap();
+        log(
+            dir.path(),
+            0,
+            0,
+            &hold(Resource::Lock, 1, Some(1), 100, 200),
+        );
+        log(
+            dir.path(),
+            1,
+            0,
+            &hold(Resource::Lock, 1, Some(2), 150, 250),
+        );
+        let found = violations(dir.path(), &FaultRecord::default(), 2);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("overlap on lock"), "{found:?}");
+        let none = Vec::<String>::new();
+        assert_eq!(violations(dir.path(), &suspended(0, 120, 130), 2), none);
+
+        let lost = tempfile::tempdir().unwrap();
+        let mut first = hold(Resource::Lock, 1, Some(1), 100, 200);
+        first[2].1 = Event::Exit {
+            res: Resource::Lock,
+            seq: 1,
+            lost: true,
+        };
+        log(lost.path(), 0, 0, &first);
+        log(
+            lost.path(),
+            1,
+            0,
+            &hold(Resource::Lock, 1, Some(2), 150, 250),
+        );
+        assert_eq!(violations(lost.path(), &FaultRecord::default(), 2), none);
+    }
+
+    #[test]
+    fn a_suspension_does_not_excuse_an_extra_classic_permit() {
+        let dir = tempfile::tempdir().unwrap();
+        log(
+            dir.path(),
+            0,
+            0,
+            &hold(Resource::Semaphore, 1, None, 100, 200),
+        );
+        log(
+            dir.path(),
+            1,
+            0,
+            &hold(Resource::Semaphore, 1, None, 150, 250),
+        );
+        let record = suspended(0, 120, 130);
+        assert_eq!(violations(dir.path(), &record, 2), Vec::<String>::new());
+        assert_eq!(violations(dir.path(), &record, 1).len(), 1);
+    }
+
+    #[test]
+    fn a_hold_killed_right_after_it_entered_ends_there() {
+        // Killed after its `enter`: one stamp. Later, two holds fill a capacity of 2.
+        let dir = tempfile::tempdir().unwrap();
+        let killed = hold(Resource::Expirable, 1, None, 100, 200);
+        log(dir.path(), 0, 0, &killed[..2]);
+        log(
+            dir.path(),
+            1,
+            0,
+            &hold(Resource::Expirable, 1, None, 300, 400),
+        );
+        log(
+            dir.path(),
+            2,
+            0,
+            &hold(Resource::Expirable, 1, None, 350, 450),
+        );
+        assert_eq!(
+            violations(dir.path(), &FaultRecord::default(), 2),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_token_handed_out_twice_or_going_back_is_a_violation() {
+        let dir = tempfile::tempdir().unwrap();
+        log(
+            dir.path(),
+            0,
+            0,
+            &hold(Resource::FairLock, 1, Some(5), 100, 200),
+        );
+        log(
+            dir.path(),
+            1,
+            0,
+            &hold(Resource::FairLock, 1, Some(5), 300, 400),
+        );
+        log(
+            dir.path(),
+            1,
+            1,
+            &hold(Resource::FairLock, 1, Some(4), 500, 600),
+        );
+        let found = violations(dir.path(), &FaultRecord::default(), 2);
+        assert!(
+            found
+                .iter()
+                .any(|v| v.starts_with("token 5 of fair-lock issued to 2")),
+            "{found:?}"
+        );
+        // Both later holds were attempted after a hold with token 5 ended.
+        let went_back = found.iter().filter(|v| v.contains("went back")).count();
+        assert_eq!(went_back, 2, "{found:?}");
+    }
+
+    #[test]
+    fn a_refused_write_of_a_valid_holder_is_a_violation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut events = hold(Resource::RwWrite, 1, Some(3), 100, 200);
+        events.insert(
+            2,
+            (
+                150,
+                Event::Write {
+                    res: Resource::RwWrite,
+                    seq: 1,
+                    token: 3,
+                    sent: 140,
+                    accepted: false,
+                    lost: false,
+                },
+            ),
+        );
+        log(dir.path(), 0, 0, &events);
+        let found = violations(dir.path(), &FaultRecord::default(), 2);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("refused token 3"), "{found:?}");
+        assert_eq!(
+            violations(dir.path(), &suspended(0, 110, 120), 2),
+            Vec::<String>::new()
+        );
     }
 }

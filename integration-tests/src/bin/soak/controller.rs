@@ -191,13 +191,15 @@ async fn soak(options: &RunOptions) -> Result<ExitCode, String> {
 
 /// `soak check`: the checker alone, on the logs an earlier run kept.
 pub fn check_again(options: &CheckOptions) -> ExitCode {
-    let checked = FaultRecord::read(&options.dir).and_then(|record| {
-        checker::check(&options.dir, &record, options.permits, options.cheat)
-    });
+    let checked = FaultRecord::read(&options.dir)
+        .and_then(|record| checker::check(&options.dir, &record, options.permits, options.cheat));
     let findings = match checked {
         Ok(findings) => findings,
         Err(e) => {
-            eprintln!("soak: cannot read the logs in {}: {e}", options.dir.display());
+            eprintln!(
+                "soak: cannot read the logs in {}: {e}",
+                options.dir.display()
+            );
             return ExitCode::from(SETUP);
         }
     };

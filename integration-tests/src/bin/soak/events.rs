@@ -62,7 +62,10 @@ impl Resource {
 
     /// Whether holds carry a fencing token that the register checks.
     pub fn fenced(self) -> bool {
-        matches!(self, Resource::Lock | Resource::FairLock | Resource::RwWrite)
+        matches!(
+            self,
+            Resource::Lock | Resource::FairLock | Resource::RwWrite
+        )
     }
 
     /// How many may hold at once.

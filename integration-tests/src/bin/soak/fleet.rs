@@ -297,12 +297,9 @@ impl Fleet {
     }
 
     fn note_end(&mut self, worker: u32, incarnation: u32, status: ExitStatus) {
-        let stderr = std::fs::read_to_string(
-            self.config
-                .dir
-                .join(format!("w{worker}-{incarnation}.err")),
-        )
-        .unwrap_or_default();
+        let stderr =
+            std::fs::read_to_string(self.config.dir.join(format!("w{worker}-{incarnation}.err")))
+                .unwrap_or_default();
         let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
         self.record.crashes.push(Ended {
             worker,
@@ -327,7 +324,8 @@ impl Fleet {
             for index in pending {
                 match self.slots[index].child.try_wait() {
                     Ok(Some(status)) if !status.success() => {
-                        let (id, incarnation) = (self.slots[index].id, self.slots[index].incarnation);
+                        let (id, incarnation) =
+                            (self.slots[index].id, self.slots[index].incarnation);
                         self.note_end(id, incarnation, status);
                     }
                     Ok(Some(_)) => {}

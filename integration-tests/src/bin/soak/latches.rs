@@ -20,11 +20,9 @@ pub async fn arm_rounds(client: Client, register: Register, stop: Arc<AtomicBool
             let latch = client.count_down_latch(latch_name(next));
             // `false` means armed already: a first attempt whose reply was lost did it (each
             // round's latch is new).
-            let armed = tokio::time::timeout(
-                Duration::from_secs(3),
-                latch.try_set_count(LATCH_COUNT),
-            )
-            .await;
+            let armed =
+                tokio::time::timeout(Duration::from_secs(3), latch.try_set_count(LATCH_COUNT))
+                    .await;
             if matches!(armed, Ok(Ok(_))) && register.set_latch_round(next).await.is_ok() {
                 round = next;
             }

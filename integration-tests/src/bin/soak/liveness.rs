@@ -95,7 +95,10 @@ async fn lock<A: Acquire>(
     let mut last_error = String::from("the wait ran out");
     while Instant::now() < deadline {
         let wait = deadline.saturating_duration_since(Instant::now());
-        match lock.acquire_with(Wait::For(wait), Lease::Fixed(lease)).await {
+        match lock
+            .acquire_with(Wait::For(wait), Lease::Fixed(lease))
+            .await
+        {
             Ok(Some(guard)) => {
                 found.recovered.push((res.name().into(), started.elapsed()));
                 let _ = guard.release().await;
@@ -172,9 +175,9 @@ async fn latch(client: &Client, found: &mut Liveness, round: u64, tally: Option<
     if count == 0 {
         found.rounds_open += 1;
         if !matches!(latch.wait_for(Duration::from_secs(2)).await, Ok(true)) {
-            found
-                .stuck
-                .push(format!("latch round {round}: open, but a wait does not return"));
+            found.stuck.push(format!(
+                "latch round {round}: open, but a wait does not return"
+            ));
         }
     }
 }

@@ -195,8 +195,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerOptions, String> {
             _ => return Err(format!("unknown worker option {flag}")),
         }
     }
-    if options.url.is_empty() || options.register.is_empty() || options.log.as_os_str().is_empty()
-    {
+    if options.url.is_empty() || options.register.is_empty() || options.log.as_os_str().is_empty() {
         return Err("a worker needs --url, --register and --log".into());
     }
     Ok(options)
