@@ -554,8 +554,8 @@ async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
         ("1".into(), String::new())
     );
 
-    // Its own owner's acquire (a `try_lock` while the task that offered is gone) takes it
-    // over too, rather than re-entering it.
+    // An acquire of its own owner that names the offer (the owner's next waiting head,
+    // once the task that offered is gone) takes it over too, rather than re-entering it.
     hold(&["count", "1", "a:mine", "h"]);
     server.cmd(&["HSET", hash, "owner", "other"]);
     assert_eq!(ask("z4"), redis::Value::Int(7));

@@ -132,3 +132,37 @@ async fn a_write_after_a_cancelled_read_is_never_an_upgrade() {
         }
     }
 }
+
+/// A multi-lock's acquire cut off after Redis granted it, before its reply came back, is
+/// given back in the background; a `lock()` right after on one of its locks waits for that
+/// give-back rather than re-entering the multi-lock's hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_after_a_cancelled_multi_lock_is_a_new_hold() {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let client = Client::builder(proxy.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let (first, second) = (client.lock("acct:1"), client.lock("acct:2"));
+    let both = client.multi_lock([first.clone(), second.clone()]);
+    // Connect the pool and load the scripts before the latency.
+    both.lock().await.unwrap().unlock().await.unwrap();
+    first.lock().await.unwrap().unlock().await.unwrap();
+    for round in 0..3 {
+        // The acquire reaches Redis after 200 ms and its reply would come back 200 ms later:
+        // the cut at 300 ms falls between the two.
+        proxy.set_latency(Duration::from_millis(200));
+        let cut = tokio::time::timeout(Duration::from_millis(300), both.try_lock()).await;
+        assert!(cut.is_err(), "round {round}: the multi-lock was not cut");
+        proxy.set_latency(Duration::ZERO);
+        let guard = first.lock().await.unwrap();
+        assert_eq!(
+            first.hold_count().await.unwrap(),
+            1,
+            "round {round}: the multi-lock's hold was re-entered"
+        );
+        guard.unlock().await.unwrap();
+    }
+}

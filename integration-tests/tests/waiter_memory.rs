@@ -69,6 +69,7 @@ async fn a_waiting_task_costs_at_most_1_kib_and_leaves_nothing_when_dropped() {
         client.stats()
     );
     let per_waiter = window.net() / WAITERS as i64;
+    println!("REPORT a waiting task costs {per_waiter} bytes of heap");
     assert!(
         per_waiter <= 1024,
         "a waiting task costs {per_waiter} bytes of heap (at most 1024)"

@@ -5,7 +5,7 @@
 //! leave a request going on in the background. Until it lands, Redis still shows the hold it
 //! gives back: the same owner's next acquire would read it as its own and re-enter it (with
 //! the old fencing token), or, on a read-write lock, refuse a write as an upgrade. So the
-//! owner's acquires wait, for a bounded time, until none of its releases is in flight.
+//! owner's acquires wait, for a bounded time, until none is in flight.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,10 @@ use tokio::sync::Notify;
 /// owner ([`ScriptCall::counted_in`](crate::ScriptCall::counted_in)) and to its acquire calls
 /// (whose give-back, if their caller goes away, counts from that moment on), and has every
 /// acquire of the owner wait for [`settled`](Self::settled) before it sends anything.
+///
+/// A release that goes on as another request (a give-back an abandoned acquire's undo
+/// sends, a retry after the caller's attempt failed) begins its count before the one it
+/// continues ends, so the count never passes through zero in between.
 #[derive(Debug, Default)]
 pub struct ReleasesInFlight {
     count: AtomicUsize,
@@ -69,6 +73,38 @@ impl ReleasesInFlight {
     }
 }
 
+/// The counts a call counts in: usually one owner's, several for a call that acquires for
+/// several owners at once (a multi-lock's).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CountedIn {
+    first: Option<Arc<ReleasesInFlight>>,
+    more: Vec<Arc<ReleasesInFlight>>,
+}
+
+impl CountedIn {
+    pub(crate) fn add(&mut self, releases: &Arc<ReleasesInFlight>) {
+        match self.first {
+            None => self.first = Some(releases.clone()),
+            Some(_) => self.more.push(releases.clone()),
+        }
+    }
+
+    /// Counts one release in each until the returned value is dropped.
+    pub(crate) fn begin(&self) -> InFlightIn {
+        InFlightIn {
+            _first: self.first.as_ref().map(ReleasesInFlight::begin),
+            _more: self.more.iter().map(ReleasesInFlight::begin).collect(),
+        }
+    }
+}
+
+/// One release counted in each count of a [`CountedIn`] until it is dropped.
+#[derive(Debug)]
+pub(crate) struct InFlightIn {
+    _first: Option<InFlight>,
+    _more: Vec<InFlight>,
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -97,5 +133,17 @@ mod tests {
         assert!(!releases.is_settled());
         drop(second);
         assert!(waiting.await.unwrap_or(false));
+    }
+
+    #[test]
+    fn a_call_counts_in_every_count_it_names() {
+        let (one, two) = (ReleasesInFlight::new(), ReleasesInFlight::new());
+        let mut counted = CountedIn::default();
+        counted.add(&one);
+        counted.add(&two);
+        let in_flight = counted.begin();
+        assert!(!one.is_settled() && !two.is_settled());
+        drop(in_flight);
+        assert!(one.is_settled() && two.is_settled());
     }
 }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use crate::error::{Error, Result};
-use crate::in_flight::InFlight;
+use crate::in_flight::InFlightIn;
 use crate::script::ScriptCall;
 use crate::stats::Counters;
 pub use crate::transport::Confirmed;
@@ -94,7 +94,7 @@ pub(crate) struct Pending {
 struct PendingGuard {
     pending: Arc<Pending>,
     retrying: bool,
-    _owner: Option<InFlight>,
+    _owners: InFlightIn,
 }
 
 impl PendingGuard {
@@ -103,7 +103,7 @@ impl PendingGuard {
         PendingGuard {
             pending,
             retrying: false,
-            _owner: call.in_flight.as_ref().map(|owner| owner.begin()),
+            _owners: call.in_flight.begin(),
         }
     }
 
@@ -180,6 +180,9 @@ where
     // In flight from the start: a caller that drops this future and shuts down at once must
     // still find the give-back waited for.
     let abandoned_pending = PendingGuard::new(pending.clone(), &call);
+    // The owner's count bridges the moment between the first attempt's count ending and the
+    // retry's beginning below: an acquire of the owner must not slip through it.
+    let _owners = call.in_flight.begin();
     let request = eval_idempotent_background_confirmed::<T>(transport.clone(), call.clone());
     let (abandoned_transport, abandoned_call) = (transport.clone(), call.clone());
     let reply = crate::Abandonable::new(request, move |reply: Result<Confirmed<T>>| async move {

@@ -154,7 +154,7 @@ pub struct ScriptCall {
     pub(crate) rollback_unreplicated: bool,
     /// The owner's releases in flight that this call, as a release or give-back on its way
     /// to Redis (or as an acquire whose caller went away), counts in.
-    pub(crate) in_flight: Option<std::sync::Arc<crate::in_flight::ReleasesInFlight>>,
+    pub(crate) in_flight: crate::in_flight::CountedIn,
 }
 
 /// A call's keys and arguments, end to end in one buffer: a call costs a few allocations
@@ -257,7 +257,7 @@ impl ScriptCall {
                 keys: 0,
             }),
             rollback_unreplicated: false,
-            in_flight: None,
+            in_flight: crate::in_flight::CountedIn::default(),
         }
     }
 
@@ -270,7 +270,7 @@ impl ScriptCall {
         mut self,
         releases: &std::sync::Arc<crate::in_flight::ReleasesInFlight>,
     ) -> Self {
-        self.in_flight = Some(releases.clone());
+        self.in_flight.add(releases);
         self
     }
 

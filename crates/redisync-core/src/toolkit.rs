@@ -234,7 +234,7 @@ pub trait Toolkit: sealed::Sealed {
             if let Err(err) = &reply {
                 if err.is_outcome_unknown() && !matches!(err, Error::Timeout) {
                     if let Some(undo) = guarded.take_cleanup() {
-                        let counted = undo.in_flight.as_ref().map(|owner| owner.begin());
+                        let counted = undo.in_flight.begin();
                         let undone = (undo.undo)(Err(err.clone()));
                         shared.runtime.spawn(async move {
                             undone.await;
@@ -618,7 +618,7 @@ fn register_hold(
 /// hands its give-back on, which counts by itself from then.
 struct CountedUndo<U> {
     undo: U,
-    in_flight: Option<Arc<crate::in_flight::ReleasesInFlight>>,
+    in_flight: crate::in_flight::CountedIn,
 }
 
 impl<T, U, UF> crate::abandon::Cleanup<T> for CountedUndo<U>
@@ -632,7 +632,7 @@ where
         request: futures_util::future::BoxFuture<'static, T>,
     ) -> futures_util::future::BoxFuture<'static, ()> {
         // Counted now, while the caller's drop runs, not when the background task starts.
-        let counted = self.in_flight.as_ref().map(|owner| owner.begin());
+        let counted = self.in_flight.begin();
         Box::pin(async move {
             let out = request.await;
             (self.undo)(out).await;

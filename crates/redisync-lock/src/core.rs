@@ -93,9 +93,6 @@ pub(crate) struct LockCore {
     /// Guards of this owner alive in this process: when non-zero, an acquire may be a
     /// re-entry and must not queue behind local waiters.
     pub(crate) live_guards: Arc<AtomicUsize>,
-    /// This owner's releases and give-backs still on their way to Redis: its next acquire
-    /// waits for them, or it would find the hold being released and re-enter it.
-    releases: Arc<ReleasesInFlight>,
 }
 
 /// A lock's name and keys (or why the name is refused), and what the client knows of it.
@@ -120,6 +117,9 @@ struct LockNames {
     found_busy: AtomicBool,
     /// The hand-over offers of this client's waiting tasks that no task took yet.
     offers: Offers,
+    /// The releases and give-backs of this client's handles of the lock still on their way
+    /// to Redis (one count per client and lock, not per handle: a handle costs no more).
+    releases: Arc<ReleasesInFlight>,
 }
 
 impl LockCore {
@@ -166,6 +166,7 @@ impl LockCore {
                         handed_over_hold_lapses: Mutex::default(),
                         found_busy: AtomicBool::new(false),
                         offers: Offers::default(),
+                        releases: ReleasesInFlight::new(),
                     }
                 })
             }
@@ -176,6 +177,7 @@ impl LockCore {
                 handed_over_hold_lapses: Mutex::default(),
                 found_busy: AtomicBool::new(false),
                 offers: Offers::default(),
+                releases: ReleasesInFlight::new(),
             }),
         };
         LockCore {
@@ -184,7 +186,6 @@ impl LockCore {
             names,
             kind,
             live_guards: Arc::default(),
-            releases: ReleasesInFlight::new(),
         }
     }
 
@@ -198,7 +199,6 @@ impl LockCore {
         let mut core = LockCore::new(&self.client, self.name().to_owned(), kind);
         core.owner = self.owner.clone();
         core.live_guards = self.live_guards.clone();
-        core.releases = self.releases.clone();
         core
     }
 
@@ -246,14 +246,24 @@ impl LockCore {
             }
             .call(),
         };
-        Ok(call.counted_in(&self.releases))
+        Ok(call.counted_in(&self.names.releases))
     }
 
-    /// Waits until none of this owner's releases is on its way to Redis, for at most a
-    /// command timeout: until then Redis still shows the holds they give back, which the
-    /// owner's acquire would take for its own.
-    pub(crate) async fn settle_releases(&self) {
-        self.releases.settled(self.client.command_timeout()).await;
+    /// The releases of this client's handles of the lock still on their way to Redis, if
+    /// any: an acquire waits for them (see [`ReleasesInFlight`]) before it sends anything,
+    /// for at most a command timeout, or it would find the hold being released and re-enter
+    /// it or queue behind it.
+    pub(crate) fn unsettled_releases(&self) -> Option<&ReleasesInFlight> {
+        (!self.names.releases.is_settled()).then_some(&*self.names.releases)
+    }
+
+    /// Waits for [`unsettled_releases`](Self::unsettled_releases), for at most a command
+    /// timeout. Called inside the boxed part of an acquire, and boxed itself, since it is
+    /// seldom needed: a waiting task stays as small as it was.
+    async fn settle_releases(&self) {
+        if let Some(releases) = self.unsettled_releases() {
+            Box::pin(releases.settled(self.client.command_timeout())).await;
+        }
     }
 
     /// How long a give-back is remembered: long enough for its retries.
@@ -325,7 +335,7 @@ impl LockCore {
             let lease_for = lease.unwrap_or_else(|| self.client.watchdog_timeout());
             lease_millis(lease_for)?;
             let deadline = wait.map(wait_deadline).transpose()?;
-            self.settle_releases().await;
+            self.client.check_running()?;
             // Boxed, span included: a waiting task's state is then one allocation of the size
             // it needs, and the future of `lock()` stays small (a task's memory grows in steps
             // of 128 bytes).
@@ -413,8 +423,13 @@ impl LockCore {
         let client = &first.client;
         let lease_for = lease.unwrap_or_else(|| client.watchdog_timeout());
         lease_millis(lease_for)?;
+        // One command timeout for them all.
+        let settling = Instant::now();
         for core in cores {
-            core.settle_releases().await;
+            if let Some(releases) = core.unsettled_releases() {
+                let left = client.command_timeout().saturating_sub(settling.elapsed());
+                releases.settled(left).await;
+            }
         }
         let attempt = client.unique_id();
         let mut hashes = std::collections::HashSet::new();
@@ -443,7 +458,10 @@ impl LockCore {
                 owner: &core.owner,
             });
         }
-        let call = scripts::acquire_all(&locks, redis_millis(lease_for), &attempt);
+        let call = cores.iter().fold(
+            scripts::acquire_all(&locks, redis_millis(lease_for), &attempt),
+            |call, core| call.counted_in(&core.names.releases),
+        );
         // Remembered past the lease, so a grant that could still run is refused.
         let give_back = cores
             .iter()
@@ -492,6 +510,7 @@ impl LockCore {
         deadline: Option<Instant>,
         heartbeat: Duration,
     ) -> Result<Option<Granted>> {
+        self.settle_releases().await;
         let Waiting::Queue { wake_prefix, .. } = &self.keys()?.waiting else {
             return Err(Error::invalid("a plain lock has no waiting queue"));
         };
@@ -581,6 +600,7 @@ impl LockCore {
     ) -> impl std::future::Future<Output = Result<Option<Granted>>> + '_ {
         let registration = registration_for(&self.client, wait);
         async move {
+            self.settle_releases().await;
             let keys = self.keys()?;
             let Waiting::Clients { channel, .. } = &keys.waiting else {
                 return Err(Error::invalid("a fair lock waits in its queue"));
@@ -698,10 +718,12 @@ impl LockCore {
                     .offers
                     .offering(&attempt, &self.owner, Instant::now(), lease);
             }
-            let hand_over = hand_over.map_or_else(
-                || "0".to_owned(),
-                |lease| format!("{} {}", redis_millis(lease), redis_millis(OFFER_STANDS)),
-            );
+            let hand_over: std::borrow::Cow<'static, str> = match hand_over {
+                Some(lease) => {
+                    format!("{} {}", redis_millis(lease), redis_millis(OFFER_STANDS)).into()
+                }
+                None => "0".into(),
+            };
             let call = scripts::Acquire {
                 hash: &keys.hash,
                 fence: &keys.fence,
@@ -718,7 +740,7 @@ impl LockCore {
                 offered: &offered,
             }
             .call()
-            .counted_in(&self.releases);
+            .counted_in(&self.names.releases);
             Ok((call, Some((withdraw.clone(), on_grant))))
         });
         self.send_attempt(request, attempt, lease, offers)
@@ -802,7 +824,7 @@ impl LockCore {
                 wake_prefix,
             }
             .call()
-            .counted_in(&self.releases);
+            .counted_in(&self.names.releases);
             Ok((call, None))
         });
         self.send_attempt(request, waiter, lease, false)

@@ -18,11 +18,13 @@ use crate::scripts::{self, decode_release};
 /// renewing it at once. Use [`unlock`](Self::unlock) to release and learn whether the hold was
 /// still ours.
 ///
-/// The handle's next acquire waits for a release still on its way to Redis (a dropped guard's,
-/// or an `unlock()` that returned [`Error::Timeout`](redisync_core::toolkit::Error::Timeout)
-/// and goes on in the background), for at most the command timeout: so it is a new hold with
-/// a new fencing token, never a re-entry of the hold being released. Only an acquire while
-/// another guard of the same owner is alive re-enters (and keeps that hold's token).
+/// The client's next acquire of the lock waits for a release still on its way to Redis (a
+/// dropped guard's, or an `unlock()` that returned
+/// [`Error::Timeout`](redisync_core::toolkit::Error::Timeout) and goes on in the background),
+/// for at most the command timeout: so it is a new hold with a new fencing token, not a
+/// re-entry of the hold being released (unless that release is still unconfirmed by then).
+/// An acquire re-enters, and keeps that hold's token, when its owner holds the lock: another
+/// of its guards is alive.
 ///
 /// # Examples
 ///

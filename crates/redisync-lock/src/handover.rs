@@ -49,11 +49,12 @@ pub(crate) fn hand_over_lease(client: &Client) -> Duration {
 
 /// How long after it was made an offer is still honoured: a waiting head asks again (and so
 /// offers again) at least once per re-check period however long the hold it waits for lasts,
-/// and this leaves half a period more for its request to arrive. A client that crashed
-/// within this long of its last ask may be handed the lock, which then stalls for one
-/// hand-over lease at most.
-pub(crate) const OFFER_STANDS: Duration =
-    RECHECK.saturating_add(Duration::from_millis(RECHECK.as_millis() as u64 / 2));
+/// and this leaves a whole period more for a late ask on a loaded machine. A client that
+/// crashed within this long of its last ask may be handed the lock, once, which then stalls
+/// for one hand-over lease at most. (An offer older than a few quarters of the hand-over
+/// lease is not claimed from the message, which counts the lease from the offer's send: its
+/// task takes the hold over with one request instead.)
+pub(crate) const OFFER_STANDS: Duration = RECHECK.saturating_mul(2);
 
 /// A hold is taken from a message only if at least this share (one in so many) of its
 /// hand-over lease is surely left: the watchdog lengthens it once half of what is left has

@@ -120,10 +120,15 @@ impl RwCore {
         .counted_in(&self.releases))
     }
 
-    /// Waits until none of this owner's releases is on its way to Redis, for at most a
-    /// command timeout (see `releases`).
-    async fn settle_releases(&self) {
-        self.releases.settled(self.client.command_timeout()).await;
+    /// Waits until the releases of this owner begun so far have reached Redis, for at most a
+    /// command timeout (see `releases`). Boxed, since it is seldom needed: the future of an
+    /// acquire that does not wait stays small.
+    async fn settle_releases(&self) -> Result<()> {
+        self.client.check_running()?;
+        if !self.releases.is_settled() {
+            Box::pin(self.releases.settled(self.client.command_timeout())).await;
+        }
+        Ok(())
     }
 
     fn retry_window(&self) -> Duration {
@@ -620,7 +625,9 @@ impl ReadWriteLock {
         let core = &self.core;
         core.client.check_running()?;
         let coalescer = core.coalescer()?;
-        core.settle_releases().await;
+        // A read does not wait for the owner's releases in flight: re-entering a read hold
+        // being released, or downgrading a write hold being released, leaves it exactly the
+        // read hold it asked for once the release lands.
         let reads_shared = core.live_shared_reads.load(Ordering::Acquire) > 0
             && coalescer.reads_shared(core.handle_id());
         let holds_own = core.live_write_guards.load(Ordering::Acquire) > 0
@@ -725,7 +732,7 @@ impl ReadWriteLock {
     ) -> Result<Option<WriteGuard>> {
         let deadline = self.validate(lease, wait)?;
         let core = &self.core;
-        core.settle_releases().await;
+        core.settle_releases().await?;
         if core.live_shared_reads.load(Ordering::Acquire) > 0
             && core.coalescer()?.reads_shared(core.handle_id())
         {
