@@ -79,8 +79,13 @@ use crate::guard::LockGuard;
 /// them, at the back, so the next of them waits for its wake-up without asking Redis first;
 /// it asks all the same if a wake-up came between the grant and its turn, and at the latest a
 /// second after its turn came (`RECHECK`), or when the hold just granted would lapse
-/// unrenewed, if sooner. Clients take turns in the order they registered, and within a
-/// client tasks take turns in the order they asked, so no client or task starves.
+/// unrenewed, if sooner. Clients whose tasks wait with the watchdog's lease take turns in the
+/// order they registered, however long the holds: the release hands the lock to the client
+/// that waited longest, so a holder that asks again at once queues behind it. A client woken
+/// without a hand-over (its task waits with a fixed lease, polls, or waits for replicas)
+/// competes with a first try made while its wake-up is on its way: it may lose that turn,
+/// and then registers again at the back. Within a client, tasks take turns in the order they
+/// asked.
 ///
 /// # Examples
 ///
