@@ -6,8 +6,8 @@
 --   offers  hash: wake-up channel of a registered client ->
 --           '<owner> <attempt> <lease ms> <stands ms> <server ms>': the waiting task at the
 --           head of that client's local queue offered to take the lock in its wake-up (its
---           owner id, the id of the attempt that offered, made when the watchdog keeps its
---           hold, the hand-over lease it asks for, and how long the offer stands), and when,
+--           owner id, the id of the attempt that offered, the hand-over lease it asks for,
+--           and how long the offer stands), and when,
 --           in server milliseconds. Written by the
 --           acquire that finds the lock taken; gone when the client is woken, granted or
 --           withdraws. It expires with the registry.

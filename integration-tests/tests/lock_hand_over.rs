@@ -623,7 +623,20 @@ async fn a_withdrawal_gives_back_only_a_hand_over() {
 /// get in ahead of the clients that waited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_take_turns_whatever_the_hold_length() {
-    let name = "turns";
+    take_turns("turns", None).await;
+}
+
+/// The same with fixed leases: the release keeps the lock for the client that waited
+/// longest, whose task takes it over with its own lease, so the long holder's first try
+/// finds it taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_with_fixed_leases_take_turns_whatever_the_hold_length() {
+    take_turns("fixed-turns", Some(Duration::from_secs(30))).await;
+}
+
+/// Three clients on lock `name` (holding 700, 50 and 50 ms, with `lease` or the watchdog's)
+/// for about 10 s: each gets the same number of turns, ±1.
+async fn take_turns(name: &'static str, lease: Option<Duration>) {
     let server = RedisServer::start();
     load_scripts(&server).await;
     let stop_at = Instant::now() + Duration::from_secs(10);
@@ -634,7 +647,10 @@ async fn clients_take_turns_whatever_the_hold_length() {
             let lock = client.lock(name);
             let mut turns = 0u32;
             while Instant::now() < stop_at {
-                let guard = lock.lock().await.unwrap();
+                let guard = match lease {
+                    Some(lease) => lock.lock_with_lease(lease).await.unwrap(),
+                    None => lock.lock().await.unwrap(),
+                };
                 turns += 1;
                 tokio::time::sleep(hold).await;
                 guard.unlock().await.unwrap();

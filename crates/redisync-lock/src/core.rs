@@ -609,15 +609,19 @@ impl LockCore {
             // task of it may have registered it, and this one may be the one to withdraw it.
             let withdrawal =
                 Withdraw::start(self.clone(), registration, self.names.registration.clone());
-            // The release that frees the lock may hand it to this wait's head in the wake-up
-            // (see `crate::handover`): for holds the watchdog keeps, which lengthens the
-            // hand-over's short lease, and for clients that hear wake-ups.
-            // Not with replica sync either: a hold taken from a message was acknowledged by no
-            // replica, and nothing would roll it back.
-            let offers = lease_is_watchdogs
-                && !registration.is_zero()
-                && self.client.wait_strategy() == redisync_core::WaitStrategy::PubSub
-                && !self.client.syncs_replicas();
+            // The release that frees the lock may hand it to this wait's head (see
+            // `crate::handover`), for clients that hear wake-ups. Not with replica sync: a
+            // hold handed over was acknowledged by no replica, and nothing would roll it back.
+            let offer = match (
+                !registration.is_zero()
+                    && self.client.wait_strategy() == redisync_core::WaitStrategy::PubSub
+                    && !self.client.syncs_replicas(),
+                lease_is_watchdogs,
+            ) {
+                (false, _) => Offer::Nothing,
+                (true, true) => Offer::InWakeUp,
+                (true, false) => Offer::KeptForIt,
+            };
             let withdraw = withdrawal.withdraw();
             let spec = WaitSpec {
                 kind: "lock",
@@ -639,7 +643,7 @@ impl LockCore {
                 // It asks by the time that hold lapses unrenewed, which publishes nothing.
                 let busy = (turn.handed_over && self.live_guards.load(Ordering::Acquire) == 0)
                     .then(|| self.names.handed_over_hold_lapses_in());
-                let message = turn.message.clone().filter(|_| offers);
+                let message = turn.message.clone().filter(|_| offer == Offer::InWakeUp);
                 // A hand-over belongs to the wait whose head offered: only its head's
                 // attempts take one over, never a first try (a `try_lock`, another
                 // handle's barging acquire).
@@ -659,7 +663,7 @@ impl LockCore {
                             core.client.unique_id(),
                             withdraw,
                             on_grant,
-                            offers,
+                            offer,
                             takes_over,
                         )),
                     };
@@ -689,10 +693,14 @@ impl LockCore {
         attempt: String,
         withdraw: &Withdraw<LockCore>,
         on_grant: OnGrant,
-        offers: bool,
+        offer: Offer,
         takes_over: bool,
     ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
-        let offers = offers && !withdraw.registration().is_zero();
+        let offer = match withdraw.registration().is_zero() {
+            true => Offer::Nothing,
+            false => offer,
+        };
+        let offers = offer != Offer::Nothing;
         let request = self.keys().and_then(|keys| {
             let Waiting::Clients {
                 waiters,
@@ -712,7 +720,13 @@ impl LockCore {
                 true => self.names.offers.name(),
                 false => String::new(),
             };
-            let hand_over = offers.then(|| hand_over_lease(&self.client));
+            // A lock kept for a fixed-lease task is kept no longer than that lease: a
+            // designee that cannot act then stalls the others no longer than its hold would.
+            let hand_over = match offer {
+                Offer::Nothing => None,
+                Offer::InWakeUp => Some(hand_over_lease(&self.client)),
+                Offer::KeptForIt => Some(hand_over_lease(&self.client).min(lease)),
+            };
             if let Some(lease) = hand_over {
                 self.names
                     .offers
@@ -743,7 +757,7 @@ impl LockCore {
             .counted_in(&self.names.releases);
             Ok((call, Some((withdraw.clone(), on_grant))))
         });
-        self.send_attempt(request, attempt, lease, offers)
+        self.send_attempt(request, attempt, lease, offer)
     }
 
     /// The hold a release handed over in the wake-up, as granted to the task that offered.
@@ -827,25 +841,28 @@ impl LockCore {
             .counted_in(&self.names.releases);
             Ok((call, None))
         });
-        self.send_attempt(request, waiter, lease, false)
+        self.send_attempt(request, waiter, lease, Offer::Nothing)
     }
 
     /// Sends an acquire `request` of attempt `attempt`, with the wait's withdrawal and what a
     /// grant does with the client's registration if it registers the client; if its caller
     /// goes away, whatever it got is given back, and a client it may have registered as
-    /// waiting withdraws. `offers`: the attempt offered to take the lock in its wake-up: the
-    /// next task of the client to wait then asks at once, making an offer of its own, rather
-    /// than waiting for a wake-up that the registration kept for it (see
-    /// [`Attempt::AcquiredStillWaiting`]) would bring without one.
+    /// waiting withdraws. `offer`: what the attempt offered a release that frees the lock.
+    /// After one that offered to take the lock in its wake-up, the next task of the client to
+    /// wait asks at once, making an offer of its own, rather than waiting for a wake-up that
+    /// the registration kept for it (see [`Attempt::AcquiredStillWaiting`]) would bring
+    /// without one.
     fn send_attempt(
         self: &Arc<Self>,
         request: Result<(ScriptCall, Option<Registering>)>,
         attempt: String,
         lease: Duration,
-        offers: bool,
+        offer: Offer,
     ) -> impl std::future::Future<Output = Result<Attempt<Granted>>> + Send + 'static {
         let sent_at = Instant::now();
-        let kept = !offers && matches!(&request, Ok((_, Some((_, OnGrant::Keep)))));
+        let offers = offer != Offer::Nothing;
+        let kept =
+            offer != Offer::InWakeUp && matches!(&request, Ok((_, Some((_, OnGrant::Keep)))));
         let request = request.map(|(call, withdraw)| {
             let core = self.clone();
             let abandoned = attempt.clone();
@@ -937,6 +954,22 @@ impl LockNames {
             at.saturating_duration_since(Instant::now())
         })
     }
+}
+
+/// What a waiting head's attempt offers the release that frees the lock (see
+/// `crate::handover`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offer {
+    /// Nothing: the release wakes the client, and its task asks.
+    Nothing,
+    /// To take the lock in its wake-up: the release grants it with a short lease and says so
+    /// in the message, and the task holds it from the message; for holds the watchdog keeps,
+    /// which lengthens that lease.
+    InWakeUp,
+    /// To have the lock kept for it: the release grants it as above, and the task's next
+    /// attempt takes it over with the fixed lease it asks for, so that no first try of
+    /// another client gets in on the way.
+    KeptForIt,
 }
 
 /// The lease of a guard's hold.

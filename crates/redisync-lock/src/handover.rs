@@ -6,6 +6,11 @@
 //! woken task holds the lock without a request of its own; the watchdog lengthens the lease
 //! before half of it is over.
 //!
+//! A task that waits with a fixed lease offers too, but does not take the hold from the
+//! message (its lease is not the watchdog's, which would lengthen the short one): the release
+//! keeps the lock for it, and its next attempt, made on the wake-up, takes the hold over with
+//! its own lease. Either way no first try of another client gets in between.
+//!
 //! [`Offers`] keeps the offers no task has taken yet. What a caller may rely on:
 //!
 //! * A hold is taken from a message ([`Offers::claim`]) only by the owner that offered, only

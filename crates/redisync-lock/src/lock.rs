@@ -34,7 +34,7 @@ use crate::guard::LockGuard;
 /// | `<prefix>:{<name>}:lock` | hash | `owner` (owner id), `count` (holds), `token` (fencing token), `a:<attempt>` (one per live hold: `1`, `h` for a hold handed over in a wake-up, or `fixed` once [`LockGuard::fix_lease`] fixed its lease, so that no watchdog renewal extends it), `w` (`1` while clients may be registered as waiting: only then does the release look for one to wake); exists exactly while the lock is held, and expires with the lease |
 /// | `<prefix>:{<name>}:fence` | string | last fencing token handed out; never expires |
 /// | `<prefix>:{<name>}:waiters` | sorted set | one entry per *client* with tasks waiting: its wake-up channel → when it registered (server µs); a waiting client registers again every second, and the set expires about 5 s (plus two command timeouts) after the last registration |
-/// | `<prefix>:{<name>}:offers` | hash | one entry per waiting client whose head task offered to take the lock in its wake-up (it waits with the watchdog's lease): its wake-up channel → the task's owner id, the id of the attempt that offered, the hand-over lease it asks for, and when (server ms); expires with the registry |
+/// | `<prefix>:{<name>}:offers` | hash | one entry per waiting client whose head task offered to take the lock in its wake-up: its wake-up channel → the task's owner id, the id of the attempt that offered, the hand-over lease it asks for, and when (server ms); expires with the registry |
 /// | `<prefix>:{<name>}:attempt:<attempt>` | string | only for an acquire whose outcome was unknown and that was given back (its caller went away, or the connection broke): the give-back's outcome, kept for the lease plus two command timeouts, so that the acquire can no longer grant if Redis runs it late |
 /// | `<prefix>:{<name>}:wake:<client id>` | channel | one per waiting client: the release that frees the lock publishes on the channel of the client that has waited longest, and only when some client waits: `g <attempt> <token>` when it handed the lock over to that client's offer, else `w` |
 ///
@@ -50,7 +50,7 @@ use crate::guard::LockGuard;
 /// | re-entry | 1 | 7: `EXISTS` ×2, `HLEN`, `HMGET`, `HINCRBY`, `HSET`, `PEXPIRE GT` |
 /// | release, nobody waiting | 1 (4 keys, 1 argument: a guard's release keeps no record, and leaves off its key) | 2: `HMGET`, `DEL` (the hash says nobody registered: no look at the registry, no `PUBLISH`) |
 /// | release with clients waiting | 1 | as above, then `ZRANGE`, `ZREM`, `HGET` (its offer) and one `PUBLISH` to one client; a hand-over adds `HDEL`, `TIME`, `INCR`, `HSET`, `PEXPIRE` (a grant) |
-/// | contended acquire | 1 + 1 after subscribing, and 1 per second of waiting (`RECHECK`); 0 when a release hands the lock over in the wake-up and the waiting task claims it from the message (its offer was made less than three quarters of the hand-over lease before), else 1 per wake-up | one more `EXISTS` than uncontended when a key exists; a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`), marks the hash (`HSET`) and, with the watchdog's lease, offers to take the lock in its wake-up (`HSET`, `TIME`, `PEXPIRE`); the first try, made before, does none of it |
+/// | contended acquire | 1 + 1 after subscribing, and 1 per second of waiting (`RECHECK`); 0 when a release hands the lock over in the wake-up and the waiting task claims it from the message (its offer was made less than three quarters of the hand-over lease before), else 1 per wake-up | one more `EXISTS` than uncontended when a key exists; a failed attempt after subscribing also registers the client (`ZSCORE`, `TIME`, `ZRANGE`, `ZADD`, `PTTL`, `PEXPIRE`), marks the hash (`HSET`) and offers to take the lock in its wake-up (`HSET`, `TIME`, `PEXPIRE`); the first try, made before, does none of it |
 /// | a hold handed over in the wake-up | 0 to take it; + 1 in the background (the watchdog lengthening its short lease) if the guard lives past half of it | |
 /// | contended acquire granted while more tasks of the client wait | as above | with a fixed lease, the grant sends the client to the back of the registry (`ZREM`, then as a registration); with the watchdog's, the next task asks at once instead, offering |
 /// | the next of those tasks, with a fixed lease | 0 before its wake-up, then as a contended acquire | |
@@ -74,17 +74,18 @@ use crate::guard::LockGuard;
 /// takes the hold over. Only the owner whose attempt offered takes the hold, and only while enough of the
 /// short lease is surely left, counted from when its offering request was sent.
 ///
-/// With a fixed lease (or polling, or replica sync), the woken client asks: the two scripts are the release and that
-/// acquire. When more tasks of that client wait, its grant keeps the client registered for
+/// With a fixed lease, the release keeps the lock for the waiting client in the same way, and
+/// its task takes that hold over with its own lease in one acquire: the two scripts are the
+/// release and that acquire. Polling or with replica sync, the woken client asks: the two
+/// scripts are again the release and that acquire, but the lock is free meanwhile. When more tasks of that client wait, its grant keeps the client registered for
 /// them, at the back, so the next of them waits for its wake-up without asking Redis first;
 /// it asks all the same if a wake-up came between the grant and its turn, and at the latest a
 /// second after its turn came (`RECHECK`), or when the hold just granted would lapse
-/// unrenewed, if sooner. Clients whose tasks wait with the watchdog's lease take turns in the
-/// order they registered, however long the holds: the release hands the lock to the client
-/// that waited longest, so a holder that asks again at once queues behind it. A client woken
-/// without a hand-over (its task waits with a fixed lease, polls, or waits for replicas)
-/// competes with a first try made while its wake-up is on its way: it may lose that turn,
-/// and then registers again at the back. Within a client, tasks take turns in the order they
+/// unrenewed, if sooner. Clients take turns in the order they registered, however long the
+/// holds: the release hands the lock to (or keeps it for) the client that waited longest, so
+/// a holder that asks again at once queues behind it. A client woken without a hand-over (it
+/// polls, or waits for replicas) competes with a first try made while its wake-up is on its
+/// way: it may lose that turn, and then registers again at the back. Within a client, tasks take turns in the order they
 /// asked.
 ///
 /// # Examples
