@@ -700,7 +700,6 @@ impl LockCore {
             true => Offer::Nothing,
             false => offer,
         };
-        let offers = offer != Offer::Nothing;
         let request = self.keys().and_then(|keys| {
             let Waiting::Clients {
                 waiters,
