@@ -47,29 +47,23 @@ async fn read_then_write() {
 async fn a_lock_after_a_dropped_guard_is_a_new_hold_with_a_new_token() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let lock = client.lock("orders:42");
-    let mut last = 0;
-    for round in 0..40 {
-        let guard = lock.lock().await.unwrap();
-        assert!(
-            guard.fencing_token() > last,
-            "round {round}: token {} after {last}: the old hold was re-entered",
-            guard.fencing_token()
-        );
-        last = guard.fencing_token();
-        drop(guard);
-    }
+    tokens_rise_after_each_drop(&client.lock("orders:42")).await;
     // The same for a write guard of a read-write lock.
-    let rw = client.read_write_lock("prices");
+    tokens_rise_after_each_drop(&client.read_write_lock("prices").writer()).await;
+}
+
+/// Acquires `handle` 40 times, dropping each guard at once: every token is above the last.
+async fn tokens_rise_after_each_drop<A: Acquire>(handle: &A) {
     let mut last = 0;
     for round in 0..40 {
-        let guard = rw.write().await.unwrap();
+        let guard = handle.acquire().await.unwrap();
+        let token = guard.fencing_token().unwrap_or(0);
         assert!(
-            guard.fencing_token() > last,
-            "round {round}: write token {} after {last}",
-            guard.fencing_token()
+            token > last,
+            "{}, round {round}: token {token} after {last}: the old hold was re-entered",
+            handle.name()
         );
-        last = guard.fencing_token();
+        last = token;
         drop(guard);
     }
 }
@@ -78,13 +72,7 @@ async fn a_lock_after_a_dropped_guard_is_a_new_hold_with_a_new_token() {
 /// the same handle waits for it rather than re-entering the hold it gives back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_after_an_unlock_that_timed_out_is_a_new_hold() {
-    let server = RedisServer::start();
-    let proxy = ChaosProxy::start(&server);
-    let client = Client::builder(proxy.url())
-        .command_timeout(Duration::from_millis(600))
-        .build()
-        .await
-        .unwrap();
+    let (_server, proxy, client) = through_a_proxy(Duration::from_millis(600)).await;
     let lock = client.lock("slow-unlock");
     let first = lock.lock().await.unwrap();
     let old = first.fencing_token();
@@ -107,13 +95,7 @@ async fn a_lock_after_an_unlock_that_timed_out_is_a_new_hold() {
 /// same handle right after waits for that give-back instead of refusing as an upgrade.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_after_a_cancelled_read_is_never_an_upgrade() {
-    let server = RedisServer::start();
-    let proxy = ChaosProxy::start(&server);
-    let client = Client::builder(proxy.url())
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let (_server, proxy, client) = through_a_proxy(Duration::from_secs(2)).await;
     let cache = client.read_write_lock("cache:cancelled");
     // Connect the pool before the latency, so the cut below falls on the request itself.
     drop(cache.read().await.unwrap());
@@ -138,13 +120,7 @@ async fn a_write_after_a_cancelled_read_is_never_an_upgrade() {
 /// give-back rather than re-entering the multi-lock's hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_after_a_cancelled_multi_lock_is_a_new_hold() {
-    let server = RedisServer::start();
-    let proxy = ChaosProxy::start(&server);
-    let client = Client::builder(proxy.url())
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let (_server, proxy, client) = through_a_proxy(Duration::from_secs(2)).await;
     let (first, second) = (client.lock("acct:1"), client.lock("acct:2"));
     let both = client.multi_lock([first.clone(), second.clone()]);
     // Connect the pool and load the scripts before the latency.
@@ -165,4 +141,17 @@ async fn a_lock_after_a_cancelled_multi_lock_is_a_new_hold() {
         );
         guard.unlock().await.unwrap();
     }
+}
+
+/// A Redis, a chaos proxy in front of it, and a client through the proxy with
+/// `command_timeout`.
+async fn through_a_proxy(command_timeout: Duration) -> (RedisServer, ChaosProxy, Client) {
+    let server = RedisServer::start();
+    let proxy = ChaosProxy::start(&server);
+    let client = Client::builder(proxy.url())
+        .command_timeout(command_timeout)
+        .build()
+        .await
+        .unwrap();
+    (server, proxy, client)
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// Counts the releases and give-backs of one owner that are on their way to Redis.
+/// Counts releases and give-backs on their way to Redis: one owner's, or (for a shutdown,
+/// which waits for them) all of a client's.
 ///
 /// A primitive keeps one per owner, attaches it to the release and give-back calls of that
 /// owner ([`ScriptCall::counted_in`](crate::ScriptCall::counted_in)) and to its acquire calls

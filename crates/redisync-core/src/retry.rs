@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use crate::error::{Error, Result};
-use crate::in_flight::InFlightIn;
+use crate::in_flight::{InFlight, InFlightIn, ReleasesInFlight};
 use crate::script::ScriptCall;
 use crate::stats::Counters;
 pub use crate::transport::Confirmed;
@@ -84,9 +84,8 @@ pub(crate) fn worth_retrying(err: &Error) -> bool {
 /// [`LocalState::pending_releases`](crate::LocalState::pending_releases) shows).
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    in_flight: AtomicUsize,
+    in_flight: Arc<ReleasesInFlight>,
     retrying: AtomicUsize,
-    idle: tokio::sync::Notify,
 }
 
 /// Counts one give-back as in flight for as long as it lives: in the client's count, and in
@@ -94,13 +93,14 @@ pub(crate) struct Pending {
 struct PendingGuard {
     pending: Arc<Pending>,
     retrying: bool,
+    _client: InFlight,
     _owners: InFlightIn,
 }
 
 impl PendingGuard {
     fn new(pending: Arc<Pending>, call: &ScriptCall) -> Self {
-        pending.in_flight.fetch_add(1, Ordering::AcqRel);
         PendingGuard {
+            _client: pending.in_flight.begin(),
             pending,
             retrying: false,
             _owners: call.in_flight.begin(),
@@ -121,27 +121,13 @@ impl Drop for PendingGuard {
         if self.retrying {
             pending.retrying.fetch_sub(1, Ordering::AcqRel);
         }
-        if pending.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            pending.idle.notify_waiters();
-        }
     }
 }
 
 impl Pending {
     /// Completes once no give-back is in flight, or after `bound`.
     pub(crate) async fn drained(&self, bound: Duration) {
-        let wait = async {
-            loop {
-                let idle = self.idle.notified();
-                tokio::pin!(idle);
-                idle.as_mut().enable();
-                if self.in_flight.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                idle.await;
-            }
-        };
-        let _ = tokio::time::timeout(bound, wait).await;
+        self.in_flight.settled(bound).await;
     }
 
     /// How many give-backs are being retried after a failed first attempt.
