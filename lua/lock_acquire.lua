@@ -20,9 +20,10 @@
 --          take turns), unless ARGV[5] is 0: other tasks of the client wait behind the
 --          caller, and the next wake-up is theirs
 -- ARGV[7]  if the caller must wait and offers to take the lock in its wake-up,
---          '<lease ms> <stands ms>': the hand-over lease it asks for (its hold is the
---          watchdog's, which lengthens that short lease) and how long its offer stands (the
---          client asks again within that time while it waits); '0': it does not offer
+--          '<lease ms> <stands ms>': the hand-over lease it asks for (its watchdog
+--          lengthens that short lease, or, waiting with a fixed lease, its next attempt
+--          takes the hold over) and how long its offer stands (the client asks again within
+--          that time while it waits); '0': it does not offer
 -- ARGV[8]  earlier attempts of the client's waiting tasks that offered and whose hand-over the
 --          client has not taken (attempt ids separated by spaces; '' none): a hold handed
 --          over to one of them is taken over by this attempt. Only the waiting head of the

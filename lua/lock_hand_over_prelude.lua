@@ -14,11 +14,13 @@
 --
 -- The release that frees the lock grants it to the offer of the client that has waited
 -- longest, under the offering attempt's id and with the short lease the offer asks for (the
--- hand-over lease: the client's re-check period, or its watchdog lease if shorter), and
--- publishes 'g <attempt> <token>' to that client instead of 'w'. The
--- client's task takes the hold from the message if the attempt is its own, and the watchdog
--- lengthens the lease before half of it is over; if the task is gone, the client's next
--- acquire or its withdrawal names the attempt, and takes the hold over or gives it back.
+-- hand-over lease: the client's re-check period, or its watchdog lease or the task's fixed
+-- lease if shorter), and publishes 'g <attempt> <token>' to that client instead of 'w'. The
+-- client's task takes the hold from the message if the attempt is its own and its lease is
+-- the watchdog's, which lengthens the lease before half of it is over; a task waiting with a
+-- fixed lease takes the hold over with its next acquire, under its own lease; if the task is
+-- gone, the client's next acquire or its withdrawal names the attempt, and takes the hold
+-- over or gives it back.
 --
 -- Why a dead, stopped or cancelled designee cannot stall the lock longer than a swallowed
 -- wake-up stalls it without hand-overs: a client that cannot act (crashed, stopped, cut off)

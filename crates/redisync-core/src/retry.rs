@@ -166,9 +166,10 @@ where
     // In flight from the start: a caller that drops this future and shuts down at once must
     // still find the give-back waited for.
     let abandoned_pending = PendingGuard::new(pending.clone(), &call);
-    // The owner's count bridges the moment between the first attempt's count ending and the
-    // retry's beginning below: an acquire of the owner must not slip through it.
+    // These bridge the moment between the first attempt's counts ending and the retry's
+    // beginning below: neither an acquire of the owner nor a shutdown may slip through it.
     let _owners = call.in_flight.begin();
+    let _client = pending.in_flight.begin();
     let request = eval_idempotent_background_confirmed::<T>(transport.clone(), call.clone());
     let (abandoned_transport, abandoned_call) = (transport.clone(), call.clone());
     let reply = crate::Abandonable::new(request, move |reply: Result<Confirmed<T>>| async move {

@@ -682,8 +682,8 @@ impl LockCore {
     /// One acquire request of the plain lock under attempt id `attempt`, for the wait whose
     /// registration `withdraw` takes back (its `registration` is how long the client's
     /// registration as a waiter lasts if the lock is taken; zero: never register);
-    /// `on_grant` says what a grant does with the client's registration; `offers`: if the
-    /// lock is taken, the attempt offers to take it in its wake-up (see `crate::handover`);
+    /// `on_grant` says what a grant does with the client's registration; `offer`: what the
+    /// attempt offers, if the lock is taken, for its wake-up (see `crate::handover`);
     /// `takes_over`: the attempt is the waiting head's, and takes over a hold handed over to
     /// an offer of its wait that no task took. If its caller goes away, whatever it got is
     /// given back.
@@ -727,9 +727,13 @@ impl LockCore {
                 Offer::KeptForIt => Some(hand_over_lease(&self.client).min(lease)),
             };
             if let Some(lease) = hand_over {
-                self.names
-                    .offers
-                    .offering(&attempt, &self.owner, Instant::now(), lease);
+                self.names.offers.offering(
+                    &attempt,
+                    &self.owner,
+                    Instant::now(),
+                    lease,
+                    offer == Offer::InWakeUp,
+                );
             }
             let hand_over: std::borrow::Cow<'static, str> = match hand_over {
                 Some(lease) => {

@@ -82,6 +82,9 @@ struct Offer {
     confirmed: bool,
     /// A request named the offer (see [`Offers::name`]).
     named: bool,
+    /// Its task takes the hold from the message (its lease is the watchdog's); a fixed-lease
+    /// task's offer is only ever taken over by a request.
+    from_message: bool,
 }
 
 /// A hold handed over in a wake-up, taken by its owner.
@@ -108,8 +111,16 @@ impl Offers {
     }
 
     /// An acquire of `owner` under `attempt`, about to be sent, offers to take the lock in
-    /// its wake-up, with a hand-over lease of `lease`, if it finds it taken.
-    pub(crate) fn offering(&self, attempt: &str, owner: &str, sent_at: Instant, lease: Duration) {
+    /// its wake-up, with a hand-over lease of `lease`, if it finds it taken; `from_message`:
+    /// its task may take the hold from the message (see [`Offers::claim`]).
+    pub(crate) fn offering(
+        &self,
+        attempt: &str,
+        owner: &str,
+        sent_at: Instant,
+        lease: Duration,
+        from_message: bool,
+    ) {
         let mut offers = self.offers();
         if offers.len() >= KEPT {
             offers.remove(0);
@@ -121,6 +132,7 @@ impl Offers {
             lease,
             confirmed: false,
             named: false,
+            from_message,
         });
     }
 
@@ -146,7 +158,7 @@ impl Offers {
         let offer = &offers[at];
         let lapses = offer.sent_at.checked_add(offer.lease)?;
         let left = lapses.saturating_duration_since(Instant::now());
-        let claimable = offer.confirmed && !offer.named;
+        let claimable = offer.confirmed && !offer.named && offer.from_message;
         if !claimable || offer.owner != owner || left < offer.lease / LEAST_LEFT {
             return None;
         }
@@ -218,7 +230,7 @@ mod tests {
     fn only_the_offering_owner_claims_only_once() {
         let offers = Offers::default();
         let sent = Instant::now();
-        offers.offering("c:7", "c:1", sent, LEASE);
+        offers.offering("c:7", "c:1", sent, LEASE, true);
         assert_eq!(offers.claim("g c:7 42", "c:1"), None, "not confirmed yet");
         offers.confirmed("c:7");
         assert_eq!(offers.claim("g c:7 42", "c:2"), None, "another owner");
@@ -236,7 +248,7 @@ mod tests {
         let Some(long_ago) = Instant::now().checked_sub(LEASE - LEASE / LEAST_LEFT / 2) else {
             return; // a clock this young cannot say
         };
-        offers.offering("c:7", "c:1", long_ago, LEASE);
+        offers.offering("c:7", "c:1", long_ago, LEASE, true);
         offers.confirmed("c:7");
         assert_eq!(offers.claim("g c:7 42", "c:1"), None);
         assert_eq!(
@@ -249,8 +261,8 @@ mod tests {
     #[test]
     fn named_offers_are_never_claimed_and_granted_ones_never_named() {
         let offers = Offers::default();
-        offers.offering("c:7", "c:1", Instant::now(), LEASE);
-        offers.offering("c:8", "c:1", Instant::now(), LEASE);
+        offers.offering("c:7", "c:1", Instant::now(), LEASE, true);
+        offers.offering("c:8", "c:1", Instant::now(), LEASE, true);
         offers.confirmed("c:8");
         assert_eq!(offers.name(), "c:7 c:8");
         offers.confirmed("c:8");
@@ -260,16 +272,25 @@ mod tests {
             "after a request named it"
         );
         assert_eq!(offers.name(), "c:7 c:8", "still named by later requests");
-        offers.offering("c:9", "c:1", Instant::now(), LEASE);
+        offers.offering("c:9", "c:1", Instant::now(), LEASE, true);
         offers.granted("c:9");
         assert_eq!(offers.name(), "c:7 c:8", "granted: a guard's hold");
+    }
+
+    #[test]
+    fn a_fixed_lease_tasks_offer_is_never_claimed_from_the_message() {
+        let offers = Offers::default();
+        offers.offering("c:7", "c:1", Instant::now(), LEASE, false);
+        offers.confirmed("c:7");
+        assert_eq!(offers.claim("g c:7 42", "c:1"), None);
+        assert_eq!(offers.name(), "c:7", "left for the head's next acquire");
     }
 
     #[test]
     fn only_the_latest_offers_are_kept() {
         let offers = Offers::default();
         for n in 0..6 {
-            offers.offering(&format!("c:{n}"), "c:1", Instant::now(), LEASE);
+            offers.offering(&format!("c:{n}"), "c:1", Instant::now(), LEASE, true);
         }
         assert_eq!(offers.name(), "c:2 c:3 c:4 c:5");
     }

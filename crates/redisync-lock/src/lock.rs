@@ -84,7 +84,8 @@ use crate::guard::LockGuard;
 /// unrenewed, if sooner. Clients take turns in the order they registered, however long the
 /// holds: the release hands the lock to (or keeps it for) the client that waited longest, so
 /// a holder that asks again at once queues behind it. A client woken without a hand-over (it
-/// polls, or waits for replicas) competes with a first try made while its wake-up is on its
+/// polls, or waits for replicas, or its turn came while it stayed registered for further
+/// fixed-lease tasks of its own) competes with a first try made while its wake-up is on its
 /// way: it may lose that turn, and then registers again at the back. Within a client, tasks take turns in the order they
 /// asked.
 ///
