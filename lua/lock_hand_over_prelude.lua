@@ -30,8 +30,8 @@
 -- acquire. An offer that no longer stands is not taken (its task asks again, offering anew,
 -- at least once per re-check period however long the hold lasts, so it may have stopped
 -- since): such a client is woken with 'w', so a crashed client is handed the lock only if it
--- crashed within that time of its last acquire, and once. A grant is never taken back because PUBLISH counted no
--- listener: a subscriber on a replica hears it all the same (see wake_prelude), and would
+-- crashed within that time of its last acquire, and once. A grant is never taken back because
+-- PUBLISH counted no listener: a subscriber on a replica hears it all the same (see wake_prelude), and would
 -- hold the lock beside the next client. Only a message Redis refused (a releasing client
 -- without channel rights, which waits by polling) has its grant taken back, and the next
 -- client is tried.

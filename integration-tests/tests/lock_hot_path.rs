@@ -819,9 +819,10 @@ async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
 /// the client withdraws at once, and the holder's release then publishes to nobody. (The
 /// entry would otherwise stay for its 5 s lifetime, and the release would wake the client.)
 /// The first task waits with a fixed lease, so it does not take the lock from its wake-up:
-/// its own grant (taking over the hold kept for it) keeps the client registered. (A hand-over takes the client out of
-/// the registry, and the task behind registers it again with a request of its own, a moment
-/// after the grant: asserting the registration at the grant then raced with that request.)
+/// its own grant (taking over the hold kept for it) keeps the client registered. (A hand-over
+/// taken from the message takes the client out of the registry, and the task behind registers
+/// it again with a request of its own, a moment after the grant: asserting the registration at
+/// the grant then raced with that request.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kept_registered() {
     let (server, _holder, guard, waiting) = held_lock("kept").await;

@@ -19,12 +19,12 @@
 //! [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm)), so the client
 //! never believes in a hold Redis, by its own clock, may already have ended. A hold that comes
 //! back `0` is marked lost and dropped from the registry; one that comes back negative keeps
-//! its deadline, brought forward to the fixed lease's end if that is earlier (the guard may
-//! not have learnt of the fix, when the fixing request's reply was lost). A failed call keeps
-//! the holds and retries sooner; a hold with no successful renewal sent within one lease is
-//! marked lost (monotonic clock), and so is every hold when the client shuts down. Dropping the [`Renewal`] removes the hold at once, and
-//! renewals only ever re-arm a hold whose identity matches, so the watchdog never extends a
-//! hold that is not ours.
+//! its deadline, brought forward to the fixed lease's end if that is earlier (the guard may not
+//! have learnt of the fix, when the fixing request's reply was lost). A failed call keeps the
+//! holds and retries sooner; a hold with no successful renewal sent within one lease is marked
+//! lost (monotonic clock), and so is every hold when the client shuts down. Dropping the
+//! [`Renewal`] removes the hold at once, and renewals only ever re-arm a hold whose identity
+//! matches, so the watchdog never extends a hold that is not ours.
 //!
 //! **Short leases.** A hold granted with a lease shorter than the watchdog timeout on purpose
 //! (a lock handed over in a wake-up, whose designee might not be able to act) is registered

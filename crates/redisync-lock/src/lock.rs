@@ -77,8 +77,8 @@ use crate::guard::LockGuard;
 /// With a fixed lease, the release keeps the lock for the waiting client in the same way, and
 /// its task takes that hold over with its own lease in one acquire: the two scripts are the
 /// release and that acquire. Polling or with replica sync, the woken client asks: the two
-/// scripts are again the release and that acquire, but the lock is free meanwhile. When more tasks of that client wait, its grant keeps the client registered for
-/// them, at the back, so the next of them waits for its wake-up without asking Redis first;
+/// scripts are again the release and that acquire, but the lock is free meanwhile. When more
+/// tasks of that client wait, its grant keeps the client registered for them, at the back, so the next of them waits for its wake-up without asking Redis first;
 /// it asks all the same if a wake-up came between the grant and its turn, and at the latest a
 /// second after its turn came (`RECHECK`), or when the hold just granted would lapse
 /// unrenewed, if sooner. Clients take turns in the order they registered, however long the
@@ -86,8 +86,8 @@ use crate::guard::LockGuard;
 /// a holder that asks again at once queues behind it. A client woken without a hand-over (it
 /// polls, or waits for replicas, or its turn came while it stayed registered for further
 /// fixed-lease tasks of its own) competes with a first try made while its wake-up is on its
-/// way: it may lose that turn, and then registers again at the back. Within a client, tasks take turns in the order they
-/// asked.
+/// way: it may lose that turn, and then registers again at the back. Within a client, tasks
+/// take turns in the order they asked.
 ///
 /// # Examples
 ///

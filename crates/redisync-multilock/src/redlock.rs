@@ -26,8 +26,9 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// any; it succeeds when a majority ([`quorum`](Self::quorum)) granted the lock and time is
 /// left of the lease: the *validity*, `lease − time the round took − drift` (drift: 1% of the
 /// lease plus 2 ms, or the lease margin of a server's client if that is larger: see
-/// [`ClientBuilder::clock_drift_ppm`](redisync_core::ClientBuilder::clock_drift_ppm)). Otherwise every grant of the round is given back and, until the wait runs
-/// out, another round follows after a random pause. The lock therefore survives a minority of
+/// [`ClientBuilder::clock_drift_ppm`](redisync_core::ClientBuilder::clock_drift_ppm)).
+/// Otherwise every grant of the round is given back and, until the wait runs out, another
+/// round follows after a random pause. The lock therefore survives a minority of
 /// the servers being down. Leases are fixed (no watchdog): the guard is valid until
 /// [`RedlockGuard::validity`] runs out.
 ///

@@ -120,7 +120,7 @@ impl RwCore {
         .counted_in(&self.releases))
     }
 
-    /// Waits until the releases of this owner begun so far have reached Redis, for at most a
+    /// Waits until none of this owner's releases is on its way to Redis, for at most a
     /// command timeout (see `releases`). Boxed, since it is seldom needed: the future of an
     /// acquire that does not wait stays small.
     async fn settle_releases(&self) -> Result<()> {
