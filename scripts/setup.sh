@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what redisync's demo and tests need on a fresh machine: a Rust toolchain is assumed
 # (cargo); redis-server, openssl and libfaketime are installed from the distribution's packages
-# when missing.
+# when missing, and the other servers the tests run on (scripts/servers.sh) into a cache.
 set -euo pipefail
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -36,3 +36,8 @@ if [ -n "$missing" ]; then
     fi
 fi
 redis-server --version
+# Redis 8.2, Valkey 8.1 and Redis 6.2, for scripts/test-servers.sh; the demo and the README's
+# test command run without them.
+if ! bash "$(dirname "$0")/servers.sh" >/dev/null; then
+    echo "warning: the other servers could not be installed; scripts/test-servers.sh needs them" >&2
+fi

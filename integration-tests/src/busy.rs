@@ -4,16 +4,18 @@
 //!
 //! [`RedisServer::busy_for`] lowers the server's `busy-reply-threshold` (`lua-time-limit`
 //! before Redis 7) to a few milliseconds and runs, on a connection of its own on a background
-//! thread, a script that spins on `redis.call('TIME')` for the given time. Once a script has
-//! run longer than the threshold, Redis answers every other command, `EVALSHA` included, with
-//! `BUSY Redis is busy running a script` (only `SCRIPT KILL`, `FUNCTION KILL` and `SHUTDOWN
-//! NOSAVE` are served). The call returns once the server answers `BUSY`; the returned
-//! [`BusyScript`] waits for the script's end ([`wait`](BusyScript::wait), or when dropped), or
-//! ends it early with `SCRIPT KILL` ([`kill`](BusyScript::kill)). The threshold is set back to
-//! its previous value when the script ends.
+//! thread, a script that spins until it is killed; a second thread ends it with `SCRIPT KILL`
+//! once the given time has passed on the test's clock. Once a script has run longer than the
+//! threshold, the server answers every other command, `EVALSHA` included, with `BUSY Redis is
+//! busy running a script` (only `SCRIPT KILL`, `FUNCTION KILL` and `SHUTDOWN NOSAVE` are
+//! served). The call returns once the server answers `BUSY`; the returned [`BusyScript`] waits
+//! for the script's end ([`wait`](BusyScript::wait), or when dropped), or ends it early
+//! ([`kill`](BusyScript::kill)). The threshold is set back to its previous value when the
+//! script ends.
 //!
-//! The script only reads the clock, and counts only small forward steps of it, so a jump of a
-//! [fake clock](crate::clock) neither ends it early nor makes it run for ever.
+//! The script reads no clock: `TIME` inside a script is frozen at the script's start on Redis
+//! 7.2 and later (and on Valkey), and a [fake clock](crate::clock) may jump. So the same
+//! script keeps every server busy for the same time.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -27,6 +29,8 @@
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -39,37 +43,20 @@ const BUSY_THRESHOLD_MS: u64 = 5;
 /// How long [`RedisServer::busy_for`] waits for the first `BUSY` reply.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Spins for `ARGV[1]` milliseconds of server time. Steps of `TIME` that go backwards or
-/// forwards by more than 100 ms (a clock jump, not time spent spinning) are not counted.
-/// Returns the number of `TIME` calls it made.
-const SPIN_SCRIPT: &str = r"
-local function now_us()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local left = tonumber(ARGV[1]) * 1000
-local last = now_us()
-local calls = 0
-while left > 0 do
-    local now = now_us()
-    local step = now - last
-    if step > 0 and step < 100000 then
-        left = left - step
-    end
-    last = now
-    calls = calls + 1
-end
-return calls
-";
+/// Spins until `SCRIPT KILL` ends it. It writes nothing, so it may be killed at any time.
+const SPIN_SCRIPT: &str = "while true do end";
 
 /// A Lua script keeping one server busy, started by [`RedisServer::busy_for`]. Dropping it
 /// waits until the script has ended (and the server serves other clients again).
 #[must_use = "dropping a BusyScript waits until its script has ended"]
 pub struct BusyScript {
     port: u16,
-    password: Option<String>,
     /// Answers how long the script ran, or why it failed; `None` once joined.
     thread: Option<JoinHandle<Result<Duration, String>>>,
+    /// Ends the script at once when sent to (or dropped); `None` once used.
+    end_now: Option<mpsc::Sender<()>>,
+    /// Sends `SCRIPT KILL` when the time is up or `end_now` says so.
+    killer: Option<JoinHandle<Result<(), String>>>,
 }
 
 impl RedisServer {
@@ -103,33 +90,49 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("CONFIG SET {parameter} failed: {e}"));
         // No read timeout: the reply comes when the script ends.
         let mut script = self.connection();
-        let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        let mut kill_connection = self.helper_connection();
+        let ended = Arc::new(AtomicBool::new(false));
+        let script_ended = ended.clone();
+        let (script_started, started_at) = mpsc::channel::<Instant>();
         let thread = thread::Builder::new()
             .name(format!("busy-script-{}", self.port()))
             .spawn(move || {
                 let started = Instant::now();
+                let _ = script_started.send(started);
                 let outcome = redis::cmd("EVAL")
                     .arg(SPIN_SCRIPT)
                     .arg(0)
-                    .arg(millis)
-                    .query::<i64>(&mut script);
+                    .query::<redis::Value>(&mut script);
                 let ran = started.elapsed();
+                script_ended.store(true, Ordering::Release);
                 let restored = redis::cmd("CONFIG")
                     .arg("SET")
                     .arg(parameter)
                     .arg(&previous)
                     .exec(&mut script);
                 match outcome {
-                    Ok(_) => {}
-                    // Ended by `BusyScript::kill`.
+                    // Ended by the killer thread, as it should be.
                     Err(e) if e.to_string().contains("killed") => {}
                     Err(e) => return Err(format!("the busy script failed: {e}")),
+                    Ok(reply) => return Err(format!("the busy script returned {reply:?}")),
                 }
                 restored
                     .map(|()| ran)
                     .map_err(|e| format!("setting {parameter} back to {previous} failed: {e}"))
             })
             .unwrap_or_else(|e| panic!("could not start the busy script's thread: {e}"));
+        let (end_now, ended_early) = mpsc::channel::<()>();
+        let killer = thread::Builder::new()
+            .name(format!("busy-script-killer-{}", self.port()))
+            .spawn(move || {
+                // The time counts from when the script was sent. Either it is up, or the
+                // script is to end now: kill it either way.
+                let started = started_at.recv().unwrap_or_else(|_| Instant::now());
+                let left = (started + duration).saturating_duration_since(Instant::now());
+                let _ = ended_early.recv_timeout(left);
+                kill_script(&mut kill_connection, &ended)
+            })
+            .unwrap_or_else(|e| panic!("could not start the busy script's killer: {e}"));
         let deadline = Instant::now() + BUSY_TIMEOUT;
         loop {
             if let Err(e) = redis::cmd("PING").query::<String>(&mut control) {
@@ -150,8 +153,9 @@ impl RedisServer {
         }
         BusyScript {
             port: self.port(),
-            password: self.password().map(str::to_owned),
             thread: Some(thread),
+            end_now: Some(end_now),
+            killer: Some(killer),
         }
     }
 }
@@ -167,8 +171,8 @@ impl BusyScript {
     ///
     /// # Panics
     ///
-    /// Panics if the script failed (other than by [`kill`](Self::kill)), for instance
-    /// because the server was stopped meanwhile, or the threshold could not be set back.
+    /// Panics if the script failed other than by being killed, for instance because the
+    /// server was stopped meanwhile, or the threshold could not be set back.
     pub fn wait(mut self) -> Duration {
         match self.join() {
             Some(Ok(ran)) => ran,
@@ -177,29 +181,24 @@ impl BusyScript {
         }
     }
 
-    /// Ends the script early with `SCRIPT KILL` and waits until it has ended; returns how
+    /// Ends the script at once with `SCRIPT KILL` and waits until it has ended; returns how
     /// long it ran.
     ///
     /// # Panics
     ///
-    /// Panics if the server cannot be reached, or as [`wait`](Self::wait).
-    pub fn kill(self) -> Duration {
-        let mut connection =
-            redis::Client::open(crate::connection_info(self.port, self.password.as_deref()))
-                .and_then(|client| client.get_connection_with_timeout(crate::CONNECT_TIMEOUT))
-                .unwrap_or_else(|e| panic!("could not connect to send SCRIPT KILL: {e}"));
-        match redis::cmd("SCRIPT").arg("KILL").exec(&mut connection) {
-            Ok(()) => {}
-            // The script ended by itself in the meantime.
-            Err(e) if e.code() == Some("NOTBUSY") => {}
-            Err(e) => panic!("SCRIPT KILL failed: {e}"),
+    /// As [`wait`](Self::wait).
+    pub fn kill(mut self) -> Duration {
+        if let Some(end_now) = self.end_now.take() {
+            let _ = end_now.send(());
         }
         self.wait()
     }
 
-    /// Joins the thread once; `None` if it panicked or was joined already.
+    /// Joins both threads once; `None` if one panicked or they were joined already.
     fn join(&mut self) -> Option<Result<Duration, String>> {
-        self.thread.take().and_then(|thread| thread.join().ok())
+        let ran = self.thread.take()?.join().ok()?;
+        let killed = self.killer.take()?.join().ok()?;
+        Some(killed.and(ran))
     }
 }
 
@@ -216,6 +215,24 @@ impl fmt::Debug for BusyScript {
             .field("finished", &self.is_finished())
             .finish()
     }
+}
+
+/// Sends `SCRIPT KILL` until the script's thread has its reply: a kill may come before the
+/// script has started, and is then answered `NOTBUSY`.
+fn kill_script(connection: &mut redis::Connection, ended: &AtomicBool) -> Result<(), String> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    while !ended.load(Ordering::Acquire) {
+        match redis::cmd("SCRIPT").arg("KILL").exec(connection) {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("NOTBUSY") => {}
+            Err(e) => return Err(format!("SCRIPT KILL failed: {e}")),
+        }
+        if Instant::now() >= deadline {
+            return Err("the busy script outlived SCRIPT KILL for 10 s".to_owned());
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 /// The name of the server's busy threshold parameter and its value: `busy-reply-threshold`

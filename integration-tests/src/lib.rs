@@ -36,6 +36,7 @@ pub mod heap;
 pub mod holder;
 pub mod proxy;
 pub mod script_text;
+pub mod server_binary;
 
 pub use busy::BusyScript;
 pub use cluster::RedisCluster;

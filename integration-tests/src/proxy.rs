@@ -106,6 +106,8 @@ struct Shared {
     closed_by_faults: AtomicU64,
     /// Live connections by id.
     connections: Mutex<HashMap<u64, Connection>>,
+    /// The name of every command clients sent, lower-cased, in the order they were read.
+    commands: Mutex<Vec<String>>,
 }
 
 /// The control side of one live connection.
@@ -166,6 +168,7 @@ impl ChaosProxy {
             accepted: AtomicU64::new(0),
             closed_by_faults: AtomicU64::new(0),
             connections: Mutex::new(HashMap::new()),
+            commands: Mutex::new(Vec::new()),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -352,6 +355,17 @@ impl ChaosProxy {
     /// Connections accepted since the proxy started.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// The name of every command clients have sent through the proxy (lower-cased, in the
+    /// order the proxy read them, across connections): what a client itself sends, which a
+    /// server's own statistics mix with the commands its scripts run.
+    pub fn commands(&self) -> Vec<String> {
+        self.shared
+            .commands
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Connections open right now.
@@ -617,10 +631,16 @@ where
                 return Ok::<(), std::io::Error>(());
             }
             let data = &buffer[..n];
-            if up && !flags.subscriber.load(Ordering::SeqCst) && scanner.feed(data) {
-                flags.subscriber.store(true, Ordering::SeqCst);
-            }
             if up {
+                let names = scanner.feed(data);
+                if names.iter().any(|name| is_subscribe(name.as_bytes())) {
+                    flags.subscriber.store(true, Ordering::SeqCst);
+                }
+                shared
+                    .commands
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(names);
                 shared.stall_if_armed(flags, data);
             }
             if shared.swallowed(flags, up) {
@@ -657,8 +677,8 @@ where
     tokio::try_join!(read, write).map(|_| ())
 }
 
-/// Finds SUBSCRIBE-family commands in a client's byte stream (RESP arrays of bulk strings, or
-/// inline commands), across chunk boundaries.
+/// Finds the commands in a client's byte stream (RESP arrays of bulk strings, or inline
+/// commands), across chunk boundaries.
 #[derive(Default)]
 struct CommandScanner {
     pending: Vec<u8>,
@@ -678,23 +698,20 @@ enum Parsed {
 }
 
 impl CommandScanner {
-    /// Adds `data`; returns whether a complete SUBSCRIBE-family command is among the commands
-    /// completed so far.
-    fn feed(&mut self, data: &[u8]) -> bool {
+    /// Adds `data`; returns the names (lower-cased) of the commands it completed.
+    fn feed(&mut self, data: &[u8]) -> Vec<String> {
         self.pending.extend_from_slice(data);
+        let mut names = Vec::new();
         loop {
             match parse_command(&self.pending) {
-                Parsed::Incomplete => return false,
+                Parsed::Incomplete => return names,
                 Parsed::Invalid => {
                     self.pending.clear();
-                    return false;
+                    return names;
                 }
                 Parsed::Command { len, name } => {
-                    let subscribe = is_subscribe(&self.pending[name]);
+                    names.push(String::from_utf8_lossy(&self.pending[name]).to_ascii_lowercase());
                     self.pending.drain(..len);
-                    if subscribe {
-                        return true;
-                    }
                 }
             }
         }
@@ -778,7 +795,12 @@ mod tests {
 
     fn scan(chunks: &[&[u8]]) -> bool {
         let mut scanner = CommandScanner::default();
-        chunks.iter().any(|chunk| scanner.feed(chunk))
+        chunks.iter().any(|chunk| {
+            scanner
+                .feed(chunk)
+                .iter()
+                .any(|name| is_subscribe(name.as_bytes()))
+        })
     }
 
     #[test]

@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{client, client_with_watchdog, exists, lock_key, wake_channel};
@@ -656,31 +655,21 @@ async fn blocked_waiters_fail_promptly_when_redis_stops_answering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_that_times_out_but_is_granted_later_is_given_back() {
-    let server = Arc::new(RedisServer::start());
+    let server = RedisServer::start();
     let a = Client::builder(server.url())
         .command_timeout(Duration::from_millis(300))
         .build()
         .await
         .unwrap();
     let lock = a.lock("late");
-    // Keep Redis busy for 800 ms with a script, so our acquire waits in its queue past the
-    // 300 ms command timeout (an abandoned request gets four command timeouts to finish).
-    let busy = {
-        let server = server.clone();
-        tokio::task::spawn_blocking(move || {
-            server.cmd(&[
-                "EVAL",
-                "local function now() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end \
-                 local s = now() while now() - s < 800 do end",
-                "0",
-            ])
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Stop Redis for 800 ms, so our acquire waits in its socket past the 300 ms command
+    // timeout (an abandoned request gets four command timeouts to finish) and runs after.
+    server.pause();
     let started = Instant::now();
     assert!(matches!(lock.try_lock().await, Err(Error::Timeout)));
     assert!(started.elapsed() < Duration::from_millis(900));
-    busy.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800).saturating_sub(started.elapsed())).await;
+    server.resume();
     // The acquire ran once Redis was free again, and was granted to nobody: it is given back.
     assert!(
         wait_until(Duration::from_secs(3), || {

@@ -215,7 +215,8 @@ impl ClientBuilder {
     /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, a zero
     /// watchdog timeout, pool size or command timeout, a poll interval out of range, or a
     /// clock drift bound above [`MAX_CLOCK_DRIFT_PPM`]; with [`Error::Redis`] or
-    /// [`Error::Timeout`] when Redis cannot be reached.
+    /// [`Error::Timeout`] when Redis cannot be reached; with [`Error::UnsupportedServer`] for
+    /// a server older than Redis 7.0 (see [`Client::server_version`]).
     pub async fn build(self) -> Result<Client> {
         let config = self.config;
         keys::validate_prefix(&config.key_prefix)?;

@@ -182,6 +182,15 @@ impl Client {
         &self.shared().server
     }
 
+    /// The server's name and version as it gave them when the client was built (for a
+    /// cluster, its oldest primary); `None` if it would not say (an ACL that grants neither
+    /// `HELLO` nor `INFO`). [`ClientBuilder::build`](crate::ClientBuilder::build) refuses a
+    /// server older than Redis 7.0 with [`Error::UnsupportedServer`](crate::Error). A
+    /// client following Sentinel checks the primary it first finds, not later ones.
+    pub fn server_version(&self) -> Option<&crate::ServerVersion> {
+        self.shared().server_version.as_ref()
+    }
+
     /// Whether this client talks to a Redis Cluster ([`Client::cluster_builder`]).
     pub fn is_cluster(&self) -> bool {
         self.shared().sharded()

@@ -95,6 +95,17 @@ pub enum Error {
     /// in different ways): each part's name with its error. Every part was attempted.
     #[error("{} parts failed: {}", .0.len(), describe_parts(.0))]
     Several(Vec<(String, Error)>),
+    /// The server is older than redisync supports: [`ClientBuilder::build`] refuses it, naming
+    /// the server it found and what it needs (Redis 7.0 or later, or Valkey).
+    ///
+    /// [`ClientBuilder::build`]: crate::ClientBuilder::build
+    #[error("unsupported server: found {found}, redisync needs {needed}")]
+    UnsupportedServer {
+        /// The server and version found, as in `"Redis 6.2.14"`.
+        found: String,
+        /// What redisync needs, as in `"Redis 7.0 or later, or Valkey"`.
+        needed: String,
+    },
 }
 
 fn describe_parts(parts: &[(String, Error)]) -> String {
@@ -193,6 +204,10 @@ mod tests {
             Error::Timeout,
             Error::Shutdown,
             Error::invalid("x"),
+            Error::UnsupportedServer {
+                found: "Redis 6.2.14".into(),
+                needed: "Redis 7.0 or later, or Valkey".into(),
+            },
         ] {
             let text = e.to_string();
             assert!(text.starts_with(|c: char| c.is_lowercase()), "{text}");

@@ -72,6 +72,7 @@ mod primitive;
 pub mod pubsub;
 pub mod retry;
 mod script;
+mod server_version;
 mod signal;
 mod stats;
 mod strategy;
@@ -95,6 +96,7 @@ pub use retry::{Confirmed, Retry};
 #[doc(hidden)]
 pub use script::{check_publishing, check_script_contract};
 pub use script::{LuaScript, ScriptCall};
+pub use server_version::{ServerVersion, MIN_REDIS_VERSION};
 pub use signal::Flag;
 pub use stats::Stats;
 pub use strategy::{WaitStrategy, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL};

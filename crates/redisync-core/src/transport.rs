@@ -5,6 +5,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod connection;
+pub(crate) mod handshake;
 pub(crate) mod sentinel;
 
 use std::fmt;
@@ -13,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::FromRedisValue;
 use tracing::Instrument;
 
@@ -46,6 +46,9 @@ pub(crate) struct Transport {
     /// `host:port/db` of the server (or the cluster's or Sentinel's name), for ordering locks
     /// across servers.
     pub(crate) server: String,
+    /// The server's name and version as it gave them when the client was built (a cluster's
+    /// oldest primary); `None` if it would not say.
+    pub(crate) server_version: Option<crate::ServerVersion>,
     /// The runtime the client was built on: background work goes there even when it is
     /// started from outside any runtime (a guard dropped on a plain thread).
     pub(crate) runtime: tokio::runtime::Handle,
@@ -207,8 +210,17 @@ impl Transport {
             }
         };
 
+        let first = connections
+            .first()
+            .ok_or_else(|| Error::invalid("pool size must be at least 1"))?;
+        let server_version =
+            tokio::time::timeout(config.command_timeout, handshake::check_server(first))
+                .await
+                .map_err(|_| Error::Timeout)??;
+
         Ok(Transport {
             server,
+            server_version,
             runtime,
             connections: std::sync::RwLock::new(connections),
             redis_client: std::sync::RwLock::new(redis_client),
@@ -279,7 +291,7 @@ fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
             "rediss:// needs the `tls` feature of redisync",
         )));
     }
-    redis::Client::open(config.url.as_str())
+    redis::Client::open(connection_info(&config.url)?)
 }
 
 /// redis' rustls picks the process-wide crypto provider, and panics if another crate's
@@ -295,14 +307,25 @@ fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
     choose_crypto_provider();
     match &config.tls_root_certificate {
         Some(pem) => redis::Client::build_with_tls(
-            config.url.as_str(),
+            connection_info(&config.url)?,
             redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(pem.clone()),
             },
         ),
-        None => redis::Client::open(config.url.as_str()),
+        None => redis::Client::open(connection_info(&config.url)?),
     }
+}
+
+/// The server `url` names, connected to without the driver's `CLIENT SETINFO` announcement:
+/// Redis 7.0 has no such command, so an ACL rule granting it would be refused there, and on
+/// 7.2 and later a user without it would see every connection's announcement in `ACL LOG`.
+/// Without it, one set of ACL rules serves every server.
+fn connection_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo;
+    let info = url.into_connection_info()?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    Ok(info.set_redis_settings(settings))
 }
 
 /// A connection error, with a message a user can act on where the driver's would not help: a
@@ -342,7 +365,7 @@ async fn connect_cluster_pool(
 ) -> redis::RedisResult<Vec<Connection>> {
     let mut connections = Vec::with_capacity(size as usize);
     for _ in 0..size {
-        let connection: ClusterConnection = cluster.get_async_connection().await?;
+        let connection = cluster.get_async_generic_connection().await?;
         connections.push(Connection::Cluster(connection));
     }
     Ok(connections)

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "primitive",
             "cells",
             "strategy",
+            "server_version",
         ],
     ),
     ("transport", &["transport"]),

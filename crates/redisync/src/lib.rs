@@ -104,7 +104,7 @@ pub struct ReadmeDoctests;
 
 pub use redisync_core::{
     Acquire, Client, ClientBuilder, DistributedPrimitive, Error, Held, Lease, LocalState, Result,
-    Stats, Wait, WaitStrategy,
+    ServerVersion, Stats, Wait, WaitStrategy, MIN_REDIS_VERSION,
 };
 
 /// The lower layer: keys, scripts, waiting and leases, for writing new primitives.

@@ -371,8 +371,10 @@ pub fn handed_over_holds(server: &RedisServer, name: &str) -> usize {
         .count()
 }
 
-/// One `SLOWLOG GET` entry: the command with its arguments and the client address
-/// (`?:0` for commands a script ran).
+/// One `SLOWLOG GET` entry: the command with its arguments and the client address (for a
+/// command a script ran, Redis 7.0 logs `?:0`, Redis 7.2 and later none, and Valkey the
+/// address of the script's caller: tell a client's own commands with a
+/// [`ChaosProxy`](redisync_test_harness::ChaosProxy) instead).
 #[derive(Debug)]
 pub struct LoggedCommand {
     pub args: Vec<String>,

@@ -41,14 +41,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{ping_interval, sleep_or_shutdown, Hub};
-use crate::transport::connection::Connection;
+use crate::transport::connection::{ClusterConnection, Connection};
 use crate::transport::Transport;
 
 /// A round of pings: when it was sent, and each slot asked with whether its primary answered
@@ -121,7 +120,7 @@ pub(super) async fn run(
                 hub.update_all(|s| s.bump());
                 return;
             }
-            c = tokio::time::timeout(timeout, client.get_async_connection()) => c,
+            c = tokio::time::timeout(timeout, client.get_async_generic_connection()) => c,
         };
         match connected {
             Ok(Ok(connection)) => break connection,

@@ -22,13 +22,13 @@
 
 use std::time::Duration;
 
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::Result;
 use crate::keys;
 use crate::script::ScriptCall;
+use crate::transport::connection::ClusterConnection;
 
 /// Most redirections followed for one call: a slot moves once per migration or failover.
 const MAX_REDIRECTS: u32 = 5;

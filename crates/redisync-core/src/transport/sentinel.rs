@@ -45,7 +45,10 @@ pub(crate) struct Sentinels {
 
 impl Sentinels {
     pub(crate) fn new(config: &SentinelConfig) -> Result<Self> {
-        let mut redis_info = redis::RedisConnectionInfo::default().set_db(config.db);
+        // No `CLIENT SETINFO` to the primary, as for one server (see `connection_info`).
+        let mut redis_info = redis::RedisConnectionInfo::default()
+            .set_db(config.db)
+            .set_skip_set_lib_name();
         if let Some(password) = &config.password {
             redis_info = redis_info.set_password(password.clone());
         }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the tests that start servers (the integration tests and the CLI's) on each other server
+# redisync supports, Redis 8.2 and Valkey 8.1, and the version check on Redis 6.2, which
+# redisync refuses. scripts/test.sh runs everything on the distribution's Redis 7.0.
+#
+#   bash scripts/test-servers.sh                 # every server
+#   bash scripts/test-servers.sh valkey-8.1      # one
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_INCREMENTAL=0
+bash scripts/setup.sh >/dev/null
+
+supported="redis-8.2 valkey-8.1"
+wanted="${*:-$supported redis-6.2}"
+for name in $wanted; do
+    bin="$(bash scripts/servers.sh path "$name")"
+    echo "=== $name: $("$bin" --version)"
+    export REDIS_SERVER_BIN="$bin"
+    case " $supported " in
+    *" $name "*)
+        # Said here as well as by the test, whose own output cargo keeps unless it fails.
+        if "$bin" --port 0 --save '' --tls-port "$((40000 + RANDOM % 20000))" --tls-cert-file /nonexistent \
+            --tls-key-file /nonexistent 2>&1 | grep -q "Failed finding TLS support"; then
+            echo "=== $name: built without TLS, so the TLS test is skipped on it"
+        fi
+        cargo test --all-features -p redisync-test-harness -p redisync-cli --tests
+        ;;
+    *)
+        # Below the floor: a client refuses it when built.
+        cargo test --all-features -p redisync-test-harness --test server_versions
+        ;;
+    esac
+done
