@@ -23,7 +23,7 @@ for name in $wanted; do
             --tls-key-file /nonexistent 2>&1 | grep -q "Failed finding TLS support"; then
             echo "=== $name: built without TLS, so the TLS test is skipped on it"
         fi
-        cargo test --all-features -p redisync-test-harness -p redisync-cli --tests
+        cargo test --no-fail-fast --all-features -p redisync-test-harness -p redisync-cli --tests
         ;;
     *)
         # Below the floor: a client refuses it when built.

@@ -148,6 +148,17 @@ impl RedisServer {
         Self::start_inner(extra_args, false)
     }
 
+    /// [`start_with`](Self::start_with), running the server binary `bin` (a `redis-server`,
+    /// `valkey-server` or another) whatever `REDIS_SERVER_BIN` says: for a program that
+    /// takes the binary as an option, such as the benchmark.
+    ///
+    /// # Panics
+    ///
+    /// As [`start_with`](Self::start_with).
+    pub fn start_binary(bin: &Path, extra_args: &[&str]) -> RedisServer {
+        Self::launch_binary(bin.to_path_buf(), extra_args, false)
+    }
+
     /// [`start_with`](Self::start_with), with a fake clock if `fake_clock`.
     fn start_inner(extra_args: &[&str], fake_clock: bool) -> RedisServer {
         let bin = match resolve_binary(
@@ -157,6 +168,13 @@ impl RedisServer {
             Ok(bin) => bin,
             Err(message) => panic!("{message}"),
         };
+        Self::launch_binary(bin, extra_args, fake_clock)
+    }
+
+    fn launch_binary(bin: PathBuf, extra_args: &[&str], fake_clock: bool) -> RedisServer {
+        if !bin.is_file() {
+            panic!("the server binary {} does not exist", bin.display());
+        }
         let dir = tempfile::Builder::new()
             .prefix("redisync-test-redis-")
             .tempdir()
@@ -380,6 +398,30 @@ impl RedisServer {
                 self.url()
             )
         })
+    }
+
+    /// The server's name and version from `INFO server`, as in `Redis 7.0.15` or
+    /// `Valkey 8.1.8` (Valkey reports its own version in `valkey_version`).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the command fails.
+    pub fn version(&self) -> String {
+        let info = self.info("server");
+        match parse_info_field(&info, "server_name") {
+            Some(name) if !name.is_empty() && name != "redis" => {
+                let version = parse_info_field(&info, &format!("{name}_version"))
+                    .or_else(|| parse_info_field(&info, "redis_version"))
+                    .unwrap_or("unknown");
+                let mut title = name.to_owned();
+                title[..1].make_ascii_uppercase();
+                format!("{title} {version}")
+            }
+            _ => format!(
+                "Redis {}",
+                parse_info_field(&info, "redis_version").unwrap_or("unknown")
+            ),
+        }
     }
 
     /// Runs `INFO <section>` and returns the value of `field`, e.g.

@@ -10,7 +10,11 @@
 //! cargo run --release -p redisync-bench -- --only 1 --rounds 21   # scenario 1, 21 rounds
 //! cargo run --release -p redisync-bench -- --json out.json --charts docs/benchmarks
 //! cargo run --release -p redisync-bench -- --compare before.json   # before/after table
+//! cargo run --release -p redisync-bench -- --server-bin ~/.cache/redisync/servers/valkey-8.1/valkey-server
 //! ```
+//!
+//! The server is `redis-server` from `PATH` (or `REDIS_SERVER_BIN`) unless `--server-bin`
+//! names another binary; `scripts/servers.sh` installs Redis 8.2 and Valkey 8.1.
 
 mod charts;
 mod commands;
@@ -36,7 +40,8 @@ use report::Scenario;
 static ALLOCATOR: redisync_test_harness::heap::Counting = redisync_test_harness::heap::Counting;
 
 const USAGE: &str = "usage: redisync-bench [--quick] [--rounds N] [--json PATH] \
-                     [--charts DIR | --no-charts] [--compare OLD.json] [--only SCENARIO]...";
+                     [--charts DIR | --no-charts] [--compare OLD.json] [--only SCENARIO]... \
+                     [--server-bin PATH]";
 
 struct Settings {
     rounds: usize,
@@ -51,6 +56,8 @@ struct Settings {
     compare: Option<String>,
     /// Run only the scenarios whose numbers start with one of these ("1", "5c").
     only: Vec<String>,
+    /// The server binary to run instead of `redis-server` from `PATH`.
+    server_bin: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -69,6 +76,7 @@ fn settings() -> Result<Settings, String> {
         charts: Some("docs/benchmarks".to_owned()),
         compare: None,
         only: Vec::new(),
+        server_bin: None,
     };
     // Applied after the loop, so that it wins over `--quick` wherever it stands.
     let mut rounds = None;
@@ -100,6 +108,15 @@ fn settings() -> Result<Settings, String> {
             "--only" => settings
                 .only
                 .push(args.next().ok_or("--only needs a scenario number")?),
+            "--server-bin" => {
+                let bin = std::path::PathBuf::from(
+                    args.next().ok_or("--server-bin needs the path of a server binary")?,
+                );
+                if !bin.is_file() {
+                    return Err(format!("--server-bin {}: no such file", bin.display()));
+                }
+                settings.server_bin = Some(bin);
+            }
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
@@ -110,7 +127,7 @@ fn settings() -> Result<Settings, String> {
     Ok(settings)
 }
 
-fn machine() -> Vec<(String, String)> {
+fn machine(server: &RedisServer) -> Vec<(String, String)> {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -131,22 +148,11 @@ fn machine() -> Vec<(String, String)> {
         .map_or("unknown".to_owned(), |kib| {
             format!("{} GiB", kib / 1024 / 1024)
         });
-    let redis = std::process::Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|v| {
-            v.split_whitespace()
-                .find_map(|w| w.strip_prefix("v="))
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "unknown".to_owned());
     vec![
         ("cpu".to_owned(), cpu),
         ("cores".to_owned(), cores.to_string()),
         ("memory".to_owned(), memory),
-        ("redis-server".to_owned(), redis),
+        ("server".to_owned(), server.version()),
         ("os".to_owned(), std::env::consts::OS.to_owned()),
     ]
 }
@@ -186,8 +192,11 @@ async fn main() {
         }
     };
     let started = Instant::now();
-    let server = RedisServer::start();
-    let machine = machine();
+    let server = match &settings.server_bin {
+        Some(bin) => RedisServer::start_binary(bin, &[]),
+        None => RedisServer::start(),
+    };
+    let machine = machine(&server);
     // Warm up the machine and the server before anything is measured: the first seconds of
     // a run are slower (CPU frequency, allocator, Redis's own caches).
     eprintln!("warming up");

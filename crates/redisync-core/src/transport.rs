@@ -331,7 +331,7 @@ fn connection_info(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
 /// A connection error, with a message a user can act on where the driver's would not help: a
 /// reply that does not parse means the address is not a Redis server (an HTTP port, a TLS
 /// port reached with `redis://`...), which the driver reports as a parse error at some byte.
-fn explain_connect_error(err: redis::RedisError) -> Error {
+pub(crate) fn explain_connect_error(err: redis::RedisError) -> Error {
     if err.kind() == redis::ErrorKind::Parse {
         // The driver's detail (the bytes it choked on) would only add noise.
         return Error::Redis(redis::RedisError::from((

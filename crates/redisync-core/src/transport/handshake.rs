@@ -83,7 +83,9 @@ async fn ask(connection: &mut Connection, cmd: redis::Cmd) -> Result<Option<Vec<
         }
         (Ok(reply), _) => vec![reply],
         (Err(e), _) if refused(&e) => return Ok(None),
-        (Err(e), _) => return Err(Error::from(e)),
+        // The first reply the client reads from the server: a server that is not Redis shows
+        // here.
+        (Err(e), _) => return Err(crate::transport::explain_connect_error(e)),
     };
     if replies
         .iter()
