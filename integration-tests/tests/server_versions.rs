@@ -111,3 +111,31 @@ async fn without_hello_the_version_comes_from_info_and_without_both_it_is_unchec
         .expect("a server that will not say its version is used as it is");
     assert_eq!(unchecked.server_version(), None);
 }
+
+/// The question is asked again on another connection when the connection breaks under it: a
+/// connection reset right after it was made does not fail the client's build.
+#[tokio::test]
+async fn a_connection_broken_during_the_check_does_not_fail_the_build() {
+    let server = RedisServer::start();
+    let proxy = redisync_test_harness::ChaosProxy::start(&server);
+    proxy.stall_on("HELLO");
+    let url = proxy.url();
+    let build = tokio::spawn(async move {
+        Client::builder(url)
+            .command_timeout(Duration::from_secs(5))
+            .build()
+            .await
+    });
+    eventually("the first HELLO is stalled", Duration::from_secs(5), || {
+        proxy.stalled() == 1
+    })
+    .await;
+    assert_eq!(proxy.unstall(), 1);
+    let client = build
+        .await
+        .expect("the build task")
+        .expect("built on another connection");
+    assert!(client.server_version().is_some());
+    let guard = client.lock("after-reset").lock().await.expect("lock");
+    guard.unlock().await.expect("unlock");
+}

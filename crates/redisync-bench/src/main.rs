@@ -110,7 +110,8 @@ fn settings() -> Result<Settings, String> {
                 .push(args.next().ok_or("--only needs a scenario number")?),
             "--server-bin" => {
                 let bin = std::path::PathBuf::from(
-                    args.next().ok_or("--server-bin needs the path of a server binary")?,
+                    args.next()
+                        .ok_or("--server-bin needs the path of a server binary")?,
                 );
                 if !bin.is_file() {
                     return Err(format!("--server-bin {}: no such file", bin.display()));

@@ -9,7 +9,8 @@ pub const FAILURE: i32 = 1;
 pub const USAGE: i32 = 2;
 /// A key of the primitive holds foreign data (`sysexits` EX_DATAERR).
 pub const WRONG_TYPE: i32 = 65;
-/// Redis could not be reached or did not answer in time (`sysexits` EX_UNAVAILABLE).
+/// Redis could not be reached, did not answer in time, or is older than redisync supports
+/// (`sysexits` EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
 /// The hold (lock, permit or leadership) was lost while the command ran, and the command was
 /// stopped.
@@ -29,7 +30,9 @@ pub fn of(err: &Error) -> i32 {
     match err {
         Error::InvalidArgument(_) => USAGE,
         Error::WrongType => WRONG_TYPE,
-        Error::Redis(_) | Error::Timeout | Error::Shutdown => UNAVAILABLE,
+        Error::Redis(_) | Error::Timeout | Error::Shutdown | Error::UnsupportedServer { .. } => {
+            UNAVAILABLE
+        }
         _ => FAILURE,
     }
 }
@@ -41,7 +44,7 @@ Exit codes:
   2      bad arguments (for `rate`: also no rate set and no --rate, or more
          --units than the rate's burst + 1)
   65     a key of the primitive holds foreign data
-  69     Redis unreachable or too slow (the command timeout)
+  69     Redis unreachable, too slow (the command timeout), or older than 7.0
   120    the lock, permit or leadership was lost while the command ran; the command was stopped
   124    the wait ran out (--wait, --timeout), or `latch set` found the latch armed
          (for `rate`: no units within --wait)

@@ -210,13 +210,12 @@ impl Transport {
             }
         };
 
-        let first = connections
-            .first()
-            .ok_or_else(|| Error::invalid("pool size must be at least 1"))?;
-        let server_version =
-            tokio::time::timeout(config.command_timeout, handshake::check_server(first))
-                .await
-                .map_err(|_| Error::Timeout)??;
+        let server_version = tokio::time::timeout(
+            config.command_timeout,
+            handshake::check_server(&connections),
+        )
+        .await
+        .map_err(|_| Error::Timeout)??;
 
         Ok(Transport {
             server,

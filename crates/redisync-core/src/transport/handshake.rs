@@ -14,11 +14,36 @@ use crate::error::{Error, Result};
 use crate::server_version::{floor_description, ServerVersion};
 use crate::transport::connection::Connection;
 
-/// The server behind `connection` (for a cluster, its oldest primary), or `None` if it would
+/// How many times a question is asked when the connection breaks under it: `HELLO` and `INFO`
+/// change nothing, so asking again is safe, and a connection broken right after it was made
+/// (a flaky network, a proxy) should not fail the client's build when the next one works.
+const ATTEMPTS: usize = 3;
+
+/// The server behind `connections` (for a cluster, its oldest primary), or `None` if it would
 /// not say; fails with [`Error::UnsupportedServer`] if any is older than the floor.
-pub(crate) async fn check_server(connection: &Connection) -> Result<Option<ServerVersion>> {
-    let mut connection = connection.clone();
-    let found = match ask(&mut connection, redis::cmd("HELLO")).await? {
+pub(crate) async fn check_server(connections: &[Connection]) -> Result<Option<ServerVersion>> {
+    let tries = connections
+        .iter()
+        .cycle()
+        .take(ATTEMPTS.max(connections.len()));
+    let mut last = Error::invalid("pool size must be at least 1");
+    for connection in tries {
+        match identify(&mut connection.clone()).await {
+            Err(e) if e.is_outcome_unknown() => {
+                last = e;
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            outcome => return outcome,
+        }
+    }
+    Err(last)
+}
+
+/// The pause before asking again on the next connection.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+async fn identify(connection: &mut Connection) -> Result<Option<ServerVersion>> {
+    let found = match ask(connection, redis::cmd("HELLO")).await? {
         Some(replies) => replies
             .iter()
             .map(ServerVersion::from_hello)
@@ -27,7 +52,7 @@ pub(crate) async fn check_server(connection: &Connection) -> Result<Option<Serve
     };
     let found = match found {
         Some(found) => Some(found),
-        None => match ask(&mut connection, info_server()).await? {
+        None => match ask(connection, info_server()).await? {
             Some(replies) => replies
                 .iter()
                 .map(|reply| {
