@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the tests that start servers (the integration tests and the CLI's) on each other server
 # redisync supports, Redis 8.2 and Valkey 8.1, and the version check on Redis 6.2, which
-# redisync refuses. scripts/test.sh runs everything on the distribution's Redis 7.0.
+# redisync refuses. scripts/test.sh runs everything on the distribution's Redis 7.0. Every
+# server is tried; the script fails at the end if any failed.
 #
 #   bash scripts/test-servers.sh                 # every server
 #   bash scripts/test-servers.sh valkey-8.1      # one
@@ -12,6 +13,7 @@ bash scripts/setup.sh >/dev/null
 
 supported="redis-8.2 valkey-8.1"
 wanted="${*:-$supported redis-6.2}"
+failed=""
 for name in $wanted; do
     bin="$(bash scripts/servers.sh path "$name")"
     echo "=== $name: $("$bin" --version)"
@@ -23,11 +25,18 @@ for name in $wanted; do
             --tls-key-file /nonexistent 2>&1 | grep -q "Failed finding TLS support"; then
             echo "=== $name: built without TLS, so the TLS test is skipped on it"
         fi
-        cargo test --no-fail-fast --all-features -p redisync-test-harness -p redisync-cli --tests
+        cargo test --no-fail-fast --all-features -p redisync-test-harness -p redisync-cli --tests ||
+            failed="$failed $name"
         ;;
     *)
         # Below the floor: a client refuses it when built.
-        cargo test --all-features -p redisync-test-harness --test server_versions
+        cargo test --all-features -p redisync-test-harness --test server_versions ||
+            failed="$failed $name"
         ;;
     esac
 done
+if [ -n "$failed" ]; then
+    echo "=== tests failed on:$failed" >&2
+    exit 1
+fi
+echo "=== passed on: $wanted"

@@ -14,29 +14,21 @@ use crate::error::{Error, Result};
 use crate::server_version::{floor_description, ServerVersion};
 use crate::transport::connection::Connection;
 
-/// How many times a question is asked when the connection breaks under it: `HELLO` and `INFO`
-/// change nothing, so asking again is safe, and a connection broken right after it was made
-/// (a flaky network, a proxy) should not fail the client's build when the next one works.
-const ATTEMPTS: usize = 3;
-
 /// The server behind `connections` (for a cluster, its oldest primary), or `None` if it would
 /// not say; fails with [`Error::UnsupportedServer`] if any is older than the floor.
+///
+/// `HELLO` and `INFO` change nothing, so a question whose connection broke under it is asked
+/// again on the next connection (each reconnects by itself), until the caller's command
+/// timeout ends the check: connections broken right after they were made (a flaky network,
+/// a `CLIENT KILL`) do not fail the client's build when the next ones work.
 pub(crate) async fn check_server(connections: &[Connection]) -> Result<Option<ServerVersion>> {
-    let tries = connections
-        .iter()
-        .cycle()
-        .take(ATTEMPTS.max(connections.len()));
-    let mut last = Error::invalid("pool size must be at least 1");
-    for connection in tries {
+    for connection in connections.iter().cycle() {
         match identify(&mut connection.clone()).await {
-            Err(e) if e.is_outcome_unknown() => {
-                last = e;
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
+            Err(e) if e.is_outcome_unknown() => tokio::time::sleep(RETRY_PAUSE).await,
             outcome => return outcome,
         }
     }
-    Err(last)
+    Err(Error::invalid("pool size must be at least 1"))
 }
 
 /// The pause before asking again on the next connection.
