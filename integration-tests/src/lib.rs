@@ -37,6 +37,7 @@ pub mod holder;
 pub mod proxy;
 pub mod script_text;
 pub mod server_binary;
+pub mod tls;
 
 pub use busy::BusyScript;
 pub use cluster::RedisCluster;

@@ -1,75 +1,21 @@
-//! `rediss://` URLs against a redis-server serving TLS with a throw-away certificate.
+//! `rediss://` URLs against a redis-server serving TLS with throw-away certificates.
 #![cfg(feature = "tls")]
 
-use std::process::Command;
-
 use redisync::prelude::*;
-use redisync_test_harness::RedisServer;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn openssl(args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl is installed (scripts/setup.sh installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use redisync_test_harness::tls::{ClientAuth, TlsServer};
 
 #[tokio::test]
 async fn rediss_urls_connect_and_lock() {
     // Some server builds (the Valkey and Redis 8 ones CI also runs) have no TLS at all.
-    if let Err(why) = redisync_test_harness::server_binary::tls_support() {
-        eprintln!("SKIPPED rediss_urls_connect_and_lock: {why}");
-        return;
-    }
-    let certs = tempfile::tempdir().unwrap();
-    let path = |name: &str| certs.path().join(name).to_str().unwrap().to_owned();
-    let (ca, ca_key, cert, key, csr, ext) = (
-        path("ca.pem"),
-        path("ca.key"),
-        path("cert.pem"),
-        path("key.pem"),
-        path("server.csr"),
-        path("ext.cnf"),
-    );
-    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-    #[rustfmt::skip]
-    let steps: [&[&str]; 3] = [
-        &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-          "-subj", "/CN=redisync test CA", "-keyout", &ca_key, "-out", &ca],
-        &["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-          "-keyout", &key, "-out", &csr],
-        &["x509", "-req", "-days", "1", "-CAcreateserial", "-in", &csr,
-          "-CA", &ca, "-CAkey", &ca_key, "-extfile", &ext, "-out", &cert],
-    ];
-    for step in steps {
-        openssl(step);
-    }
-    let tls_port = free_port().to_string();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
-    let url = format!("rediss://127.0.0.1:{tls_port}/");
-    let pem = std::fs::read(&ca).unwrap();
+    let tls = match TlsServer::start(ClientAuth::None) {
+        Ok(tls) => tls,
+        Err(why) => {
+            eprintln!("SKIPPED rediss_urls_connect_and_lock: {why}");
+            return;
+        }
+    };
+    let url = tls.url();
+    let pem = std::fs::read(&tls.ca).unwrap();
 
     // Trusting the private CA verifies the server.
     let trusted = Client::builder(url.as_str())
@@ -86,7 +32,7 @@ async fn rediss_urls_connect_and_lock() {
         guard.unlock().await.unwrap();
     }
     assert_eq!(
-        server.cmd(&["GET", "redisync:{tls}:fence"]),
+        tls.server.cmd(&["GET", "redisync:{tls}:fence"]),
         redis::Value::BulkString(b"2".to_vec())
     );
     // Without the CA, the self-signed certificate is refused.
@@ -98,4 +44,39 @@ async fn rediss_urls_connect_and_lock() {
         untrusted,
         Err(Error::Redis(_)) | Err(Error::Timeout)
     ));
+}
+
+/// A server that asks clients for a certificate accepts the one given to the builder, and
+/// refuses a client without one.
+#[tokio::test]
+async fn a_client_certificate_is_presented_when_the_server_asks() {
+    let tls = match TlsServer::start(ClientAuth::Required) {
+        Ok(tls) => tls,
+        Err(why) => {
+            eprintln!("SKIPPED a_client_certificate_is_presented_when_the_server_asks: {why}");
+            return;
+        }
+    };
+    let ca = std::fs::read(&tls.ca).unwrap();
+    let client = Client::builder(tls.url())
+        .tls_root_certificate(ca.clone())
+        .tls_client_certificate(
+            std::fs::read(&tls.client_cert).unwrap(),
+            std::fs::read(&tls.client_key).unwrap(),
+        )
+        .build()
+        .await
+        .expect("the client certificate is accepted");
+    let guard = client.lock("mtls").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+
+    let without = Client::builder(tls.url())
+        .tls_root_certificate(ca)
+        .command_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .await;
+    assert!(
+        matches!(without, Err(Error::Redis(_)) | Err(Error::Timeout)),
+        "{without:?}"
+    );
 }

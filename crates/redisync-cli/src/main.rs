@@ -43,6 +43,32 @@ struct Cli {
         global = true
     )]
     url: String,
+    /// A CA certificate (PEM) to trust for `rediss://`, instead of the system's roots.
+    #[arg(long, env = "REDISYNC_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) to present on `rediss://`, with --tls-key.
+    #[arg(
+        long,
+        env = "REDISYNC_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key",
+        global = true
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "REDISYNC_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert",
+        global = true
+    )]
+    tls_key: Option<std::path::PathBuf>,
+    /// Read the password from this file (its first line) rather than from the URL; or set
+    /// REDISYNC_PASSWORD (command lines are visible to every user, files and the
+    /// environment are not).
+    #[arg(long, value_name = "FILE", global = true)]
+    password_file: Option<std::path::PathBuf>,
     /// `--url` names nodes of a Redis Cluster, separated by commas.
     #[arg(long, env = "REDISYNC_CLUSTER", global = true)]
     cluster: bool,
@@ -96,8 +122,9 @@ enum Command {
         lease: Option<Duration>,
         #[command(flatten)]
         stop: Stop,
-        /// The command to run, after `--`.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        /// The command to run, after `--`. Without one, redisync holds until interrupted
+        /// (Ctrl-C, SIGTERM, SIGHUP), after printing the hold's variables as NAME=value lines.
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Run a command while holding a permit of an expirable semaphore (created with
@@ -119,8 +146,9 @@ enum Command {
         lease: Option<Duration>,
         #[command(flatten)]
         stop: Stop,
-        /// The command to run, after `--`.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        /// The command to run, after `--`. Without one, redisync holds until interrupted
+        /// (Ctrl-C, SIGTERM, SIGHUP), after printing the hold's variables as NAME=value lines.
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Wait until a rate limiter gives this process its units, then run a command. The rate
@@ -143,6 +171,9 @@ enum Command {
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         #[arg(long, value_parser = duration::parse)]
         wait: Option<Duration>,
+        /// Run the command line through `sh -c` (its words joined with spaces).
+        #[arg(long)]
+        shell: bool,
         /// The command to run, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -173,8 +204,9 @@ enum Command {
         lease: Option<Duration>,
         #[command(flatten)]
         stop: Stop,
-        /// The command to run, after `--`.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        /// The command to run, after `--`. Without one, redisync holds until interrupted
+        /// (Ctrl-C, SIGTERM, SIGHUP), after printing the hold's variables as NAME=value lines.
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Print who leads an election: `VALUE (term N)`, or `(none)`.
@@ -229,9 +261,13 @@ enum Command {
     },
 }
 
-/// How a command is stopped when its hold is lost.
+/// How a command runs, and how it is stopped when its hold is lost.
 #[derive(clap::Args)]
 struct Stop {
+    /// Run the command line through `sh -c` (its words joined with spaces), for `&&`, pipes
+    /// and redirections.
+    #[arg(long)]
+    shell: bool,
     /// Signal sent to the command when the hold is lost.
     #[arg(long, default_value = "TERM", value_parser = run::parse_signal)]
     signal: String,
@@ -339,11 +375,18 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<Exit, Exit> {
-    let builder = if cli.cluster {
-        Client::cluster_builder(cluster_nodes(&cli.url))
-    } else {
-        Client::builder(cli.url.as_str())
+    let password = password(cli.password_file.as_deref())?;
+    let url = match &password {
+        Some(password) => with_password(&cli.url, password),
+        None => cli.url.clone(),
     };
+    let builder = if cli.cluster {
+        Client::cluster_builder(cluster_nodes(&url))
+    } else {
+        Client::builder(url.as_str())
+    };
+    let tls_files = TlsFiles::read(&cli)?;
+    let builder = tls_files.apply(builder);
     let strategy = match cli.poll {
         Some(interval) => WaitStrategy::Poll { interval },
         None => WaitStrategy::PubSub,
@@ -355,7 +398,19 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
     if let Some(watchdog) = cli.watchdog {
         builder = builder.watchdog_timeout(watchdog);
     }
-    let client = builder.build().await?;
+    let client = builder.build().await.map_err(|err| {
+        let tls = cli.url.starts_with("rediss://");
+        let mut exit = Exit::from(err);
+        if tls && exit.code == exit::UNAVAILABLE {
+            if let Some(message) = &mut exit.message {
+                message.push_str(
+                    " (the URL asks for TLS: is the port a TLS port? A plain port never \
+                     answers a TLS handshake; use redis:// for it)",
+                );
+            }
+        }
+        exit
+    })?;
     // Foreign data is reported by the library without the key (the error type has no room
     // for it); the command knows the name, and `inspect` shows which key it is.
     let name = cli.command.name().to_owned();
@@ -412,10 +467,15 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             burst,
             units,
             wait,
+            shell,
             command,
         } => {
             let rate = rate.map(|rate| rate.burst(burst));
-            rate_limited(&client, &name, rate, units, wait, &command).await
+            let program = run::Program {
+                argv: &command,
+                shell,
+            };
+            rate_limited(&client, &name, rate, units, wait, program).await
         }
         Command::Latch { name, action } => latch(&client, &name, action).await,
         Command::Elect {
@@ -427,11 +487,128 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             command,
         } => elect(&client, &name, value, wait, lease, &stop, &command).await,
         Command::Leader { name, watch, json } => leader(&client, &name, watch, json).await,
-        Command::Inspect { name, json } => show(&client, &cli.url, cli.cluster, &name, json).await,
+        Command::Inspect { name, json } => {
+            let connection = Raw {
+                url: &url,
+                cluster: cli.cluster,
+                tls: &tls_files,
+            };
+            show(&client, connection, &name, json).await
+        }
         Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes).await,
     };
     client.shutdown().await;
     outcome.map_err(|exit| name_the_keys(exit, &client, &name))
+}
+
+/// The password from `--password-file` (its first line) or `REDISYNC_PASSWORD`, if either
+/// is given.
+fn password(file: Option<&std::path::Path>) -> Result<Option<String>, Exit> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file).map_err(|err| {
+            Exit::with(
+                exit::USAGE,
+                format!("--password-file {}: {err}", file.display()),
+            )
+        })?;
+        let line = text.lines().next().unwrap_or_default();
+        if line.is_empty() {
+            return Err(Exit::with(
+                exit::USAGE,
+                format!(
+                    "--password-file {}: the first line is empty",
+                    file.display()
+                ),
+            ));
+        }
+        return Ok(Some(line.to_owned()));
+    }
+    Ok(std::env::var("REDISYNC_PASSWORD")
+        .ok()
+        .filter(|password| !password.is_empty()))
+}
+
+/// Each of `urls` (comma-separated for a cluster) with `password` in place of any the URL
+/// has, percent-encoded as a URL needs.
+fn with_password(urls: &str, password: &str) -> String {
+    let encoded: String = password
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    urls.split(',')
+        .map(|url| {
+            let Some((scheme, rest)) = url.trim().split_once("://") else {
+                return url.to_owned();
+            };
+            let (user, address) = match rest.split_once('@') {
+                Some((credentials, address)) => {
+                    let user = credentials.split_once(':').map_or(credentials, |(u, _)| u);
+                    (user, address)
+                }
+                None => ("", rest),
+            };
+            format!("{scheme}://{user}:{encoded}@{address}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What `--tls-ca`, `--tls-cert` and `--tls-key` name, read.
+#[derive(Clone, Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    fn read(cli: &Cli) -> Result<TlsFiles, Exit> {
+        let read = |flag: &str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|err| Exit::with(exit::USAGE, format!("{flag} {}: {err}", path.display())))
+        };
+        let ca = cli
+            .tls_ca
+            .as_deref()
+            .map(|ca| read("--tls-ca", ca))
+            .transpose()?;
+        let client = match (&cli.tls_cert, &cli.tls_key) {
+            (Some(cert), Some(key)) => Some((read("--tls-cert", cert)?, read("--tls-key", key)?)),
+            _ => None,
+        };
+        Ok(TlsFiles { ca, client })
+    }
+
+    fn apply(&self, mut builder: ClientBuilder) -> ClientBuilder {
+        if let Some(ca) = &self.ca {
+            builder = builder.tls_root_certificate(ca.clone());
+        }
+        if let Some((cert, key)) = &self.client {
+            builder = builder.tls_client_certificate(cert.clone(), key.clone());
+        }
+        builder
+    }
+
+    /// The same certificates for a connection of the driver's own (`inspect`'s), if any
+    /// were given (the driver would make any connection given certificates a TLS one).
+    fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.ca.is_none() && self.client.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self.client.clone().map(|(client_cert, client_key)| {
+                redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }
+            }),
+            root_cert: self.ca.clone(),
+        })
+    }
 }
 
 /// For foreign data: which keys, and how to see the one at fault.
@@ -590,8 +767,12 @@ async fn elect(
         ("REDISYNC_FENCING_TOKEN", term),
         ("REDISYNC_ELECTION_NAME", name.to_owned()),
     ];
+    let program = run::Program {
+        argv: command,
+        shell: stop.shell,
+    };
     let ended = run::run_while_held(
-        command,
+        program,
         &env,
         leadership.lost(),
         &stop.signal,
@@ -652,7 +833,7 @@ async fn rate_limited(
     rate: Option<Rate>,
     units: u64,
     wait: Option<Duration>,
-    command: &[String],
+    program: run::Program<'_>,
 ) -> Result<Exit, Exit> {
     let limiter = client.rate_limiter(name);
     if let Some(rate) = rate {
@@ -675,7 +856,7 @@ async fn rate_limited(
     // for a lost hold is never sent (signals redisync gets are still passed on).
     let env = [("REDISYNC_RATE_NAME", name.to_owned())];
     let never_lost = std::future::pending::<()>();
-    match run::run_while_held(command, &env, never_lost, "TERM", Duration::ZERO).await {
+    match run::run_while_held(program, &env, never_lost, "TERM", Duration::ZERO).await {
         Ended::Exited(code) => Ok(Exit::code(code)),
         Ended::NotStarted(code, message) => Err(Exit::with(code, message)),
         Ended::HoldLost => Err(Exit::with(exit::FAILURE, "the command was stopped")),
@@ -731,8 +912,12 @@ impl Holding {
             report_renewals(client.clone(), held.lost(), self.what)
         });
         let env = env(&held);
+        let program = run::Program {
+            argv: command,
+            shell: stop.shell,
+        };
         let ended =
-            run::run_while_held(command, &env, held.lost(), &stop.signal, stop.kill_after).await;
+            run::run_while_held(program, &env, held.lost(), &stop.signal, stop.kill_after).await;
         let released = held.release().await;
         if self.verbose && released.is_ok() {
             eprintln!("redisync: released the {}", self.what);
@@ -855,26 +1040,31 @@ fn cluster_nodes(urls: &str) -> Vec<&str> {
         .collect()
 }
 
-async fn show(
-    client: &Client,
-    url: &str,
+/// Where `inspect` reads from, with a connection of the driver's own.
+struct Raw<'a> {
+    url: &'a str,
     cluster: bool,
-    name: &str,
-    json: bool,
-) -> Result<Exit, Exit> {
+    tls: &'a TlsFiles,
+}
+
+async fn show(client: &Client, raw: Raw<'_>, name: &str, json: bool) -> Result<Exit, Exit> {
     let space = client.key_space(name)?;
     // The library's own reading of Redis errors: foreign data, unreachable, or other.
     let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
     let read = async {
-        if cluster {
-            let mut conn = redis::cluster::ClusterClient::new(cluster_nodes(url))?
-                .get_async_connection()
-                .await?;
+        if raw.cluster {
+            let mut builder = redis::cluster::ClusterClientBuilder::new(cluster_nodes(raw.url));
+            if let Some(certificates) = raw.tls.certificates() {
+                builder = builder.certs(certificates);
+            }
+            let mut conn = builder.build()?.get_async_connection().await?;
             inspect::inspect(&mut conn, &space).await
         } else {
-            let mut conn = redis::Client::open(url)?
-                .get_multiplexed_async_connection()
-                .await?;
+            let client = match raw.tls.certificates() {
+                Some(certificates) => redis::Client::build_with_tls(raw.url, certificates)?,
+                None => redis::Client::open(raw.url)?,
+            };
+            let mut conn = client.get_multiplexed_async_connection().await?;
             inspect::inspect(&mut conn, &space).await
         }
     };

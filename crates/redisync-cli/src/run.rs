@@ -49,26 +49,48 @@ pub fn parse_signal(text: &str) -> Result<String, String> {
         })
 }
 
-/// Runs `argv` with `env` added, until it exits or `lost` completes. Unless it is interactive
-/// (stdin is a terminal, which only the foreground process group may read), the command runs
-/// in a process group of its own and every signal goes to the whole group, so that the
-/// programs it starts stop with it. On loss the command is sent `signal`, and killed if it is
-/// still running `grace` later. Signals redisync itself receives (hangup, interrupt, quit,
-/// terminate, user 1 and 2) are passed on to the group, so redisync outlives the command and
-/// releases the hold after it.
+/// How the command is given: its words, and whether they are a shell line.
+pub struct Program<'a> {
+    /// The words after `--`; none means "hold until interrupted".
+    pub argv: &'a [String],
+    /// `--shell`: the words, joined with spaces, are one line for `sh -c`.
+    pub shell: bool,
+}
+
+/// Runs the program with `env` added, until it exits or `lost` completes. Unless it is
+/// interactive (stdin is a terminal, which only the foreground process group may read), the
+/// command runs in a process group of its own and every signal goes to the whole group, so
+/// that the programs it starts stop with it. On loss the command is sent `signal`, and killed
+/// if it is still running `grace` later. Signals redisync itself receives (hangup, interrupt,
+/// quit, terminate, user 1 and 2) are passed on to the group, so redisync outlives the command
+/// and releases the hold after it. If redisync itself dies (even by `kill -9`), the command
+/// is killed with it (Linux), and on every other way out of redisync its process group is.
+///
+/// Without a command, holds until redisync is interrupted (`SIGINT`, `SIGTERM`, `SIGHUP`) or
+/// the hold is lost, after printing `env` on stdout as `NAME=value` lines.
 pub async fn run_while_held(
-    argv: &[String],
+    program: Program<'_>,
     env: &[(&str, String)],
     lost: impl Future<Output = ()>,
     signal: &str,
     grace: Duration,
 ) -> Ended {
-    let Some((program, args)) = argv.split_first() else {
-        return Ended::NotStarted(exit::CANNOT_EXECUTE, "no command given".to_owned());
-    };
     // Listening before the command starts: a signal in between is passed on, not fatal.
     let mut incoming = Incoming::listen();
-    let mut command = Command::new(program);
+    if program.argv.is_empty() {
+        return hold_until_interrupted(env, lost, &mut incoming).await;
+    }
+    let line;
+    let (name, args): (&str, &[String]) = if program.shell {
+        line = ["-c".to_owned(), program.argv.join(" ")];
+        ("sh", &line)
+    } else {
+        match program.argv.split_first() {
+            Some((name, args)) => (name.as_str(), args),
+            None => return Ended::NotStarted(exit::CANNOT_EXECUTE, "no command".to_owned()),
+        }
+    };
+    let mut command = Command::new(name);
     command
         .args(args)
         .stdin(Stdio::inherit())
@@ -80,16 +102,18 @@ pub async fn run_while_held(
     if group {
         command.process_group(0);
     }
+    #[cfg(target_os = "linux")]
+    die_with_parent(&mut command);
     for (key, value) in env {
         command.env(key, value);
     }
     let mut child = match command.spawn() {
         Ok(child) => Target { child, group },
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Ended::NotStarted(exit::NOT_FOUND, format!("{program}: command not found"));
+            return Ended::NotStarted(exit::NOT_FOUND, format!("{name}: command not found"));
         }
         Err(err) => {
-            return Ended::NotStarted(exit::CANNOT_EXECUTE, format!("{program}: {err}"));
+            return Ended::NotStarted(exit::CANNOT_EXECUTE, format!("{name}: {err}"));
         }
     };
     let mut lost = std::pin::pin!(lost);
@@ -102,6 +126,58 @@ pub async fn run_while_held(
             }
             forwarded = incoming.next() => child.send(forwarded),
         }
+    }
+}
+
+/// Holds until redisync is told to stop (`SIGINT`, `SIGTERM`, `SIGHUP`; `SIGQUIT` and the
+/// user signals are ignored), or the hold is lost. Prints `env` first, for scripts that read
+/// the token.
+async fn hold_until_interrupted(
+    env: &[(&str, String)],
+    lost: impl Future<Output = ()>,
+    incoming: &mut Incoming,
+) -> Ended {
+    {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        for (key, value) in env {
+            let _ = writeln!(stdout, "{key}={value}");
+        }
+        let _ = stdout.flush();
+    }
+    let mut lost = std::pin::pin!(lost);
+    loop {
+        tokio::select! {
+            () = &mut lost => return Ended::HoldLost,
+            signal = incoming.next() => {
+                if matches!(signal, "INT" | "TERM" | "HUP") {
+                    return Ended::Exited(0);
+                }
+            }
+        }
+    }
+}
+
+/// Makes the command die when redisync does, however redisync ends (`kill -9` included):
+/// the kernel sends it `SIGKILL` when the thread that started it exits. redisync starts
+/// commands from its main thread, which lives as long as the process.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
+    // (prctl, getppid, _exit) and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // redisync died between the fork and the prctl: the child was re-parented
+            // already, and no signal would come.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                libc::_exit(exit::CANNOT_EXECUTE);
+            }
+            Ok(())
+        });
     }
 }
 
@@ -142,6 +218,17 @@ impl Target {
             .arg(target)
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+impl Drop for Target {
+    /// On every way out of redisync that runs destructors (an error, a panic, the end of
+    /// `main`), a command still running is killed with its process group; the kill on drop
+    /// of the child itself reaches only the command, not the programs it started.
+    fn drop(&mut self) {
+        if self.group && matches!(self.child.try_wait(), Ok(None)) {
+            self.send("KILL");
+        }
     }
 }
 

@@ -122,6 +122,10 @@ fn redisync_command(url: &str, args: &[&str]) -> Command {
         .args(args)
         .env("REDISYNC_URL", url)
         .env_remove("REDISYNC_PREFIX")
+        .env_remove("REDISYNC_PASSWORD")
+        .env_remove("REDISYNC_TLS_CA")
+        .env_remove("REDISYNC_TLS_CERT")
+        .env_remove("REDISYNC_TLS_KEY")
         .env_remove("REDISYNC_FENCING_TOKEN")
         .env_remove("REDISYNC_PERMIT_ID")
         .env_remove("RUST_BACKTRACE")
@@ -1060,6 +1064,81 @@ fn signals_to_redisync_are_passed_on() {
     }
 }
 
+/// `kill -9` of redisync takes its command with it (Linux's parent-death signal): the
+/// command does not run on while the lock frees for someone else.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_killed_redisync_takes_its_command_with_it() {
+    let world = World::new();
+    let pidfile = world.path("pid");
+    let mut run = world.sh(
+        "lock orphan",
+        &format!(r#"echo $$ > "$1"; {BOUNDED_WAIT}"#),
+        &[&pidfile],
+    );
+    let child = pid_in(&pidfile);
+    assert!(process_runs(child));
+    send_signal(run.pid(), "KILL");
+    let _ = run.wait(Duration::from_secs(5));
+    eventually(
+        Duration::from_secs(1),
+        "the command died with redisync",
+        || !process_runs(child),
+    );
+}
+
+/// `--shell` runs the command line through `sh -c`: `&&`, redirections and variables work,
+/// and the line's exit code is passed through.
+#[test]
+fn shell_runs_the_command_line_through_sh() {
+    let world = World::new();
+    let out = world.path("out");
+    let line = format!("echo \"$REDISYNC_LOCK_NAME\" > {out} && test -s {out} && exit 7");
+    world
+        .run(&["lock", "shelled", "--shell", "--", &line])
+        .assert_code(7);
+    assert_eq!(lines_of(&out), ["shelled"]);
+    // Several words are joined into one line.
+    let marker = world.path("marker");
+    world
+        .run(&[
+            "lock", "shelled", "--shell", "--", "touch", &marker, "&&", "true",
+        ])
+        .assert_code(0);
+    assert!(Path::new(&marker).exists());
+    // Without --shell the same line is one program's name, which does not exist.
+    world
+        .run(&["lock", "shelled", "--", "true && true"])
+        .assert_error(127, "command not found");
+}
+
+/// `lock NAME` without a command holds the lock until redisync is interrupted, after
+/// printing the hold's variables; interrupted, it releases the lock and exits 0.
+#[test]
+fn a_lock_without_a_command_is_held_until_interrupted() {
+    let world = World::new();
+    for signal in ["INT", "TERM"] {
+        let mut run = world.spawn(&["lock", "held"]);
+        eventually(RUN_LIMIT, "the lock is held", || {
+            world.key_exists("redisync:{held}:lock")
+        });
+        // Someone else cannot take it meanwhile.
+        world
+            .run(&["lock", "held", "--wait", "200ms", "--", "true"])
+            .assert_code(124);
+        thread::sleep(Duration::from_millis(100));
+        send_signal(run.pid(), signal);
+        let done = run.wait(Duration::from_secs(5));
+        done.assert_code(0);
+        assert!(
+            done.stdout.contains("REDISYNC_LOCK_NAME=held\n")
+                && done.stdout.contains("REDISYNC_FENCING_TOKEN="),
+            "{done}"
+        );
+        assert!(!world.key_exists("redisync:{held}:lock"), "released");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 8. force-unlock (with 4.: the run whose lock was taken away is stopped).
 // ---------------------------------------------------------------------------------------------
@@ -1521,9 +1600,9 @@ fn bad_arguments_are_2_with_one_error() {
         .run_line(&format!("semaphore x {touch}"))
         .assert_error(2, "does not exist; give --permits N");
     for (line, needle) in [
-        ("lock x".to_owned(), "required arguments were not provided"),
+        // (`lock x` without a command holds until interrupted: see its own test.)
         (
-            "lock x --".to_owned(),
+            "rate x --rate 1/s".to_owned(),
             "required arguments were not provided",
         ),
         (format!("lock x touch {marker}"), "unexpected argument"),
@@ -2137,4 +2216,105 @@ fn inspect_shows_the_waiters_of_every_primitive() {
         task.abort();
     }
     drop(held);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connecting: TLS (in the default build), passwords outside the URL.
+// ---------------------------------------------------------------------------------------------
+
+/// `rediss://` with `--tls-ca` (and a client certificate where the server asks for one)
+/// works in the default build, `inspect` included; without the CA the server is not trusted;
+/// a TLS URL to a plain port says what is wrong.
+#[test]
+fn tls_with_a_ca_file_and_a_client_certificate() {
+    use redisync_test_harness::tls::{ClientAuth, TlsServer};
+    let tls = match TlsServer::start(ClientAuth::Required) {
+        Ok(tls) => tls,
+        Err(why) => {
+            eprintln!("SKIPPED tls_with_a_ca_file_and_a_client_certificate: {why}");
+            return;
+        }
+    };
+    let (ca, cert, key) = (
+        tls.ca.to_string_lossy().into_owned(),
+        tls.client_cert.to_string_lossy().into_owned(),
+        tls.client_key.to_string_lossy().into_owned(),
+    );
+    let url = tls.url();
+    let with_tls = |extra: &[&str]| {
+        let mut args = vec!["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+        args.extend_from_slice(extra);
+        Proc::spawn(redisync_command(&url, &args)).wait(RUN_LIMIT)
+    };
+    with_tls(&["lock", "secure", "--", "sh", "-c", "exit 0"]).assert_code(0);
+    let done = with_tls(&["inspect", "secure", "--json"]);
+    done.assert_code(0);
+    assert!(done.stdout.contains("\"secure\""), "{done}");
+    let fence = tls.server.cmd(&["GET", "redisync:{secure}:fence"]);
+    assert_eq!(
+        fence,
+        redis::Value::BulkString(b"1".to_vec()),
+        "it ran on this server"
+    );
+
+    // No CA: the server's certificate is not trusted.
+    let done = Proc::spawn(redisync_command(
+        &url,
+        &["--command-timeout", "2s", "lock", "secure", "--", "true"],
+    ))
+    .wait(RUN_LIMIT);
+    done.assert_error(69, "");
+
+    // A TLS URL to the plain port.
+    let plain = format!("rediss://127.0.0.1:{}/", tls.server.port());
+    let done = Proc::spawn(redisync_command(
+        &plain,
+        &[
+            "--tls-ca",
+            &ca,
+            "--command-timeout",
+            "1s",
+            "lock",
+            "x",
+            "--",
+            "true",
+        ],
+    ))
+    .wait(RUN_LIMIT);
+    done.assert_error(69, "is the port a TLS port?");
+}
+
+/// The password may come from `--password-file` or `REDISYNC_PASSWORD` instead of the URL.
+#[test]
+fn a_password_from_a_file_or_the_environment() {
+    let world = World::on(RedisServer::start_with(&["--requirepass", "s3cr:t@/x"]));
+    let url = format!("redis://127.0.0.1:{}/", world.server.port());
+    let file = world.path("password");
+    fs::write(&file, "s3cr:t@/x\n").unwrap();
+    Proc::spawn(redisync_command(
+        &url,
+        &["--password-file", &file, "lock", "pw", "--", "true"],
+    ))
+    .wait(RUN_LIMIT)
+    .assert_code(0);
+    let mut command = redisync_command(&url, &["lock", "pw", "--", "true"]);
+    command.env("REDISYNC_PASSWORD", "s3cr:t@/x");
+    Proc::spawn(command).wait(RUN_LIMIT).assert_code(0);
+    // Without it, the server refuses.
+    let done = Proc::spawn(redisync_command(&url, &["lock", "pw", "--", "true"])).wait(RUN_LIMIT);
+    assert_ne!(done.code(), 0, "{done}");
+    // A file that is not there is a usage error.
+    Proc::spawn(redisync_command(
+        &url,
+        &[
+            "--password-file",
+            "/no/such/file",
+            "lock",
+            "pw",
+            "--",
+            "true",
+        ],
+    ))
+    .wait(RUN_LIMIT)
+    .assert_error(2, "--password-file /no/such/file");
 }

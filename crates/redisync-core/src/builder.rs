@@ -210,6 +210,20 @@ impl ClientBuilder {
         self
     }
 
+    /// Presents this client certificate and its private key (both PEM) on `rediss://`
+    /// connections: for servers that ask clients for one (`tls-auth-clients yes`, the Redis
+    /// default when TLS is on). Needs the `tls` feature. An unusable certificate or key fails
+    /// [`build`](Self::build) with [`Error::InvalidArgument`].
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.config.tls_client_certificate = Some((certificate_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Checks the options, connects, and starts the client's background tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a malformed URL, an unusable prefix, a zero
@@ -366,6 +380,8 @@ impl Client {
                 clock_drift_ppm: DEFAULT_CLOCK_DRIFT_PPM,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
+                #[cfg(feature = "tls")]
+                tls_client_certificate: None,
             },
         }
     }

@@ -86,6 +86,9 @@ pub(crate) struct Config {
     pub(crate) clock_drift_ppm: u32,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
+    /// A client certificate and its key, PEM.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_client_certificate: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Waiting for replicas after each change: see
@@ -186,7 +189,7 @@ impl Transport {
                     None => open_redis_client(&config).map_err(|e| {
                         // The URL itself is not echoed: it may carry a password.
                         Error::invalid(format!(
-                            "unusable redis url ({e}); expected \
+                            "unusable redis url or TLS certificates ({e}); expected \
                              redis://[[user]:password@]host[:port][/db] or rediss://..."
                         ))
                     })?,
@@ -304,16 +307,31 @@ fn choose_crypto_provider() {
 #[cfg(feature = "tls")]
 fn open_redis_client(config: &Config) -> redis::RedisResult<redis::Client> {
     choose_crypto_provider();
-    match &config.tls_root_certificate {
-        Some(pem) => redis::Client::build_with_tls(
-            connection_info(&config.url)?,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            },
-        ),
+    match tls_certificates(config) {
+        Some(certificates) => {
+            redis::Client::build_with_tls(connection_info(&config.url)?, certificates)
+        }
         None => redis::Client::open(connection_info(&config.url)?),
     }
+}
+
+/// The certificates the builder was given (a CA to trust, a client certificate to present),
+/// if any.
+#[cfg(feature = "tls")]
+fn tls_certificates(config: &Config) -> Option<redis::TlsCertificates> {
+    if config.tls_root_certificate.is_none() && config.tls_client_certificate.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: config
+            .tls_client_certificate
+            .clone()
+            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: config.tls_root_certificate.clone(),
+    })
 }
 
 /// The server `url` names, connected to without the driver's `CLIENT SETINFO` announcement:
@@ -405,11 +423,8 @@ pub(crate) fn open_cluster_client(
                 .saturating_mul(ABANDONED_REQUEST_GRACE),
         );
     #[cfg(feature = "tls")]
-    if let Some(pem) = &config.tls_root_certificate {
-        builder = builder.certs(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.clone()),
-        });
+    if let Some(certificates) = tls_certificates(config) {
+        builder = builder.certs(certificates);
     }
     if let Some(pushes) = pushes {
         builder = builder
