@@ -9,13 +9,17 @@ pub const FAILURE: i32 = 1;
 pub const USAGE: i32 = 2;
 /// A key of the primitive holds foreign data (`sysexits` EX_DATAERR).
 pub const WRONG_TYPE: i32 = 65;
+/// Nothing exists under the name (`inspect`; `sysexits` EX_NOINPUT).
+pub const NO_SUCH: i32 = 66;
+/// A latch to arm is armed already: try again once it opens (`sysexits` EX_TEMPFAIL).
+pub const ALREADY_ARMED: i32 = 75;
 /// Redis could not be reached, did not answer in time, or is older than redisync supports
 /// (`sysexits` EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
 /// The hold (lock, permit or leadership) was lost while the command ran, and the command was
 /// stopped.
 pub const HOLD_LOST: i32 = 120;
-/// The wait (`--wait`, `--timeout`) ran out, or a latch was already armed.
+/// The wait (`--wait`) ran out.
 pub const TIMED_OUT: i32 = 124;
 /// An existing primitive disagrees with what the command line says it is (`semaphore
 /// --permits` against another number of permits; `sysexits` EX_CONFIG).
@@ -44,11 +48,13 @@ Exit codes:
   2      bad arguments (for `rate`: also no rate set and no --rate, or more
          --units than the rate's burst + 1)
   65     a key of the primitive holds foreign data
+  66     `inspect`: nothing exists under the name
   69     Redis unreachable, too slow (the command timeout), or older than 7.0
+  75     `latch set` found the latch armed already
+  78     `semaphore --permits N` found the semaphore with another number of permits,
+         or `rate --rate` a limiter with another rate
   120    the lock, permit or leadership was lost while the command ran; the command was stopped
-  124    the wait ran out (--wait, --timeout), or `latch set` found the latch armed
-         (for `rate`: no units within --wait)
-  78     `semaphore --permits N` found the semaphore with another number of permits
+  124    the wait ran out (--wait) (for `rate`: no units within --wait)
   126    the command could not be run
   127    the command was not found
 

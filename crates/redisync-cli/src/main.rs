@@ -152,8 +152,9 @@ enum Command {
         command: Vec<String>,
     },
     /// Wait until a rate limiter gives this process its units, then run a command. The rate
-    /// is set with --rate if the limiter has none (a set rate is kept: use the library's
-    /// set_rate to change it); the command gets the limiter's name in REDISYNC_RATE_NAME.
+    /// is set with --rate if the limiter has none; a limiter with another rate is refused
+    /// (exit 78: `rate-set` changes it). The command gets the limiter's name in
+    /// REDISYNC_RATE_NAME.
     Rate {
         /// The rate limiter's name.
         name: String,
@@ -240,6 +241,18 @@ enum Command {
         #[arg(value_parser = clap::value_parser!(u64).range(1..))]
         permits: u64,
     },
+    /// Set a rate limiter's rate, creating it if need be; the new rate applies from the next
+    /// decision.
+    RateSet {
+        /// The rate limiter's name.
+        name: String,
+        /// Units per period: `100/s`, `1000/m`, `5/h`, `1/d`, `100/250ms`.
+        #[arg(value_parser = parse_rate, value_name = "UNITS/PERIOD")]
+        rate: Rate,
+        /// Units beyond the rate that a period may admit.
+        #[arg(long, default_value_t = 0)]
+        burst: u64,
+    },
     /// Delete a primitive's state, whoever holds it: its holders lose their holds (their
     /// commands are stopped), its waiters wait for it to exist again. Fencing counters stay.
     Delete {
@@ -288,6 +301,7 @@ impl Command {
             | Command::Leader { name, .. }
             | Command::Inspect { name, .. }
             | Command::SemaphoreSet { name, .. }
+            | Command::RateSet { name, .. }
             | Command::Delete { name, .. }
             | Command::ForceUnlock { name, .. } => name,
         }
@@ -315,18 +329,19 @@ enum Kind {
 
 #[derive(Subcommand)]
 enum LatchAction {
-    /// Arm the latch with a count, if it is open (exit 124 if it is armed already).
+    /// Arm the latch with a count, if it is open (exit 75 if it is armed already).
     Set {
         /// How many count-downs open it.
         count: u64,
     },
     /// Count the latch down by one.
     CountDown,
-    /// Wait until the latch is open (exit 124 if --timeout runs out first).
+    /// Wait until the latch is open (exit 124 if --wait runs out first).
     Wait {
-        /// Give up after this long.
-        #[arg(long, value_parser = duration::parse)]
-        timeout: Option<Duration>,
+        /// Give up after waiting this long (exit 124); wait for ever if not given.
+        /// (`--timeout` is the older spelling.)
+        #[arg(long, alias = "timeout", value_parser = duration::parse)]
+        wait: Option<Duration>,
     },
 }
 
@@ -460,6 +475,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             semaphore(&client, &name, permits, held, &stop, &command).await
         }
         Command::SemaphoreSet { name, permits } => semaphore_set(&client, &name, permits).await,
+        Command::RateSet { name, rate, burst } => rate_set(&client, &name, rate.burst(burst)).await,
         Command::Delete { kind, name, yes } => delete(&client, kind, &name, yes).await,
         Command::Rate {
             name,
@@ -822,6 +838,28 @@ async fn leader(client: &Client, name: &str, watch: bool, json: bool) -> Result<
     Ok(Exit::code(0))
 }
 
+/// Whether two rates admit the same: the same units per time (`100/s` is `6000/m`) and the
+/// same burst.
+fn same_rate(a: &Rate, b: &Rate) -> bool {
+    a.burst_size() == b.burst_size()
+        && u128::from(a.units()) * b.period().as_nanos()
+            == u128::from(b.units()) * a.period().as_nanos()
+}
+
+/// A rate as `4/2s (burst 0)`.
+fn with_burst(rate: &Rate) -> String {
+    format!(
+        "{} (burst {})",
+        Rate::new(rate.units(), rate.period()),
+        rate.burst_size()
+    )
+}
+
+async fn rate_set(client: &Client, name: &str, rate: Rate) -> Result<Exit, Exit> {
+    client.rate_limiter(name).set_rate(rate).await?;
+    Ok(Exit::code(0))
+}
+
 /// `--rate`: the library's parser, whose errors say what is accepted.
 fn parse_rate(text: &str) -> Result<Rate, String> {
     text.parse::<Rate>().map_err(|err| err.to_string())
@@ -836,8 +874,40 @@ async fn rate_limited(
     program: run::Program<'_>,
 ) -> Result<Exit, Exit> {
     let limiter = client.rate_limiter(name);
-    if let Some(rate) = rate {
-        limiter.try_set_rate(rate).await?;
+    match rate {
+        Some(rate) => {
+            if !limiter.try_set_rate(rate).await? {
+                // It has a rate: it must be the one the caller means.
+                let current = limiter.rate().await?;
+                if let Some(current) = current.filter(|current| !same_rate(current, &rate)) {
+                    let burst = match rate.burst_size() {
+                        0 => String::new(),
+                        burst => format!(" --burst {burst}"),
+                    };
+                    return Err(Exit::with(
+                        exit::CONFLICT,
+                        format!(
+                            "rate limiter {name:?} has rate {}, not {}; use `redisync \
+                             rate-set {name} {}{burst}` to change it",
+                            with_burst(&current),
+                            with_burst(&rate),
+                            Rate::new(rate.units(), rate.period())
+                        ),
+                    ));
+                }
+            }
+        }
+        None => {
+            if limiter.rate().await?.is_none() {
+                return Err(Exit::with(
+                    exit::USAGE,
+                    format!(
+                        "rate limiter {name:?} has no rate: give --rate (or set one with \
+                         `redisync rate-set {name} RATE`)"
+                    ),
+                ));
+            }
+        }
     }
     let what = format!("{units} unit(s) of rate limiter {name:?}");
     let granted = match wait {
@@ -996,7 +1066,7 @@ async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit,
                 Ok(Exit::code(0))
             } else {
                 Err(Exit::with(
-                    exit::TIMED_OUT,
+                    exit::ALREADY_ARMED,
                     format!(
                         "latch {name:?} is armed already (count {})",
                         latch.count().await?
@@ -1008,8 +1078,8 @@ async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit,
             latch.count_down().await?;
             Ok(Exit::code(0))
         }
-        LatchAction::Wait { timeout } => {
-            let opened = match timeout {
+        LatchAction::Wait { wait } => {
+            let opened = match wait {
                 Some(timeout) => {
                     waiting(&format!("latch {name:?}"), latch.wait_for(timeout)).await?
                 }
@@ -1079,6 +1149,12 @@ async fn show(client: &Client, raw: Raw<'_>, name: &str, json: bool) -> Result<E
     };
     print!("{report}");
     // Shown, and still an error for scripts: the primitive cannot be used as it is.
+    if found.is_empty() {
+        return Err(Exit::with(
+            exit::NO_SUCH,
+            format!("nothing exists under {name:?}"),
+        ));
+    }
     match found.iter().find(|finding| finding.is_foreign()) {
         Some(foreign) => Err(Exit::with(
             exit::WRONG_TYPE,

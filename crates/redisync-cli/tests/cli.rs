@@ -855,7 +855,8 @@ fn unusable_names_and_durations_are_2() {
         .assert_error(2, "latch count");
     for line in [
         format!("lock x --wait 5x {touch}"),
-        format!("lock x --lease 1.5s {touch}"),
+        format!("lock x --lease 1.5.2s {touch}"),
+        format!("lock x --wait 1 {touch}"),
         format!("lock x --kill-after soon {touch}"),
         format!("semaphore x --permits 1 --wait 1d {touch}"),
         "--command-timeout 2w inspect x".to_owned(),
@@ -1283,8 +1284,10 @@ fn force_unlock_frees_every_kind_of_lock() {
         assert!(!fair.is_locked().await.unwrap());
         assert!(!rw.is_locked().await.unwrap());
     });
-    let table = world.inspect("all");
-    assert!(!table.contains("holder  "), "{table}");
+    // Nothing is left under the name (but its fencing counters): exit 66.
+    let done = world.run(&["inspect", "all"]);
+    done.assert_code(66);
+    assert!(!done.stdout.contains("holder  "), "{done}");
     drop(guards);
 }
 
@@ -1359,7 +1362,7 @@ fn latch_waiters_go_after_the_last_count_down() {
     world.run_line("latch gate set 2").assert_code(0);
     world
         .run_line("latch gate set 5")
-        .assert_error(124, "latch \"gate\" is armed already (count 2)");
+        .assert_error(75, "latch \"gate\" is armed already (count 2)");
     let done = world.run_line("latch gate wait --timeout 300ms");
     done.assert_error(124, "latch \"gate\" still armed (count 2)");
     assert!(done.elapsed >= Duration::from_millis(300), "{done}");
@@ -1560,9 +1563,13 @@ fn inspect_shows_semaphores_and_latches() {
         .collect();
     assert_eq!(kinds, ["lock", "count_down_latch"]);
 
-    // Nothing at all; and a name that needs escaping in JSON.
-    assert_eq!(world.inspect("unused"), "nothing under \"unused\"\n");
-    let json = world.inspect_json("unused");
+    // Nothing at all (shown, and exit 66); and a name that needs escaping in JSON.
+    let done = world.run(&["inspect", "unused"]);
+    done.assert_error(66, "nothing exists under \"unused\"");
+    assert_eq!(done.stdout, "nothing under \"unused\"\n");
+    let done = world.run(&["inspect", "unused", "--json"]);
+    done.assert_code(66);
+    let json = Json::parse(&done.stdout).expect("JSON even for nothing");
     assert_eq!(json.get("name").str(), "unused");
     assert!(json.get("primitives").items().is_empty());
     let odd = "quote\" back\\slash\ttab";
@@ -1642,7 +1649,11 @@ fn bad_arguments_are_2_with_one_error() {
     assert!(done.stderr.contains("Usage: redisync"), "{done}");
 
     assert!(!Path::new(&marker).exists(), "the command must not run");
-    assert_eq!(world.inspect("x"), "nothing under \"x\"\n");
+    world.run(&["inspect", "x"]).assert_code(66);
+    // Fractions and microseconds are durations too.
+    world
+        .run_line("lock frac --wait 0.5s --lease 2.5s --kill-after 250us -- true")
+        .assert_code(0);
 }
 
 #[test]
@@ -1936,9 +1947,19 @@ fn rate_runs_the_command_once_the_limiter_allows_it() {
     assert!(started.elapsed() >= Duration::from_millis(1_500));
     assert_eq!(lines_of(&runs), vec!["mailer"; 4]);
 
-    // The rate set by the first run stays: a later --rate does not replace it.
+    // The rate set by the first run stays: a later, other --rate is refused with 78 and
+    // runs nothing; the same rate spelt otherwise is accepted.
     world
         .run(&sh_args("rate mailer --rate 1000/s", "exit 3", &[]))
+        .assert_error(78, "has rate 4/2s (burst 0), not 1000/s");
+    world
+        .run(&sh_args("rate mailer --rate 2/s --burst 1", "exit 3", &[]))
+        .assert_error(
+            78,
+            "use `redisync rate-set mailer 2/s --burst 1` to change it",
+        );
+    world
+        .run(&sh_args("rate mailer --rate 120/m", "exit 3", &[]))
         .assert_code(3);
     let rate = runtime().block_on(async {
         let client = Client::connect(world.url()).await.expect("connect");
@@ -1950,6 +1971,15 @@ fn rate_runs_the_command_once_the_limiter_allows_it() {
 
     // Without --rate, the one set is used; --burst and --units as documented.
     world.run_line("rate mailer -- true").assert_code(0);
+    // `rate-set` changes it.
+    world
+        .run_line("rate-set mailer 1000/s --burst 5")
+        .assert_code(0);
+    let json = world.inspect_json("mailer");
+    assert_eq!(
+        json.primitive("rate_limiter").get("rate").str(),
+        "1000/s burst 5"
+    );
     world
         .run_line("rate batch --rate 1/h --burst 2 --units 3 -- true")
         .assert_code(0);
@@ -1969,7 +1999,7 @@ fn rate_exit_codes() {
     assert!(!Path::new(&marker).exists(), "the command must not run");
 
     for (line, needle) in [
-        ("rate unset -- true", "has no rate"),
+        ("rate unset -- true", "has no rate: give --rate"),
         ("rate zero --rate 0/s -- true", "units must be at least 1"),
         (
             "rate big --rate 1/s --units 2 -- true",
@@ -2246,10 +2276,11 @@ fn tls_with_a_ca_file_and_a_client_certificate() {
         args.extend_from_slice(extra);
         Proc::spawn(redisync_command(&url, &args)).wait(RUN_LIMIT)
     };
+    with_tls(&["latch", "secure", "set", "2"]).assert_code(0);
     with_tls(&["lock", "secure", "--", "sh", "-c", "exit 0"]).assert_code(0);
     let done = with_tls(&["inspect", "secure", "--json"]);
     done.assert_code(0);
-    assert!(done.stdout.contains("\"secure\""), "{done}");
+    assert!(done.stdout.contains("count_down_latch"), "{done}");
     let fence = tls.server.cmd(&["GET", "redisync:{secure}:fence"]);
     assert_eq!(
         fence,
