@@ -11,6 +11,9 @@ pub const USAGE: i32 = 2;
 pub const WRONG_TYPE: i32 = 65;
 /// Nothing exists under the name (`inspect`; `sysexits` EX_NOINPUT).
 pub const NO_SUCH: i32 = 66;
+/// The name is in use as another kind of primitive (`lock x` where `x` is a semaphore;
+/// `sysexits` EX_CANTCREAT).
+pub const KIND_CONFLICT: i32 = 73;
 /// A latch to arm is armed already: try again once it opens (`sysexits` EX_TEMPFAIL).
 pub const ALREADY_ARMED: i32 = 75;
 /// Redis could not be reached, did not answer in time, or is older than redisync supports
@@ -50,6 +53,7 @@ Exit codes:
   65     a key of the primitive holds foreign data
   66     `inspect`: nothing exists under the name
   69     Redis unreachable, too slow (the command timeout), or older than 7.0
+  73     the name is in use as another kind of primitive (one name, one kind)
   75     `latch set` found the latch armed already
   78     `semaphore --permits N` found the semaphore with another number of permits,
          or `rate --rate` a limiter with another rate

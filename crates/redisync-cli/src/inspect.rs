@@ -46,7 +46,7 @@ impl Finding {
     }
 }
 
-const FOREIGN: &str = "foreign_data";
+pub const FOREIGN: &str = "foreign_data";
 
 /// Reads every primitive's keys under `space`.
 pub async fn inspect<C: ConnectionLike + Send + Sync>(
@@ -350,7 +350,7 @@ async fn server_ms<C: ConnectionLike + Send + Sync>(conn: &mut C) -> redis::Redi
 }
 
 /// A kind's name in the table.
-fn title(kind: &str) -> &str {
+pub fn title(kind: &str) -> &str {
     match kind {
         "fair_lock" => "fair lock",
         "read_write_lock" => "read-write lock",

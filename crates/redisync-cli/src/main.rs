@@ -107,9 +107,13 @@ enum Command {
         /// The lock's name.
         name: String,
         /// Take a shared (read) hold of the read-write lock of this name instead: commands
-        /// with --read run side by side, and exclude the read-write lock's writers.
-        #[arg(long, conflicts_with = "fair")]
+        /// with --read run side by side, and exclude --write.
+        #[arg(long, conflicts_with_all = ["fair", "write"])]
         read: bool,
+        /// Take the exclusive (write) hold of the read-write lock of this name: excludes
+        /// --read and other --write runs.
+        #[arg(long, conflicts_with = "fair")]
+        write: bool,
         /// Take the fair lock of this name instead: waiters get it in arrival order.
         #[arg(long)]
         fair: bool,
@@ -290,6 +294,30 @@ struct Stop {
 }
 
 impl Command {
+    /// The kind of primitive the command uses its name as (as `inspect` names kinds), for the
+    /// guard of one name to one kind; `None` for commands that only look or clean up.
+    fn kind(&self) -> Option<&'static str> {
+        match self {
+            Command::Lock {
+                read, write, fair, ..
+            } => Some(if *read || *write {
+                "read_write_lock"
+            } else if *fair {
+                "fair_lock"
+            } else {
+                "lock"
+            }),
+            Command::Semaphore { .. } | Command::SemaphoreSet { .. } => Some("expirable_semaphore"),
+            Command::Rate { .. } | Command::RateSet { .. } => Some("rate_limiter"),
+            Command::Latch { .. } => Some("count_down_latch"),
+            Command::Elect { .. } => Some("election"),
+            Command::Leader { .. }
+            | Command::Inspect { .. }
+            | Command::Delete { .. }
+            | Command::ForceUnlock { .. } => None,
+        }
+    }
+
     /// The name of the primitive the command works on.
     fn name(&self) -> &str {
         match self {
@@ -315,7 +343,7 @@ enum Kind {
     Lock,
     /// A fair lock (`lock --fair`).
     FairLock,
-    /// A read-write lock (`lock --read`).
+    /// A read-write lock (`lock --read`, `lock --write`).
     Rwlock,
     /// An expirable semaphore (`semaphore`).
     Semaphore,
@@ -429,19 +457,38 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
     // Foreign data is reported by the library without the key (the error type has no room
     // for it); the command knows the name, and `inspect` shows which key it is.
     let name = cli.command.name().to_owned();
+    let inspector = Inspector {
+        url: url.clone(),
+        cluster: cli.cluster,
+        tls: tls_files.clone(),
+        timeout: cli.command_timeout,
+    };
+    let one_kind = cli.command.kind().map(|kind| OneKind {
+        inspector: inspector.clone(),
+        name: name.clone(),
+        kind,
+    });
+    if let Some(one_kind) = &one_kind {
+        if let Err(exit) = one_kind.check(&client).await {
+            client.shutdown().await;
+            return Err(exit);
+        }
+    }
     let outcome = match cli.command {
         Command::Lock {
             name,
             read,
+            write,
             fair,
             wait,
             lease,
             stop,
             command,
         } => {
-            let kind = match (read, fair) {
-                (true, _) => LockKind::Read,
-                (_, true) => LockKind::Fair,
+            let kind = match (read, write, fair) {
+                (true, _, _) => LockKind::Read,
+                (_, true, _) => LockKind::Write,
+                (_, _, true) => LockKind::Fair,
                 _ => LockKind::Reentrant,
             };
             lock(
@@ -453,6 +500,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
                 &stop,
                 &command,
                 cli.verbose,
+                one_kind.clone(),
             )
             .await
         }
@@ -471,6 +519,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
                 wait,
                 lease,
                 verbose: cli.verbose,
+                one_kind: one_kind.clone(),
             };
             semaphore(&client, &name, permits, held, &stop, &command).await
         }
@@ -501,16 +550,12 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             lease,
             stop,
             command,
-        } => elect(&client, &name, value, wait, lease, &stop, &command).await,
-        Command::Leader { name, watch, json } => leader(&client, &name, watch, json).await,
-        Command::Inspect { name, json } => {
-            let connection = Raw {
-                url: &url,
-                cluster: cli.cluster,
-                tls: &tls_files,
-            };
-            show(&client, connection, &name, json).await
+        } => {
+            let campaign = Campaign { value, wait, lease };
+            elect(&client, &name, campaign, &stop, &command, one_kind.clone()).await
         }
+        Command::Leader { name, watch, json } => leader(&client, &name, watch, json).await,
+        Command::Inspect { name, json } => show(&client, &inspector, &name, json).await,
         Command::ForceUnlock { name, yes } => force_unlock(&client, &name, yes).await,
     };
     client.shutdown().await;
@@ -653,6 +698,7 @@ enum LockKind {
     Reentrant,
     Fair,
     Read,
+    Write,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -665,11 +711,13 @@ async fn lock(
     stop: &Stop,
     command: &[String],
     verbose: bool,
+    one_kind: Option<OneKind>,
 ) -> Result<Exit, Exit> {
     let what = match kind {
         LockKind::Reentrant => "lock",
         LockKind::Fair => "fair lock",
         LockKind::Read => "read hold",
+        LockKind::Write => "write hold",
     };
     let held = Holding {
         what,
@@ -678,6 +726,7 @@ async fn lock(
         wait,
         lease,
         verbose,
+        one_kind,
     };
     match kind {
         LockKind::Reentrant => {
@@ -693,6 +742,11 @@ async fn lock(
         LockKind::Read => {
             let reader = client.read_write_lock(name).reader();
             held.run(client, &reader, lock_env(name), stop, command)
+                .await
+        }
+        LockKind::Write => {
+            let writer = client.read_write_lock(name).writer();
+            held.run(client, &writer, lock_env(name), stop, command)
                 .await
         }
     }
@@ -757,14 +811,20 @@ async fn semaphore(
     held.run(client, &semaphore, env, stop, command).await
 }
 
-async fn elect(
-    client: &Client,
-    name: &str,
+/// `elect`'s options for the campaign.
+struct Campaign {
     value: Option<String>,
     wait: Option<Duration>,
     lease: Option<Duration>,
+}
+
+async fn elect(
+    client: &Client,
+    name: &str,
+    Campaign { value, wait, lease }: Campaign,
     stop: &Stop,
     command: &[String],
+    one_kind: Option<OneKind>,
 ) -> Result<Exit, Exit> {
     let election = client.leader_election(name);
     let value = value.unwrap_or_else(|| client.id().to_owned());
@@ -777,6 +837,12 @@ async fn elect(
             format!("not leading {name:?} within the wait"),
         ));
     };
+    if let Some(one_kind) = &one_kind {
+        if let Err(exit) = one_kind.check(client).await {
+            let _ = leadership.resign().await;
+            return Err(exit);
+        }
+    }
     let term = leadership.term().to_string();
     let env = [
         ("REDISYNC_TERM", term.clone()),
@@ -947,6 +1013,8 @@ struct Holding {
     lease: Option<Duration>,
     /// `--verbose`: report the wait, the hold and its renewals on stderr.
     verbose: bool,
+    /// Checked again once the hold is taken.
+    one_kind: Option<OneKind>,
 }
 
 impl Holding {
@@ -970,6 +1038,12 @@ impl Holding {
         let Some(held) = acquired else {
             return Err(Exit::with(exit::TIMED_OUT, self.timed_out));
         };
+        if let Some(one_kind) = &self.one_kind {
+            if let Err(exit) = one_kind.check(client).await {
+                let _ = held.release().await;
+                return Err(exit);
+            }
+        }
         let _report = self.verbose.then(|| {
             let token = held
                 .fencing_token()
@@ -1110,38 +1184,109 @@ fn cluster_nodes(urls: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Where `inspect` reads from, with a connection of the driver's own.
-struct Raw<'a> {
-    url: &'a str,
+/// Reads what Redis holds under a name, with a connection of the driver's own: for
+/// `inspect`, and for the guard that keeps one name to one kind.
+#[derive(Clone)]
+struct Inspector {
+    url: String,
     cluster: bool,
-    tls: &'a TlsFiles,
+    tls: TlsFiles,
+    timeout: Duration,
 }
 
-async fn show(client: &Client, raw: Raw<'_>, name: &str, json: bool) -> Result<Exit, Exit> {
-    let space = client.key_space(name)?;
-    // The library's own reading of Redis errors: foreign data, unreachable, or other.
-    let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
-    let read = async {
-        if raw.cluster {
-            let mut builder = redis::cluster::ClusterClientBuilder::new(cluster_nodes(raw.url));
-            if let Some(certificates) = raw.tls.certificates() {
-                builder = builder.certs(certificates);
+impl Inspector {
+    /// Every primitive found under `name`.
+    async fn findings(&self, client: &Client, name: &str) -> Result<Vec<inspect::Finding>, Exit> {
+        let space = client.key_space(name)?;
+        // The library's own reading of Redis errors: foreign data, unreachable, or other.
+        let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
+        let read = async {
+            if self.cluster {
+                let mut builder =
+                    redis::cluster::ClusterClientBuilder::new(cluster_nodes(&self.url));
+                if let Some(certificates) = self.tls.certificates() {
+                    builder = builder.certs(certificates);
+                }
+                let mut conn = builder.build()?.get_async_connection().await?;
+                inspect::inspect(&mut conn, &space).await
+            } else {
+                let client = match self.tls.certificates() {
+                    Some(certificates) => {
+                        redis::Client::build_with_tls(self.url.as_str(), certificates)?
+                    }
+                    None => redis::Client::open(self.url.as_str())?,
+                };
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                inspect::inspect(&mut conn, &space).await
             }
-            let mut conn = builder.build()?.get_async_connection().await?;
-            inspect::inspect(&mut conn, &space).await
-        } else {
-            let client = match raw.tls.certificates() {
-                Some(certificates) => redis::Client::build_with_tls(raw.url, certificates)?,
-                None => redis::Client::open(raw.url)?,
-            };
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            inspect::inspect(&mut conn, &space).await
+        };
+        tokio::time::timeout(self.timeout, read)
+            .await
+            .map_err(|_| Exit::with(exit::UNAVAILABLE, "Redis did not answer in time"))?
+            .map_err(failed)
+    }
+
+    /// Refuses (exit 73) if `name` is in use as a primitive of another kind than `mine`: one
+    /// name is one primitive, so that `lock x` and `semaphore x` cannot both run their
+    /// commands believing they own "x".
+    async fn one_kind(&self, client: &Client, name: &str, mine: &str) -> Result<(), Exit> {
+        let findings = self.findings(client, name).await?;
+        let others: Vec<&str> = findings
+            .iter()
+            .map(|finding| finding.kind)
+            .filter(|kind| *kind != mine && *kind != inspect::FOREIGN)
+            .collect();
+        if others.is_empty() {
+            return Ok(());
         }
+        let found: Vec<String> = others
+            .iter()
+            .map(|kind| with_article(inspect::title(kind)))
+            .collect();
+        Err(Exit::with(
+            exit::KIND_CONFLICT,
+            format!(
+                "{name:?} is in use as {}, not as {}: one name is one primitive (`redisync \
+                 inspect {name:?}` shows it)",
+                found.join(" and "),
+                with_article(inspect::title(mine))
+            ),
+        ))
+    }
+}
+
+/// "a lock", "an expirable semaphore".
+fn with_article(noun: &str) -> String {
+    let article = if noun.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
     };
-    let found = tokio::time::timeout(client.command_timeout(), read)
-        .await
-        .map_err(|_| Exit::with(exit::UNAVAILABLE, "Redis did not answer in time"))?
-        .map_err(failed)?;
+    format!("{article} {noun}")
+}
+
+/// The guard of one name to one kind, checked again once a hold is taken: two processes
+/// that checked at the same time both see each other's hold then, and neither runs.
+#[derive(Clone)]
+struct OneKind {
+    inspector: Inspector,
+    name: String,
+    kind: &'static str,
+}
+
+impl OneKind {
+    async fn check(&self, client: &Client) -> Result<(), Exit> {
+        self.inspector.one_kind(client, &self.name, self.kind).await
+    }
+}
+
+async fn show(
+    client: &Client,
+    inspector: &Inspector,
+    name: &str,
+    json: bool,
+) -> Result<Exit, Exit> {
+    let found = inspector.findings(client, name).await?;
     let report = if json {
         inspect::json(name, &found)
     } else {

@@ -712,7 +712,7 @@ fn the_commands_exit_code_passes_through() {
     assert_eq!(done.stderr, "", "no message of redisync's own");
 
     world
-        .run(&sh_args("semaphore codes --permits 1", "exit 3", &[]))
+        .run(&sh_args("semaphore codes-pool --permits 1", "exit 3", &[]))
         .assert_code(3);
     // Killed by signal 9: 128 + 9, as the shell reports it.
     world
@@ -720,7 +720,7 @@ fn the_commands_exit_code_passes_through() {
         .assert_code(137);
     world.run_line("lock codes -- true").assert_code(0);
     assert!(!world.key_exists("redisync:{codes}:lock"), "released");
-    let json = world.inspect_json("codes");
+    let json = world.inspect_json("codes-pool");
     let semaphore = json.primitive("expirable_semaphore");
     assert_eq!(semaphore.get("available_permits").int(), 1);
     assert_eq!(semaphore.get("permits_out").int(), 0);
@@ -735,7 +735,7 @@ fn a_wait_that_runs_out_is_124_and_runs_nothing() {
     let (lock_held, semaphore_held) = (world.path("lock-held"), world.path("semaphore-held"));
     let mut lock_holder = world.sh("lock busy", hold, &[&lock_held, &gate]);
     let mut semaphore_holder = world.sh(
-        "semaphore busy --permits 1",
+        "semaphore busy-pool --permits 1",
         hold,
         &[&semaphore_held, &gate],
     );
@@ -749,7 +749,7 @@ fn a_wait_that_runs_out_is_124_and_runs_nothing() {
     assert!(done.elapsed < Duration::from_secs(5), "{done}");
     let done = world.run(&[
         "semaphore",
-        "busy",
+        "busy-pool",
         "--permits",
         "1",
         "--wait",
@@ -758,7 +758,7 @@ fn a_wait_that_runs_out_is_124_and_runs_nothing() {
         "touch",
         &marker,
     ]);
-    done.assert_error(124, "no permit of \"busy\" within the wait");
+    done.assert_error(124, "no permit of \"busy-pool\" within the wait");
     assert!(done.elapsed >= Duration::from_millis(300), "{done}");
     assert!(!Path::new(&marker).exists(), "the command must not run");
 
@@ -778,14 +778,14 @@ fn a_command_that_cannot_run_is_127_or_126_and_the_hold_is_released() {
         .run_line("lock nocmd -- no-such-command-redisync-test")
         .assert_error(127, "no-such-command-redisync-test: command not found");
     world
-        .run_line("semaphore nocmd --permits 1 -- ./no/such/file")
+        .run_line("semaphore nocmd-pool --permits 1 -- ./no/such/file")
         .assert_error(127, "command not found");
     // A directory is found but cannot be run.
     world
         .run(&["lock", "nocmd", "--", &world.path("")])
         .assert_error(126, "");
     assert!(!world.key_exists("redisync:{nocmd}:lock"), "lock released");
-    let json = world.inspect_json("nocmd");
+    let json = world.inspect_json("nocmd-pool");
     let semaphore = json.primitive("expirable_semaphore");
     assert_eq!(semaphore.get("available_permits").int(), 1, "released");
 }
@@ -964,7 +964,7 @@ fn an_expired_lease_stops_the_command() {
     let script = r#"echo $$ > "$1"; exec sleep 30"#;
     for (options, what) in [
         ("lock short --lease 500ms", "lock"),
-        ("semaphore short --permits 1 --lease 500ms", "permit"),
+        ("semaphore short-pool --permits 1 --lease 500ms", "permit"),
     ] {
         let pidfile = world.path(&format!("pid-{what}"));
         let mut run = world.sh(options, script, &[&pidfile]);
@@ -984,7 +984,7 @@ fn an_expired_lease_stops_the_command() {
         .run_line("lock short --wait 2s -- true")
         .assert_code(0);
     world
-        .run_line("semaphore short --permits 1 --wait 2s -- true")
+        .run_line("semaphore short-pool --permits 1 --wait 2s -- true")
         .assert_code(0);
 }
 
@@ -2276,9 +2276,9 @@ fn tls_with_a_ca_file_and_a_client_certificate() {
         args.extend_from_slice(extra);
         Proc::spawn(redisync_command(&url, &args)).wait(RUN_LIMIT)
     };
-    with_tls(&["latch", "secure", "set", "2"]).assert_code(0);
+    with_tls(&["latch", "secure-latch", "set", "2"]).assert_code(0);
     with_tls(&["lock", "secure", "--", "sh", "-c", "exit 0"]).assert_code(0);
-    let done = with_tls(&["inspect", "secure", "--json"]);
+    let done = with_tls(&["inspect", "secure-latch", "--json"]);
     done.assert_code(0);
     assert!(done.stdout.contains("count_down_latch"), "{done}");
     let fence = tls.server.cmd(&["GET", "redisync:{secure}:fence"]);
@@ -2348,4 +2348,66 @@ fn a_password_from_a_file_or_the_environment() {
     ))
     .wait(RUN_LIMIT)
     .assert_error(2, "--password-file /no/such/file");
+}
+
+// ---------------------------------------------------------------------------------------------
+// One name, one kind.
+// ---------------------------------------------------------------------------------------------
+
+/// `lock --read` and `lock --write` are the two sides of one read-write lock; a name in use
+/// as one kind of primitive is refused (73, naming the kind) to every other kind, and the
+/// refused command does not run.
+#[test]
+fn one_name_is_one_kind() {
+    let world = World::new();
+    let gate = world.path("gate");
+    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+
+    // Two readers side by side; a writer waits for them.
+    let (r1, r2) = (world.path("r1"), world.path("r2"));
+    let mut reader1 = world.sh("lock --read rw", hold, &[&r1, &gate]);
+    let mut reader2 = world.sh("lock --read rw", hold, &[&r2, &gate]);
+    pid_in(&r1);
+    pid_in(&r2);
+    let marker = world.path("marker");
+    world
+        .run(&[
+            "lock", "--write", "rw", "--wait", "300ms", "--", "touch", &marker,
+        ])
+        .assert_error(124, "write hold \"rw\" not acquired within the wait");
+
+    // Every other kind is refused while the readers hold it, and runs nothing.
+    for line in [
+        format!("lock rw -- touch {marker}"),
+        format!("lock --fair rw -- touch {marker}"),
+        format!("semaphore rw --permits 2 -- touch {marker}"),
+        format!("elect rw -- touch {marker}"),
+        format!("rate rw --rate 1/s -- touch {marker}"),
+        "latch rw set 1".to_owned(),
+    ] {
+        world
+            .run_line(&line)
+            .assert_error(73, "\"rw\" is in use as a read-write lock");
+    }
+    assert!(
+        !Path::new(&marker).exists(),
+        "a refused command must not run"
+    );
+
+    fs::write(&gate, "").unwrap();
+    reader1.wait(RUN_LIMIT).assert_code(0);
+    reader2.wait(RUN_LIMIT).assert_code(0);
+    // Free again: the writer gets it, and a plain lock is still refused while a semaphore
+    // of the same name exists.
+    world
+        .run(&["lock", "--write", "rw", "--", "touch", &marker])
+        .assert_code(0);
+    assert!(Path::new(&marker).exists());
+    world
+        .run_line("semaphore pool --permits 2 -- true")
+        .assert_code(0);
+    world.run_line("lock pool -- true").assert_error(
+        73,
+        "\"pool\" is in use as an expirable semaphore, not as a lock",
+    );
 }
