@@ -40,11 +40,18 @@ struct Cli {
         long,
         env = "REDISYNC_URL",
         default_value = "redis://127.0.0.1:6379",
-        global = true
+        global = true,
+        help_heading = "Global options"
     )]
     url: String,
     /// A CA certificate (PEM) to trust for `rediss://`, instead of the system's roots.
-    #[arg(long, env = "REDISYNC_TLS_CA", value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        env = "REDISYNC_TLS_CA",
+        value_name = "FILE",
+        global = true,
+        help_heading = "Global options"
+    )]
     tls_ca: Option<std::path::PathBuf>,
     /// A client certificate (PEM) to present on `rediss://`, with --tls-key.
     #[arg(
@@ -52,7 +59,8 @@ struct Cli {
         env = "REDISYNC_TLS_CERT",
         value_name = "FILE",
         requires = "tls_key",
-        global = true
+        global = true,
+        help_heading = "Global options"
     )]
     tls_cert: Option<std::path::PathBuf>,
     /// The private key (PEM) of --tls-cert.
@@ -61,39 +69,54 @@ struct Cli {
         env = "REDISYNC_TLS_KEY",
         value_name = "FILE",
         requires = "tls_cert",
-        global = true
+        global = true,
+        help_heading = "Global options"
     )]
     tls_key: Option<std::path::PathBuf>,
     /// Read the password from this file (its first line) rather than from the URL; or set
     /// REDISYNC_PASSWORD (command lines are visible to every user, files and the
     /// environment are not).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        help_heading = "Global options"
+    )]
     password_file: Option<std::path::PathBuf>,
     /// `--url` names nodes of a Redis Cluster, separated by commas.
-    #[arg(long, env = "REDISYNC_CLUSTER", global = true)]
+    #[arg(
+        long,
+        env = "REDISYNC_CLUSTER",
+        global = true,
+        help_heading = "Global options"
+    )]
     cluster: bool,
     /// Prefix of every key, as the applications sharing the primitives use it.
     #[arg(
         long,
         env = "REDISYNC_PREFIX",
         default_value = "redisync",
-        global = true
+        global = true,
+        help_heading = "Global options"
     )]
     prefix: String,
     /// Give up on a Redis call after this long.
-    #[arg(long, default_value = "5s", value_parser = duration::parse, global = true)]
+    #[arg(long, default_value = "5s", value_parser = duration::parse, global = true,
+        help_heading = "Global options")]
     command_timeout: Duration,
     /// Wait by re-checking at this interval instead of listening on pub/sub (for servers or
     /// ACL users without pub/sub); at most 10s.
-    #[arg(long, env = "REDISYNC_POLL", value_parser = duration::parse, global = true)]
+    #[arg(long, env = "REDISYNC_POLL", value_parser = duration::parse, global = true,
+        help_heading = "Global options")]
     poll: Option<Duration>,
     /// The lease of holds without --lease, renewed every third of it while the command runs
     /// (default 30s): a crashed holder's lock frees within this time.
-    #[arg(long, env = "REDISYNC_WATCHDOG", value_parser = duration::parse, global = true)]
+    #[arg(long, env = "REDISYNC_WATCHDOG", value_parser = duration::parse, global = true,
+        help_heading = "Global options")]
     watchdog: Option<Duration>,
     /// Report on stderr what happens: the wait, the hold and its fencing token, the lease's
     /// renewals, a loss.
-    #[arg(long, short = 'v', global = true)]
+    #[arg(long, short = 'v', global = true, help_heading = "Global options")]
     verbose: bool,
     #[command(subcommand)]
     command: Command,
@@ -197,8 +220,8 @@ enum Command {
     Elect {
         /// The election's name.
         name: String,
-        /// The value to advertise while leading (shown by `redisync leader`); the client's
-        /// id if not given.
+        /// The value to advertise while leading (shown by `redisync leader`); `host:pid` of
+        /// this process if not given.
         #[arg(long)]
         value: Option<String>,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
@@ -827,7 +850,7 @@ async fn elect(
     one_kind: Option<OneKind>,
 ) -> Result<Exit, Exit> {
     let election = client.leader_election(name);
-    let value = value.unwrap_or_else(|| client.id().to_owned());
+    let value = value.unwrap_or_else(host_and_pid);
     let wait = wait.map_or(Wait::Forever, Wait::For);
     let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
     let campaign = election.campaign_with(value, wait, lease);
@@ -863,6 +886,18 @@ async fn elect(
     .await;
     let resigned = leadership.resign().await;
     finish(ended, resigned.err(), "leadership")
+}
+
+/// `host:pid` of this process: what `elect` advertises without `--value`, so that `leader`
+/// and `inspect` show who leads.
+fn host_and_pid() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
 }
 
 /// One line about who leads `name`.
@@ -1406,12 +1441,17 @@ fn confirm(action: &str, question: &str) -> Result<bool, Exit> {
 }
 
 /// Awaits `future`, showing a status line on stderr while it takes, if stderr is a terminal.
-async fn waiting<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    if !std::io::stderr().is_terminal() {
-        return future.await;
-    }
+async fn waiting<T>(
+    what: &str,
+    future: impl std::future::Future<Output = redisync::Result<T>>,
+) -> Result<T, Exit> {
     let started = Instant::now();
     let mut future = std::pin::pin!(future);
+    // Interrupted while waiting: the wait is dropped, which takes back its registration (and
+    // gives back anything granted on the way) before redisync exits, instead of leaving a
+    // waiter registered until it expires.
+    let mut interrupted = std::pin::pin!(interrupted());
+    let status = std::io::stderr().is_terminal();
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_millis(500),
         Duration::from_millis(500),
@@ -1419,8 +1459,14 @@ async fn waiting<T>(what: &str, future: impl std::future::Future<Output = T>) ->
     let mut shown = false;
     let output = loop {
         tokio::select! {
-            output = &mut future => break output,
-            _ = ticks.tick() => {
+            output = &mut future => break output.map_err(Exit::from),
+            signal = &mut interrupted => {
+                break Err(Exit::with(
+                    128 + signal,
+                    format!("interrupted while waiting for {what}; nothing is held"),
+                ));
+            }
+            _ = ticks.tick(), if status => {
                 shown = true;
                 eprint!("\rredisync: waiting for {what} ({})\x1b[K", duration::show(started.elapsed()));
                 let _ = std::io::stderr().flush();
@@ -1431,4 +1477,23 @@ async fn waiting<T>(what: &str, future: impl std::future::Future<Output = T>) ->
         eprint!("\r\x1b[K");
     }
     output
+}
+
+/// Completes with the signal's number when redisync gets `SIGINT` or `SIGTERM` (never where
+/// they cannot be listened for).
+async fn interrupted() -> i32 {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            return tokio::select! {
+                _ = int.recv() => 2,
+                _ = term.recv() => 15,
+            };
+        }
+    }
+    std::future::pending().await
 }

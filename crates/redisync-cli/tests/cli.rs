@@ -2411,3 +2411,55 @@ fn one_name_is_one_kind() {
         "\"pool\" is in use as an expirable semaphore, not as a lock",
     );
 }
+
+/// A waiter interrupted with Ctrl-C (or SIGTERM) takes its registration back before it exits
+/// (128 + the signal), rather than leaving it until it expires.
+#[test]
+fn an_interrupted_waiter_withdraws_before_it_exits() {
+    let world = World::new();
+    let (gate, held) = (world.path("gate"), world.path("held"));
+    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let mut holder = world.sh("lock queue", hold, &[&held, &gate]);
+    pid_in(&held);
+    let waiting_clients = || {
+        world
+            .inspect_json("queue")
+            .primitive("lock")
+            .get("waiting_clients")
+            .int()
+    };
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let mut waiter = world.spawn(&["lock", "queue", "--", "true"]);
+        eventually(RUN_LIMIT, "the waiter is registered", || {
+            waiting_clients() == 1
+        });
+        send_signal(waiter.pid(), signal);
+        let done = waiter.wait(Duration::from_secs(5));
+        done.assert_error(code, "interrupted while waiting for lock \"queue\"");
+        assert_eq!(waiting_clients(), 0, "the registration was taken back");
+    }
+    fs::write(&gate, "").unwrap();
+    holder.wait(RUN_LIMIT).assert_code(0);
+}
+
+/// Without `--value`, `elect` advertises `host:pid`, so that `leader` says who leads.
+#[test]
+fn an_election_without_a_value_advertises_host_and_pid() {
+    let world = World::new();
+    let (gate, held) = (world.path("gate"), world.path("held"));
+    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let mut leader = world.sh("elect who", hold, &[&held, &gate]);
+    pid_in(&held);
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned());
+    let done = world.run_line("leader who");
+    done.assert_code(0);
+    assert!(
+        done.stdout
+            .starts_with(&format!("{host}:{} (term ", leader.pid())),
+        "{done}"
+    );
+    fs::write(&gate, "").unwrap();
+    leader.wait(RUN_LIMIT).assert_code(0);
+}
