@@ -23,6 +23,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_redisync");
 /// The longest any single invocation may take before the test gives up on it.
 const RUN_LIMIT: Duration = Duration::from_secs(15);
 
+/// A script that writes its pid to `$1` and runs until the file `$2` exists (15 s at most).
+const HOLD_UNTIL_GATE: &str = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+
 /// Waits about 15 s at most (300 × 50 ms): the body of scripts that must not run for ever.
 const BOUNDED_WAIT: &str = r#"i=0; while [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
 
@@ -731,7 +734,7 @@ fn the_commands_exit_code_passes_through() {
 fn a_wait_that_runs_out_is_124_and_runs_nothing() {
     let world = World::new();
     let gate = world.path("gate");
-    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let hold = HOLD_UNTIL_GATE;
     let (lock_held, semaphore_held) = (world.path("lock-held"), world.path("semaphore-held"));
     let mut lock_holder = world.sh("lock busy", hold, &[&lock_held, &gate]);
     let mut semaphore_holder = world.sh(
@@ -1853,7 +1856,7 @@ fn leader_prints_and_watches_the_leader() {
 
     let gate = world.path("gate");
     let held = world.path("held");
-    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let hold = HOLD_UNTIL_GATE;
     let mut leader = world.sh("elect web --value node-a:8080", hold, &[&held, &gate]);
     pid_in(&held);
     let done = world.run_line("leader web");
@@ -2361,7 +2364,7 @@ fn a_password_from_a_file_or_the_environment() {
 fn one_name_is_one_kind() {
     let world = World::new();
     let gate = world.path("gate");
-    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let hold = HOLD_UNTIL_GATE;
 
     // Two readers side by side; a writer waits for them.
     let (r1, r2) = (world.path("r1"), world.path("r2"));
@@ -2418,7 +2421,7 @@ fn one_name_is_one_kind() {
 fn an_interrupted_waiter_withdraws_before_it_exits() {
     let world = World::new();
     let (gate, held) = (world.path("gate"), world.path("held"));
-    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let hold = HOLD_UNTIL_GATE;
     let mut holder = world.sh("lock queue", hold, &[&held, &gate]);
     pid_in(&held);
     let waiting_clients = || {
@@ -2447,7 +2450,7 @@ fn an_interrupted_waiter_withdraws_before_it_exits() {
 fn an_election_without_a_value_advertises_host_and_pid() {
     let world = World::new();
     let (gate, held) = (world.path("gate"), world.path("held"));
-    let hold = r#"echo $$ > "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let hold = HOLD_UNTIL_GATE;
     let mut leader = world.sh("elect who", hold, &[&held, &gate]);
     pid_in(&held);
     let host = fs::read_to_string("/proc/sys/kernel/hostname")
