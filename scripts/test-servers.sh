@@ -34,6 +34,8 @@ for name in $wanted; do
         # Below the floor: a client refuses it when built.
         cargo test --all-features -p redisync-test-harness --test server_versions ||
             failed="$failed $name"
+        cargo test --all-features -p redisync-cli --test cli a_server_below_the_floor ||
+            failed="$failed $name"
         ;;
     esac
 done

@@ -1138,6 +1138,9 @@ async fn a_user_with_the_documented_cluster_rules_can_lock_and_wait() {
         .build()
         .await
         .expect("connect as the restricted user");
+    // Every primary was asked who it is (HELLO is open to every user).
+    let found = a.server_version().expect("the primaries named themselves");
+    assert!(found.is_supported(), "{found}");
     let (master, name) = names_on_each_master(&cluster, "acl", 1).remove(1);
     let channel = wake_channel(&name, &b);
 

@@ -1450,7 +1450,8 @@ async fn waiting<T>(
     // Interrupted while waiting: the wait is dropped, which takes back its registration (and
     // gives back anything granted on the way) before redisync exits, instead of leaving a
     // waiter registered until it expires.
-    let mut interrupted = std::pin::pin!(interrupted());
+    let mut incoming = run::Incoming::listen();
+    let mut interrupted = std::pin::pin!(incoming.interrupted());
     let status = std::io::stderr().is_terminal();
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_millis(500),
@@ -1477,23 +1478,4 @@ async fn waiting<T>(
         eprint!("\r\x1b[K");
     }
     output
-}
-
-/// Completes with the signal's number when redisync gets `SIGINT` or `SIGTERM` (never where
-/// they cannot be listened for).
-async fn interrupted() -> i32 {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) {
-            return tokio::select! {
-                _ = int.recv() => 2,
-                _ = term.recv() => 15,
-            };
-        }
-    }
-    std::future::pending().await
 }

@@ -145,16 +145,9 @@ async fn hold_until_interrupted(
         }
         let _ = stdout.flush();
     }
-    let mut lost = std::pin::pin!(lost);
-    loop {
-        tokio::select! {
-            () = &mut lost => return Ended::HoldLost,
-            signal = incoming.next() => {
-                if matches!(signal, "INT" | "TERM" | "HUP") {
-                    return Ended::Exited(0);
-                }
-            }
-        }
+    tokio::select! {
+        () = lost => Ended::HoldLost,
+        _ = incoming.interrupted() => Ended::Exited(0),
     }
 }
 
@@ -232,14 +225,16 @@ impl Drop for Target {
     }
 }
 
-/// The signals redisync passes on to the command.
-struct Incoming {
+/// The signals redisync listens for: passed on to a running command, or, while it waits or
+/// holds without one, the ones that stop it ([`Incoming::interrupted`]).
+pub struct Incoming {
     #[cfg(unix)]
     streams: Vec<(&'static str, tokio::signal::unix::Signal)>,
 }
 
 impl Incoming {
-    fn listen() -> Self {
+    /// Starts listening (from then on these signals no longer end redisync by themselves).
+    pub fn listen() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
@@ -259,6 +254,20 @@ impl Incoming {
         }
         #[cfg(not(unix))]
         Incoming {}
+    }
+
+    /// The number of the next signal that tells redisync to stop (`SIGINT`, `SIGTERM`,
+    /// `SIGHUP`); the others (`SIGQUIT`, the user signals) are ignored meanwhile.
+    pub async fn interrupted(&mut self) -> i32 {
+        loop {
+            let name = self.next().await;
+            if let Some((_, number)) = SIGNALS
+                .iter()
+                .find(|(known, _)| *known == name && matches!(name, "INT" | "TERM" | "HUP"))
+            {
+                return i32::from(*number);
+            }
+        }
     }
 
     /// The next signal received.

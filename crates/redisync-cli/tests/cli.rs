@@ -2466,3 +2466,34 @@ fn an_election_without_a_value_advertises_host_and_pid() {
     fs::write(&gate, "").unwrap();
     leader.wait(RUN_LIMIT).assert_code(0);
 }
+
+/// A server older than redisync supports is refused with 69, naming what was found; the
+/// command does not run. (On a supported server, the same command just runs: the test runs
+/// on whichever server `REDIS_SERVER_BIN` names, Redis 6.2 among them in CI.)
+#[test]
+fn a_server_below_the_floor_is_69() {
+    let world = World::new();
+    let version = world
+        .server
+        .info_field("server", "redis_version")
+        .expect("INFO server has redis_version");
+    let name = world.server.info_field("server", "server_name");
+    let old = name.is_none_or(|name| name == "redis")
+        && version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok())
+            < Some(7);
+    let marker = world.path("marker");
+    let done = world.run(&["lock", "floor", "--", "touch", &marker]);
+    if old {
+        done.assert_error(
+            69,
+            &format!("found Redis {version}, redisync needs Redis 7.0"),
+        );
+        assert!(!Path::new(&marker).exists(), "the command must not run");
+    } else {
+        done.assert_code(0);
+        assert!(Path::new(&marker).exists());
+    }
+}

@@ -7,6 +7,7 @@
 //! `PEXPIRE ... GT`, and a cluster client wakes waiters with sharded pub/sub, both new in 7.0.
 //! Every Valkey release (7.2 onwards) is a Redis 7.2 as far as redisync is concerned.
 
+use std::collections::HashMap;
 use std::fmt;
 
 /// The oldest Redis version redisync runs on (`major`, `minor`).
@@ -64,13 +65,9 @@ impl ServerVersion {
     /// Reads the reply of `HELLO` (a map in RESP3, a flat list of pairs in RESP2), whose
     /// `server` and `version` fields name the server.
     pub(crate) fn from_hello(reply: &redis::Value) -> Option<Self> {
-        let field = |wanted: &str| -> Option<String> {
-            pairs(reply)?.into_iter().find_map(|(key, value)| {
-                (text(key)?.eq_ignore_ascii_case(wanted))
-                    .then(|| text(value))
-                    .flatten()
-            })
-        };
+        let fields: HashMap<String, redis::Value> = redis::from_redis_value_ref(reply).ok()?;
+        let field =
+            |name: &str| -> Option<String> { redis::from_redis_value_ref(fields.get(name)?).ok() };
         let version = parse_version(&field("version")?)?;
         Some(ServerVersion::new(field("server")?, version))
     }
@@ -126,28 +123,6 @@ fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
     let minor = parts.next().flatten().unwrap_or(0);
     let patch = parts.next().flatten().unwrap_or(0);
     Some((major, minor, patch))
-}
-
-fn pairs(reply: &redis::Value) -> Option<Vec<(&redis::Value, &redis::Value)>> {
-    match reply {
-        redis::Value::Map(map) => Some(map.iter().map(|(k, v)| (k, v)).collect()),
-        redis::Value::Array(items) => Some(
-            items
-                .chunks_exact(2)
-                .map(|pair| (&pair[0], &pair[1]))
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
-fn text(value: &redis::Value) -> Option<String> {
-    match value {
-        redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        redis::Value::SimpleString(s) => Some(s.clone()),
-        redis::Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
