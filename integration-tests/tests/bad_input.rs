@@ -1321,6 +1321,15 @@ async fn bad_client_options_are_invalid_arguments() {
             "Duration::MAX command timeout".into(),
             Client::builder(&url).command_timeout(Duration::MAX),
         ),
+        ("empty label".into(), Client::builder(&url).label("")),
+        ("label with '/'".into(), Client::builder(&url).label("a/b")),
+        ("label with '{'".into(), Client::builder(&url).label("a{b")),
+        ("label with a space".into(), Client::builder(&url).label("a b")),
+        ("label with a newline".into(), Client::builder(&url).label("a\nb")),
+        (
+            "129-byte label".into(),
+            Client::builder(&url).label("l".repeat(129)),
+        ),
         ("empty prefix".into(), Client::builder(&url).key_prefix("")),
         (
             "prefix with '{'".into(),

@@ -51,6 +51,30 @@ async fn a_force_unlocked_lock_is_lost_at_once() {
     lost_within("fair lock", guard.lost()).await;
 }
 
+/// A label may hold ':' (`host:pid`), the character that ends a client id in an owner id:
+/// the notice must still reach the labelled client's channel, and its holds are named by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_clients_taken_hold_is_lost_at_once() {
+    let server = RedisServer::start();
+    let owner = Client::builder(server.url())
+        .label("worker-3:4242")
+        .build()
+        .await
+        .expect("connect");
+    let operator = common::client(&server).await;
+    assert!(owner.id().starts_with("worker-3:4242/"));
+
+    let guard = owner.lock("labelled").lock().await.expect("lock");
+    let holder = server.cmd(&["HGET", "redisync:{labelled}:lock", "owner"]);
+    assert!(
+        format!("{holder:?}").contains("worker-3:4242/"),
+        "the hold names its client's label: {holder:?}"
+    );
+    common::lost_notices_subscribed(&server, &owner).await;
+    assert!(operator.lock("labelled").force_unlock().await.expect("force"));
+    lost_within("labelled client's lock", guard.lost()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taken_read_write_holds_are_lost_at_once() {
     let server = RedisServer::start();

@@ -457,7 +457,10 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         Some(interval) => WaitStrategy::Poll { interval },
         None => WaitStrategy::PubSub,
     };
+    // Holders, waiters and permits are named `host:pid/...` in Redis, so that `inspect`
+    // shows which process holds what.
     let mut builder = builder
+        .label(host_and_pid())
         .key_prefix(cli.prefix.as_str())
         .command_timeout(cli.command_timeout)
         .wait_strategy(strategy);
@@ -888,15 +891,21 @@ async fn elect(
     finish(ended, resigned.err(), "leadership")
 }
 
-/// `host:pid` of this process: what `elect` advertises without `--value`, so that `leader`
-/// and `inspect` show who leads.
+/// `host:pid` of this process: the label of the client's holds, and what `elect` advertises
+/// without `--value`, so that `leader` and `inspect` show who holds and who leads.
 fn host_and_pid() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|host| host.trim().to_owned())
         .filter(|host| !host.is_empty())
         .unwrap_or_else(|| "localhost".to_owned());
+    // A label may not hold these; no host name does, but the variable could.
+    let host: String = host
+        .chars()
+        .filter(|c| !matches!(c, '/' | '{' | '}') && !c.is_whitespace() && !c.is_control())
+        .take(100)
+        .collect();
     format!("{host}:{}", std::process::id())
 }
 

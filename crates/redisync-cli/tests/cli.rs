@@ -1130,6 +1130,14 @@ fn a_lock_without_a_command_is_held_until_interrupted() {
         world
             .run(&["lock", "held", "--wait", "200ms", "--", "true"])
             .assert_code(124);
+        // `inspect` names the holder by host and pid, text and JSON.
+        let holder = format!(":{}/", run.pid());
+        let table = world.inspect("held");
+        let shown = table_field(&table, "lock \"held\"", "holder").unwrap_or_default();
+        assert!(shown.contains(&holder), "holder {holder}...: {table}");
+        let json = world.inspect_json("held");
+        let shown = json.primitive("lock").get("holder").str().to_owned();
+        assert!(shown.contains(&holder), "holder {holder}...: {json:?}");
         thread::sleep(Duration::from_millis(100));
         send_signal(run.pid(), signal);
         let done = run.wait(Duration::from_secs(5));

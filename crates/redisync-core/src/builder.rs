@@ -21,6 +21,8 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The largest pool a client accepts.
 pub const MAX_POOL_SIZE: u32 = 1024;
+/// The longest [label](ClientBuilder::label) a client accepts, in bytes.
+pub const MAX_LABEL_LEN: usize = 128;
 /// Default number of multiplexed connections.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
 
@@ -192,6 +194,30 @@ impl ClientBuilder {
         self
     }
 
+    /// Names this client in every owner id it hands out (`<label>/<uuid>:<n>` instead of
+    /// `<uuid>:<n>`), so that whoever looks at Redis sees which process holds what:
+    /// `host:pid`, a pod name, a service. Ids stay unique whatever the label: two clients may
+    /// share one. [`build`](Self::build) fails with [`Error::InvalidArgument`] for a label
+    /// that is empty, longer than [`MAX_LABEL_LEN`] bytes, or has a `/`, a brace, white space
+    /// or a control character.
+    ///
+    /// ```
+    /// use redisync::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redisync::Result<()> {
+    /// # let server = redisync_test_harness::RedisServer::start();
+    /// # let url = server.url();
+    /// let client = Client::builder(url).label("billing-7f9c:4242").build().await?;
+    /// assert!(client.id().starts_with("billing-7f9c:4242/"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.config.label = Some(label.into());
+        self
+    }
+
     /// For a client following Redis Sentinel ([`Client::sentinel_builder`]): the password of
     /// the primary (and of its replicas) and the database to use. Ignored otherwise.
     pub fn sentinel_auth(mut self, password: Option<String>, db: i64) -> Self {
@@ -258,6 +284,9 @@ impl ClientBuilder {
             }
         }
         config.wait_strategy.check()?;
+        if let Some(label) = &config.label {
+            check_label(label)?;
+        }
         if config.clock_drift_ppm > MAX_CLOCK_DRIFT_PPM {
             return Err(Error::invalid(format!(
                 "clock drift bound must be at most {MAX_CLOCK_DRIFT_PPM} ppm, found {} ppm",
@@ -378,6 +407,7 @@ impl Client {
                 metrics: crate::metrics::Metrics::default(),
                 wait_strategy: WaitStrategy::default(),
                 clock_drift_ppm: DEFAULT_CLOCK_DRIFT_PPM,
+                label: None,
                 #[cfg(feature = "tls")]
                 tls_root_certificate: None,
                 #[cfg(feature = "tls")]
@@ -385,4 +415,19 @@ impl Client {
             },
         }
     }
+}
+
+/// Refuses a label that would make owner ids ambiguous or unusable: a `/` ends the label in
+/// an id, a brace could become a key's hash tag, white space separates ids in some records.
+fn check_label(label: &str) -> Result<()> {
+    let bad = label
+        .chars()
+        .find(|c| *c == '/' || *c == '{' || *c == '}' || c.is_whitespace() || c.is_control());
+    if label.is_empty() || label.len() > MAX_LABEL_LEN || bad.is_some() {
+        return Err(Error::invalid(format!(
+            "a client label must have 1 to {MAX_LABEL_LEN} bytes and no '/', braces, white \
+             space or control characters, found {label:?}"
+        )));
+    }
+    Ok(())
 }

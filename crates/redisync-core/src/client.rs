@@ -146,7 +146,10 @@ impl Client {
     pub(crate) fn start(transport: Transport) -> Client {
         let transport = Arc::new(transport);
         let shared = Arc::new(Shared {
-            id: uuid::Uuid::new_v4().to_string(),
+            id: match &transport.config.label {
+                Some(label) => format!("{label}/{}", uuid::Uuid::new_v4()),
+                None => uuid::Uuid::new_v4().to_string(),
+            },
             hub: Arc::new(Hub::new(transport.config.wait_strategy)),
             watchdog: Arc::new(Watchdog::new(
                 transport.config.metrics,
@@ -167,7 +170,8 @@ impl Client {
         }
     }
 
-    /// This client's unique id (a UUID), part of every owner id it hands out.
+    /// This client's unique id, part of every owner id it hands out: a UUID, after the
+    /// client's [label](crate::ClientBuilder::label) and a `/` if it has one.
     pub fn id(&self) -> &str {
         &self.shared().id
     }

@@ -84,7 +84,7 @@ pub mod watchdog;
 pub use abandon::{Abandonable, Cleanup, LateOutcome};
 pub use builder::{
     ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE,
-    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_POOL_SIZE,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_LABEL_LEN, MAX_POOL_SIZE,
 };
 pub use client::{Client, LocalState};
 pub use duration::{CLOCK_MARGIN, DEFAULT_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM, MIN_LEASE};

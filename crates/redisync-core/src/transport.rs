@@ -84,6 +84,9 @@ pub(crate) struct Config {
     /// How much faster Redis's clock may run than the client's, in parts per million: see
     /// [`ClientBuilder::clock_drift_ppm`](crate::ClientBuilder::clock_drift_ppm).
     pub(crate) clock_drift_ppm: u32,
+    /// What names this client in its owner ids: see
+    /// [`ClientBuilder::label`](crate::ClientBuilder::label).
+    pub(crate) label: Option<String>,
     #[cfg(feature = "tls")]
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
     /// A client certificate and its key, PEM.
