@@ -36,6 +36,7 @@ pub mod heap;
 pub mod holder;
 pub mod proxy;
 pub mod script_text;
+pub mod sentinel;
 pub mod server_binary;
 pub mod tls;
 
@@ -43,6 +44,7 @@ pub use busy::BusyScript;
 pub use cluster::RedisCluster;
 pub use holder::Holder;
 pub use proxy::ChaosProxy;
+pub use sentinel::Sentinel;
 
 use std::ffi::OsString;
 use std::fmt;

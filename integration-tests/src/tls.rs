@@ -116,6 +116,11 @@ impl TlsServer {
         })
     }
 
+    /// The port that speaks TLS (the server's `port` is plain).
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+    }
+
     /// `rediss://127.0.0.1:<tls port>/`.
     pub fn url(&self) -> String {
         format!("rediss://127.0.0.1:{}/", self.tls_port)

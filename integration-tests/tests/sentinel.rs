@@ -2,108 +2,13 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, exists, lock_key, ms};
 use redisync::prelude::*;
-use redisync_test_harness::RedisServer;
+use redisync_test_harness::{RedisServer, Sentinel};
 
-const SETTLE: Duration = Duration::from_secs(20);
-
-/// A Sentinel process watching `master`, killed on drop.
-struct Sentinel {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Sentinel {
-    fn start(master: &RedisServer) -> Sentinel {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
-                 sentinel monitor mymaster 127.0.0.1 {} 1\n\
-                 sentinel down-after-milliseconds mymaster 1000\n\
-                 sentinel failover-timeout mymaster 4000\n",
-                dir.path().display(),
-                master.port()
-            ),
-        )
-        .expect("write sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server --sentinel");
-        let sentinel = Sentinel {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + SETTLE;
-        while sentinel.primary_port().is_none() {
-            assert!(Instant::now() < deadline, "the sentinel did not come up");
-            std::thread::sleep(ms(50));
-        }
-        sentinel
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn connection(&self) -> Option<redis::Connection> {
-        redis::Client::open(self.url()).ok()?.get_connection().ok()
-    }
-
-    /// The port of the primary the sentinel names now.
-    fn primary_port(&self) -> Option<u16> {
-        let mut conn = self.connection()?;
-        let addr: Vec<String> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg("mymaster")
-            .query(&mut conn)
-            .ok()?;
-        addr.get(1)?.parse().ok()
-    }
-
-    /// Asks for a failover, again while the sentinel does not yet find the replica fit.
-    fn failover(&self) {
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let mut conn = self.connection().expect("sentinel connection");
-            let asked: redis::RedisResult<()> = redis::cmd("SENTINEL")
-                .arg("failover")
-                .arg("mymaster")
-                .query(&mut conn);
-            match asked {
-                Ok(()) => return,
-                Err(err) if Instant::now() < deadline && err.code() == Some("NOGOODSLAVE") => {
-                    std::thread::sleep(ms(200));
-                }
-                Err(err) => panic!("SENTINEL FAILOVER: {err}"),
-            }
-        }
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const SETTLE: Duration = redisync_test_harness::sentinel::SETTLE;
 
 fn role(server: &RedisServer) -> Option<String> {
     server.info_field("replication", "role")

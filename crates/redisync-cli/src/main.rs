@@ -91,6 +91,29 @@ struct Cli {
         help_heading = "Global options"
     )]
     cluster: bool,
+    /// Use the primary these Redis Sentinels name (their URLs, separated by commas), with
+    /// --master, instead of --url; after a failover, the new primary. The primary's password
+    /// is --password-file's or REDISYNC_PASSWORD; the Sentinels' own is in their URLs.
+    #[arg(
+        long,
+        env = "REDISYNC_SENTINEL",
+        value_name = "URL,...",
+        requires = "master",
+        conflicts_with_all = ["cluster", "tls_ca", "tls_cert"],
+        global = true,
+        help_heading = "Global options"
+    )]
+    sentinel: Option<String>,
+    /// The name the Sentinels monitor the primary under (`sentinel monitor NAME ...`).
+    #[arg(
+        long,
+        env = "REDISYNC_MASTER",
+        value_name = "NAME",
+        requires = "sentinel",
+        global = true,
+        help_heading = "Global options"
+    )]
+    master: Option<String>,
     /// Prefix of every key, as the applications sharing the primitives use it.
     #[arg(
         long,
@@ -446,10 +469,27 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         Some(password) => with_password(&cli.url, password),
         None => cli.url.clone(),
     };
-    let builder = if cli.cluster {
-        Client::cluster_builder(cluster_nodes(&url))
-    } else {
-        Client::builder(url.as_str())
+    let target = match (&cli.sentinel, &cli.master) {
+        (Some(sentinels), Some(master)) => Target::Sentinel {
+            sentinels: cluster_nodes(sentinels)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            master: master.clone(),
+            password: password.clone(),
+        },
+        _ if cli.cluster => Target::Cluster(url.clone()),
+        _ => Target::Server(url.clone()),
+    };
+    let builder = match &target {
+        Target::Server(url) => Client::builder(url.as_str()),
+        Target::Cluster(urls) => Client::cluster_builder(cluster_nodes(urls)),
+        Target::Sentinel {
+            sentinels,
+            master,
+            password,
+        } => Client::sentinel_builder(sentinels.clone(), master.clone())
+            .sentinel_auth(password.clone(), 0),
     };
     let tls_files = TlsFiles::read(&cli)?;
     let builder = tls_files.apply(builder);
@@ -468,15 +508,24 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         builder = builder.watchdog_timeout(watchdog);
     }
     let client = builder.build().await.map_err(|err| {
-        let tls = cli.url.starts_with("rediss://");
-        let mut exit = Exit::from(err);
-        if tls && exit.code == exit::UNAVAILABLE {
-            if let Some(message) = &mut exit.message {
-                message.push_str(
+        // Either side of a TLS mismatch just waits: say what the likely cause is.
+        let hint = match (&target, &err) {
+            (Target::Server(url) | Target::Cluster(url), _) if url.starts_with("rediss://") => {
+                Some(
                     " (the URL asks for TLS: is the port a TLS port? A plain port never \
                      answers a TLS handshake; use redis:// for it)",
-                );
+                )
             }
+            (Target::Server(_) | Target::Cluster(_), redisync::Error::Timeout) => Some(
+                " (is the port a TLS port? It answers nothing but a TLS handshake; use \
+                 rediss:// for it)",
+            ),
+            _ => None,
+        };
+        let mut exit = Exit::from(err);
+        if let (Some(hint), Some(message), exit::UNAVAILABLE) = (hint, &mut exit.message, exit.code)
+        {
+            message.push_str(hint);
         }
         exit
     })?;
@@ -484,8 +533,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
     // for it); the command knows the name, and `inspect` shows which key it is.
     let name = cli.command.name().to_owned();
     let inspector = Inspector {
-        url: url.clone(),
-        cluster: cli.cluster,
+        target,
         tls: tls_files.clone(),
         timeout: cli.command_timeout,
     };
@@ -1228,12 +1276,26 @@ fn cluster_nodes(urls: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Where the primitives live, as the global options name it.
+#[derive(Clone)]
+enum Target {
+    /// One server: `--url`.
+    Server(String),
+    /// A cluster: `--cluster`, its nodes in `--url`.
+    Cluster(String),
+    /// The primary Sentinels name: `--sentinel`, `--master`.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+        password: Option<String>,
+    },
+}
+
 /// Reads what Redis holds under a name, with a connection of the driver's own: for
 /// `inspect`, and for the guard that keeps one name to one kind.
 #[derive(Clone)]
 struct Inspector {
-    url: String,
-    cluster: bool,
+    target: Target,
     tls: TlsFiles,
     timeout: Duration,
 }
@@ -1245,23 +1307,49 @@ impl Inspector {
         // The library's own reading of Redis errors: foreign data, unreachable, or other.
         let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
         let read = async {
-            if self.cluster {
-                let mut builder =
-                    redis::cluster::ClusterClientBuilder::new(cluster_nodes(&self.url));
-                if let Some(certificates) = self.tls.certificates() {
-                    builder = builder.certs(certificates);
-                }
-                let mut conn = builder.build()?.get_async_connection().await?;
-                inspect::inspect(&mut conn, &space).await
-            } else {
-                let client = match self.tls.certificates() {
-                    Some(certificates) => {
-                        redis::Client::build_with_tls(self.url.as_str(), certificates)?
+            match &self.target {
+                Target::Cluster(urls) => {
+                    let mut builder =
+                        redis::cluster::ClusterClientBuilder::new(cluster_nodes(urls));
+                    if let Some(certificates) = self.tls.certificates() {
+                        builder = builder.certs(certificates);
                     }
-                    None => redis::Client::open(self.url.as_str())?,
-                };
-                let mut conn = client.get_multiplexed_async_connection().await?;
-                inspect::inspect(&mut conn, &space).await
+                    let mut conn = builder.build()?.get_async_connection().await?;
+                    inspect::inspect(&mut conn, &space).await
+                }
+                Target::Server(url) => {
+                    let client = match self.tls.certificates() {
+                        Some(certificates) => {
+                            redis::Client::build_with_tls(url.as_str(), certificates)?
+                        }
+                        None => redis::Client::open(url.as_str())?,
+                    };
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    inspect::inspect(&mut conn, &space).await
+                }
+                Target::Sentinel {
+                    sentinels,
+                    master,
+                    password,
+                } => {
+                    use redis::sentinel::{
+                        SentinelClient, SentinelNodeConnectionInfo, SentinelServerType,
+                    };
+                    let mut primary = redis::RedisConnectionInfo::default();
+                    if let Some(password) = password {
+                        primary = primary.set_password(password.clone());
+                    }
+                    let node = SentinelNodeConnectionInfo::default()
+                        .set_redis_connection_info(primary);
+                    let mut sentinel = SentinelClient::build(
+                        sentinels.clone(),
+                        master.clone(),
+                        Some(node),
+                        SentinelServerType::Master,
+                    )?;
+                    let mut conn = sentinel.get_async_connection().await?;
+                    inspect::inspect(&mut conn, &space).await
+                }
             }
         };
         tokio::time::timeout(self.timeout, read)

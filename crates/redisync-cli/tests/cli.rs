@@ -129,6 +129,8 @@ fn redisync_command(url: &str, args: &[&str]) -> Command {
         .env_remove("REDISYNC_TLS_CA")
         .env_remove("REDISYNC_TLS_CERT")
         .env_remove("REDISYNC_TLS_KEY")
+        .env_remove("REDISYNC_SENTINEL")
+        .env_remove("REDISYNC_MASTER")
         .env_remove("REDISYNC_FENCING_TOKEN")
         .env_remove("REDISYNC_PERMIT_ID")
         .env_remove("RUST_BACKTRACE")
@@ -2324,6 +2326,56 @@ fn tls_with_a_ca_file_and_a_client_certificate() {
     ))
     .wait(RUN_LIMIT);
     done.assert_error(69, "is the port a TLS port?");
+
+    // And the reverse: a plain URL to the TLS port.
+    let plain_to_tls = format!("redis://127.0.0.1:{}/", tls.tls_port());
+    let done = Proc::spawn(redisync_command(
+        &plain_to_tls,
+        &["--command-timeout", "1s", "lock", "x", "--", "true"],
+    ))
+    .wait(RUN_LIMIT);
+    done.assert_error(69, "is the port a TLS port?");
+}
+
+/// `--sentinel URL,... --master NAME` works on the primary the Sentinels name, `inspect`
+/// included; a name they do not monitor is an unavailable Redis, said so.
+#[test]
+fn sentinel_finds_the_primary() {
+    use redisync_test_harness::sentinel::{Sentinel, MASTER};
+    let primary = RedisServer::start_with(&["--requirepass", "pr1mary"]);
+    let sentinel = Sentinel::start_with_password(&primary, "pr1mary");
+    // A dead sentinel first: the next one in the list answers.
+    let sentinels = format!("redis://127.0.0.1:1/,{}", sentinel.url());
+    let via_sentinel = |args: &[&str]| {
+        let mut all = vec!["--sentinel", &sentinels, "--master", MASTER];
+        all.extend_from_slice(args);
+        let mut command = redisync_command("redis://127.0.0.1:1/", &all);
+        command.env("REDISYNC_PASSWORD", "pr1mary");
+        Proc::spawn(command).wait(RUN_LIMIT)
+    };
+    via_sentinel(&["latch", "sentinel-latch", "set", "2"]).assert_code(0);
+    via_sentinel(&["lock", "sentinel-lock", "--", "true"]).assert_code(0);
+    assert_eq!(
+        primary.cmd(&["GET", "redisync:{sentinel-lock}:fence"]),
+        redis::Value::BulkString(b"1".to_vec()),
+        "it ran on the primary"
+    );
+    let done = via_sentinel(&["inspect", "sentinel-latch", "--json"]);
+    done.assert_code(0);
+    assert!(done.stdout.contains("count_down_latch"), "{done}");
+
+    let mut all = vec!["--sentinel", &sentinels, "--master", "nobody", "--command-timeout"];
+    all.extend(["1s", "lock", "x", "--", "true"]);
+    Proc::spawn(redisync_command("redis://127.0.0.1:1/", &all))
+        .wait(RUN_LIMIT)
+        .assert_code(69);
+    // --master goes with --sentinel.
+    let done = Proc::spawn(redisync_command(
+        "redis://127.0.0.1:1/",
+        &["--master", MASTER, "lock", "x", "--", "true"],
+    ))
+    .wait(RUN_LIMIT);
+    assert_usage_error(&done, "--sentinel");
 }
 
 /// The password may come from `--password-file` or `REDISYNC_PASSWORD` instead of the URL.
