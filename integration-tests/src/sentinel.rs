@@ -117,4 +117,3 @@ impl Drop for Sentinel {
         let _ = self.child.wait();
     }
 }
-

@@ -1324,8 +1324,14 @@ async fn bad_client_options_are_invalid_arguments() {
         ("empty label".into(), Client::builder(&url).label("")),
         ("label with '/'".into(), Client::builder(&url).label("a/b")),
         ("label with '{'".into(), Client::builder(&url).label("a{b")),
-        ("label with a space".into(), Client::builder(&url).label("a b")),
-        ("label with a newline".into(), Client::builder(&url).label("a\nb")),
+        (
+            "label with a space".into(),
+            Client::builder(&url).label("a b"),
+        ),
+        (
+            "label with a newline".into(),
+            Client::builder(&url).label("a\nb"),
+        ),
         (
             "129-byte label".into(),
             Client::builder(&url).label("l".repeat(129)),

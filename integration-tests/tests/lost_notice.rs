@@ -71,7 +71,11 @@ async fn a_labelled_clients_taken_hold_is_lost_at_once() {
         "the hold names its client's label: {holder:?}"
     );
     common::lost_notices_subscribed(&server, &owner).await;
-    assert!(operator.lock("labelled").force_unlock().await.expect("force"));
+    assert!(operator
+        .lock("labelled")
+        .force_unlock()
+        .await
+        .expect("force"));
     lost_within("labelled client's lock", guard.lost()).await;
 }
 

@@ -178,21 +178,33 @@ enum Command {
         command: Vec<String>,
     },
     /// Run a command while holding a permit of an expirable semaphore (created with
-    /// --permits, or -n, if it does not exist). The command gets the permit id in
-    /// REDISYNC_PERMIT_ID.
+    /// --permits, or -n, if it does not exist), or with --classic permits of a classic
+    /// semaphore. The command gets the permit id in REDISYNC_PERMIT_ID (expirable) and the
+    /// semaphore's name in REDISYNC_SEMAPHORE_NAME.
     Semaphore {
         /// The semaphore's name.
         name: String,
         /// How many permits the semaphore has (`-n N` as in `consul lock -n N`): creates it
-        /// with N if it does not exist, and refuses (exit 78) if it exists with another
-        /// number; may be left out when it exists.
+        /// with N if it does not exist, and refuses (exit 78) if an expirable one exists
+        /// with another number; may be left out when it exists. (A classic semaphore counts
+        /// only the permits free now, so an existing one keeps its count.)
         #[arg(long, short = 'n', value_parser = clap::value_parser!(u64).range(1..))]
         permits: Option<u64>,
+        /// Use the library's classic `Semaphore` (permits without a lease, several at a time
+        /// with --units) instead of the expirable one. Its permits are never taken back: a
+        /// redisync killed with -9 keeps its units out until someone gives them back
+        /// (`semaphore-set --classic NAME --add N`).
+        #[arg(long)]
+        classic: bool,
+        /// How many permits this command takes at once (--classic).
+        #[arg(long, default_value_t = 1, requires = "classic",
+            value_parser = clap::value_parser!(u64).range(1..))]
+        units: u64,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         #[arg(long, value_parser = duration::parse)]
         wait: Option<Duration>,
         /// Hold the permit for at most this long; without it the lease is renewed.
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, conflicts_with = "classic")]
         lease: Option<Duration>,
         #[command(flatten)]
         stop: Stop,
@@ -283,13 +295,21 @@ enum Command {
     },
     /// Set how many permits an expirable semaphore (the one `semaphore` uses) has in all,
     /// creating it if need be: permits leased out stay out, and fewer permits take effect as
-    /// they come back.
+    /// they come back. With --add, change the number by that much instead; with --classic,
+    /// work on a classic semaphore (which can only be created, or changed with --add).
     SemaphoreSet {
         /// The semaphore's name.
         name: String,
         /// The number of permits, at least 1.
-        #[arg(value_parser = clap::value_parser!(u64).range(1..))]
-        permits: u64,
+        #[arg(value_parser = clap::value_parser!(u64).range(1..),
+            required_unless_present = "add", conflicts_with = "add")]
+        permits: Option<u64>,
+        /// Add this many permits (negative: remove them; permits out stay out).
+        #[arg(long, allow_negative_numbers = true, value_name = "N")]
+        add: Option<i64>,
+        /// The classic semaphore of this name (`semaphore --classic`).
+        #[arg(long)]
+        classic: bool,
     },
     /// Set a rate limiter's rate, creating it if need be; the new rate applies from the next
     /// decision.
@@ -353,7 +373,13 @@ impl Command {
             } else {
                 "lock"
             }),
-            Command::Semaphore { .. } | Command::SemaphoreSet { .. } => Some("expirable_semaphore"),
+            Command::Semaphore { classic, .. } | Command::SemaphoreSet { classic, .. } => {
+                Some(if *classic {
+                    "semaphore"
+                } else {
+                    "expirable_semaphore"
+                })
+            }
             Command::Rate { .. } | Command::RateSet { .. } => Some("rate_limiter"),
             Command::Latch { .. } => Some("count_down_latch"),
             Command::Elect { .. } => Some("election"),
@@ -581,6 +607,8 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         Command::Semaphore {
             name,
             permits,
+            classic,
+            units,
             wait,
             lease,
             stop,
@@ -595,9 +623,32 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
                 verbose: cli.verbose,
                 one_kind: one_kind.clone(),
             };
-            semaphore(&client, &name, permits, held, &stop, &command).await
+            if classic {
+                let semaphore = ClassicSemaphore {
+                    inspector: &inspector,
+                    name: &name,
+                    permits,
+                    units,
+                };
+                semaphore.run(&client, held, &stop, &command).await
+            } else {
+                semaphore(&client, &name, permits, held, &stop, &command).await
+            }
         }
-        Command::SemaphoreSet { name, permits } => semaphore_set(&client, &name, permits).await,
+        Command::SemaphoreSet {
+            name,
+            permits,
+            add,
+            classic,
+        } => {
+            let change = match (permits, add) {
+                (Some(permits), _) => PermitChange::To(permits),
+                (None, Some(add)) => PermitChange::By(add),
+                // clap requires one of them.
+                (None, None) => return Err(Exit::with(exit::USAGE, "give PERMITS or --add N")),
+            };
+            semaphore_set(&client, &name, change, classic).await
+        }
         Command::RateSet { name, rate, burst } => rate_set(&client, &name, rate.burst(burst)).await,
         Command::Delete { kind, name, yes } => delete(&client, kind, &name, yes).await,
         Command::Rate {
@@ -803,38 +854,42 @@ async fn lock(
         one_kind,
     };
     match kind {
-        LockKind::Reentrant => {
-            let env = lock_env(name);
-            held.run(client, &client.lock(name), env, stop, command)
-                .await
-        }
+        LockKind::Reentrant => held.run_on(client, &client.lock(name), stop, command).await,
         LockKind::Fair => {
-            let env = lock_env(name);
-            held.run(client, &client.fair_lock(name), env, stop, command)
+            held.run_on(client, &client.fair_lock(name), stop, command)
                 .await
         }
         LockKind::Read => {
             let reader = client.read_write_lock(name).reader();
-            held.run(client, &reader, lock_env(name), stop, command)
-                .await
+            held.run_on(client, &reader, stop, command).await
         }
         LockKind::Write => {
             let writer = client.read_write_lock(name).writer();
-            held.run(client, &writer, lock_env(name), stop, command)
-                .await
+            held.run_on(client, &writer, stop, command).await
         }
     }
 }
 
-/// The environment of a command run under a lock: its name, and the fencing token where
-/// the hold has one (a read hold has none, and the variable is then not set).
-fn lock_env<G: Held>(name: &str) -> impl FnOnce(&G) -> Vec<(&'static str, String)> + '_ {
-    move |guard| {
-        let mut env = vec![("REDISYNC_LOCK_NAME", name.to_owned())];
-        if let Some(token) = guard.fencing_token() {
-            env.push(("REDISYNC_FENCING_TOKEN", token.to_string()));
-        }
-        env
+impl Holding {
+    /// [`run`](Self::run) under one of the locks, with the environment of a lock: its name,
+    /// and the fencing token where the hold has one (a read hold has none, and the variable
+    /// is then not set).
+    async fn run_on<A: Acquire>(
+        self,
+        client: &Client,
+        lock: &A,
+        stop: &Stop,
+        command: &[String],
+    ) -> Result<Exit, Exit> {
+        let env = |guard: &A::Guard| {
+            let mut env = vec![("REDISYNC_LOCK_NAME", lock.name().to_owned())];
+            if let Some(token) = guard.fencing_token() {
+                env.push(("REDISYNC_FENCING_TOKEN", token.to_string()));
+            }
+            env
+        };
+        let acquire = |wait, lease| lock.acquire_with(wait, lease);
+        self.run(client, acquire, env, stop, command).await
     }
 }
 
@@ -882,7 +937,56 @@ async fn semaphore(
             ("REDISYNC_SEMAPHORE_NAME", name.to_owned()),
         ]
     };
-    held.run(client, &semaphore, env, stop, command).await
+    let acquire = |wait, lease| semaphore.acquire_with(wait, lease);
+    held.run(client, acquire, env, stop, command).await
+}
+
+/// `semaphore --classic`: `units` permits of the classic semaphore `name`, created with
+/// `permits` if it does not exist.
+struct ClassicSemaphore<'a> {
+    inspector: &'a Inspector,
+    name: &'a str,
+    permits: Option<u64>,
+    units: u64,
+}
+
+impl ClassicSemaphore<'_> {
+    async fn run(
+        self,
+        client: &Client,
+        held: Holding,
+        stop: &Stop,
+        command: &[String],
+    ) -> Result<Exit, Exit> {
+        let (name, units) = (self.name, self.units);
+        let semaphore = client.semaphore(name);
+        let created = match self.permits {
+            Some(permits) => semaphore.try_set_permits(permits).await?,
+            None => false,
+        };
+        // No permits free and no semaphore look the same to the semaphore itself.
+        if !created && !self.exists(client).await? {
+            return Err(Exit::with(
+                exit::USAGE,
+                format!(
+                    "semaphore {name:?} does not exist; give --permits N (or -n N) to create it"
+                ),
+            ));
+        }
+        let env = |_: &SemaphorePermit| vec![("REDISYNC_SEMAPHORE_NAME", name.to_owned())];
+        let acquire = |wait, _lease| async move {
+            match wait {
+                Wait::For(wait) => semaphore.try_acquire_many_for(units, wait).await,
+                _ => semaphore.acquire_many(units).await.map(Some),
+            }
+        };
+        held.run(client, acquire, env, stop, command).await
+    }
+
+    async fn exists(&self, client: &Client) -> Result<bool, Exit> {
+        let found = self.inspector.findings(client, self.name).await?;
+        Ok(found.iter().any(|finding| finding.kind == "semaphore"))
+    }
 }
 
 /// `elect`'s options for the campaign.
@@ -1110,23 +1214,26 @@ struct Holding {
 }
 
 impl Holding {
-    /// Acquires `primitive`, runs `command` with `env` of the hold added to its environment,
-    /// then releases it.
-    async fn run<A: Acquire>(
+    /// Acquires with `acquire` (given `--wait` and `--lease`), runs `command` with `env` of
+    /// the hold added to its environment, then releases it.
+    async fn run<G: Held, F>(
         self,
         client: &Client,
-        primitive: &A,
-        env: impl FnOnce(&A::Guard) -> Vec<(&'static str, String)>,
+        acquire: impl FnOnce(Wait, Lease) -> F,
+        env: impl FnOnce(&G) -> Vec<(&'static str, String)>,
         stop: &Stop,
         command: &[String],
-    ) -> Result<Exit, Exit> {
+    ) -> Result<Exit, Exit>
+    where
+        F: std::future::Future<Output = redisync::Result<Option<G>>>,
+    {
         let wait = self.wait.map_or(Wait::Forever, Wait::For);
         let lease = self.lease.map_or(Lease::Watchdog, Lease::Fixed);
         let started = Instant::now();
         if self.verbose {
             eprintln!("redisync: waiting for {}", self.waiting);
         }
-        let acquired = waiting(&self.waiting, primitive.acquire_with(wait, lease)).await?;
+        let acquired = waiting(&self.waiting, acquire(wait, lease)).await?;
         let Some(held) = acquired else {
             return Err(Exit::with(exit::TIMED_OUT, self.timed_out));
         };
@@ -1339,8 +1446,8 @@ impl Inspector {
                     if let Some(password) = password {
                         primary = primary.set_password(password.clone());
                     }
-                    let node = SentinelNodeConnectionInfo::default()
-                        .set_redis_connection_info(primary);
+                    let node =
+                        SentinelNodeConnectionInfo::default().set_redis_connection_info(primary);
                     let mut sentinel = SentinelClient::build(
                         sentinels.clone(),
                         master.clone(),
@@ -1468,8 +1575,33 @@ async fn force_unlock(client: &Client, name: &str, yes: bool) -> Result<Exit, Ex
     Ok(Exit::code(0))
 }
 
-async fn semaphore_set(client: &Client, name: &str, permits: u64) -> Result<Exit, Exit> {
+/// What `semaphore-set` does to the number of permits.
+enum PermitChange {
+    /// Makes it this many.
+    To(u64),
+    /// Adds this many (or removes).
+    By(i64),
+}
+
+async fn semaphore_set(
+    client: &Client,
+    name: &str,
+    change: PermitChange,
+    classic: bool,
+) -> Result<Exit, Exit> {
+    if classic {
+        return classic_semaphore_set(client, name, change).await;
+    }
     let semaphore = client.expirable_semaphore(name);
+    let permits = match change {
+        PermitChange::To(permits) => permits,
+        PermitChange::By(add) => {
+            semaphore.add_permits(add).await?;
+            let total = semaphore.total_permits().await?.unwrap_or(0);
+            println!("semaphore {name:?}: {total} permits");
+            return Ok(Exit::code(0));
+        }
+    };
     if semaphore.try_set_permits(permits).await? {
         println!("created semaphore {name:?} with {permits} permits");
         return Ok(Exit::code(0));
@@ -1483,6 +1615,39 @@ async fn semaphore_set(client: &Client, name: &str, permits: u64) -> Result<Exit
     }
     println!("semaphore {name:?}: {total} -> {permits} permits");
     Ok(Exit::code(0))
+}
+
+/// `semaphore-set --classic`: a classic semaphore counts only the permits free now, so it
+/// can be created with a number, or changed by one, but not set to one.
+async fn classic_semaphore_set(
+    client: &Client,
+    name: &str,
+    change: PermitChange,
+) -> Result<Exit, Exit> {
+    let semaphore = client.semaphore(name);
+    match change {
+        PermitChange::To(permits) => {
+            if semaphore.try_set_permits(permits).await? {
+                println!("created semaphore {name:?} with {permits} permits");
+                return Ok(Exit::code(0));
+            }
+            let free = semaphore.available_permits().await?;
+            Err(Exit::with(
+                exit::CONFLICT,
+                format!(
+                    "semaphore {name:?} exists ({free} permits free now, not counting those \
+                     taken); a classic semaphore has no total to set: change it with \
+                     `redisync semaphore-set --classic {name} --add N` (N may be negative)"
+                ),
+            ))
+        }
+        PermitChange::By(add) => {
+            semaphore.add_permits(add).await?;
+            let free = semaphore.available_permits().await?;
+            println!("semaphore {name:?}: {free} permits free");
+            Ok(Exit::code(0))
+        }
+    }
 }
 
 async fn delete(client: &Client, kind: Kind, name: &str, yes: bool) -> Result<Exit, Exit> {

@@ -1365,6 +1365,97 @@ sleep 0.1; echo "end $REDISYNC_PERMIT_ID" >> "$1""#;
     assert_eq!(fields.get("available_permits").int(), 2);
 }
 
+/// `semaphore --classic` works on the library's `Semaphore`: units taken several at a time,
+/// waiting while the library holds them; `semaphore-set --classic` creates one or changes it
+/// by a number, never to one (it has no total); the two kinds do not share a name.
+#[test]
+fn classic_semaphore_runs_on_the_librarys_semaphore() {
+    let world = World::new();
+    let rt = runtime();
+    let client = rt
+        .block_on(Client::connect(world.url()))
+        .expect("the library connects");
+    let jobs = client.semaphore("jobs");
+    assert!(rt.block_on(jobs.try_set_permits(2)).unwrap());
+    let taken = rt.block_on(jobs.acquire()).unwrap();
+
+    // One unit is free: a run of one goes, a run of two waits.
+    world
+        .run_line("semaphore --classic jobs -- true")
+        .assert_code(0);
+    let done = world.run_line("semaphore --classic jobs --units 2 --wait 300ms -- true");
+    done.assert_code(124);
+    assert_eq!(rt.block_on(jobs.available_permits()).unwrap(), 1, "{done}");
+    rt.block_on(taken.release()).unwrap();
+    let done = world.run(&[
+        "semaphore",
+        "--classic",
+        "jobs",
+        "--units",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$REDISYNC_SEMAPHORE_NAME\"",
+    ]);
+    done.assert_code(0);
+    assert_eq!(done.stdout, "jobs\n");
+    assert_eq!(rt.block_on(jobs.available_permits()).unwrap(), 2);
+
+    // Creating: only with a number; --permits on an existing one changes nothing.
+    world
+        .run_line("semaphore --classic fresh -- true")
+        .assert_error(2, "does not exist; give --permits N");
+    world
+        .run_line("semaphore --classic fresh -n 3 -- true")
+        .assert_code(0);
+    assert_eq!(
+        rt.block_on(client.semaphore("fresh").available_permits())
+            .unwrap(),
+        3
+    );
+
+    // semaphore-set --classic: create, or --add; setting an existing one is refused.
+    world
+        .run_line("semaphore-set --classic made 4")
+        .assert_code(0);
+    assert_eq!(
+        rt.block_on(client.semaphore("made").available_permits())
+            .unwrap(),
+        4
+    );
+    world
+        .run_line("semaphore-set --classic jobs 5")
+        .assert_error(78, "--add N");
+    world
+        .run_line("semaphore-set --classic jobs --add -1")
+        .assert_code(0);
+    assert_eq!(rt.block_on(jobs.available_permits()).unwrap(), 1);
+    // The expirable semaphore takes --add too.
+    world.run_line("semaphore-set pool 2").assert_code(0);
+    world.run_line("semaphore-set pool --add 3").assert_code(0);
+    let json = world.inspect_json("pool");
+    let fields = json.primitive("expirable_semaphore");
+    assert_eq!(fields.get("available_permits").int(), 5, "{json:?}");
+
+    // One name, one kind.
+    world
+        .run_line("semaphore jobs -- true")
+        .assert_error(73, "in use as a semaphore");
+    world
+        .run_line("semaphore --classic pool -- true")
+        .assert_error(73, "in use as an expirable semaphore");
+    // Options of the other kind are refused.
+    assert_usage_error(
+        &world.run_line("semaphore jobs --units 2 -- true"),
+        "--classic",
+    );
+    assert_usage_error(
+        &world.run_line("semaphore --classic jobs --lease 1s -- true"),
+        "--lease",
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. Latch.
 // ---------------------------------------------------------------------------------------------
@@ -2364,7 +2455,13 @@ fn sentinel_finds_the_primary() {
     done.assert_code(0);
     assert!(done.stdout.contains("count_down_latch"), "{done}");
 
-    let mut all = vec!["--sentinel", &sentinels, "--master", "nobody", "--command-timeout"];
+    let mut all = vec![
+        "--sentinel",
+        &sentinels,
+        "--master",
+        "nobody",
+        "--command-timeout",
+    ];
     all.extend(["1s", "lock", "x", "--", "true"]);
     Proc::spawn(redisync_command("redis://127.0.0.1:1/", &all))
         .wait(RUN_LIMIT)
