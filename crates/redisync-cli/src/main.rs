@@ -665,9 +665,14 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
                 argv: &command,
                 shell,
             };
-            rate_limited(&client, &name, rate, units, wait, program).await
+            let take = Take {
+                units,
+                wait,
+                verbose: cli.verbose,
+            };
+            rate_limited(&client, &name, rate, take, program).await
         }
-        Command::Latch { name, action } => latch(&client, &name, action).await,
+        Command::Latch { name, action } => latch(&client, &name, action, cli.verbose).await,
         Command::Elect {
             name,
             value,
@@ -676,7 +681,12 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             stop,
             command,
         } => {
-            let campaign = Campaign { value, wait, lease };
+            let campaign = Campaign {
+                value,
+                wait,
+                lease,
+                verbose: cli.verbose,
+            };
             elect(&client, &name, campaign, &stop, &command, one_kind.clone()).await
         }
         Command::Leader { name, watch, json } => leader(&client, &name, watch, json).await,
@@ -994,12 +1004,18 @@ struct Campaign {
     value: Option<String>,
     wait: Option<Duration>,
     lease: Option<Duration>,
+    verbose: bool,
 }
 
 async fn elect(
     client: &Client,
     name: &str,
-    Campaign { value, wait, lease }: Campaign,
+    Campaign {
+        value,
+        wait,
+        lease,
+        verbose,
+    }: Campaign,
     stop: &Stop,
     command: &[String],
     one_kind: Option<OneKind>,
@@ -1008,6 +1024,10 @@ async fn elect(
     let value = value.unwrap_or_else(host_and_pid);
     let wait = wait.map_or(Wait::Forever, Wait::For);
     let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
+    let started = Instant::now();
+    if verbose {
+        eprintln!("redisync: campaigning for {name:?} as {value:?}");
+    }
     let campaign = election.campaign_with(value, wait, lease);
     let Some(leadership) = waiting(&format!("leadership of {name:?}"), campaign).await? else {
         return Err(Exit::with(
@@ -1022,6 +1042,13 @@ async fn elect(
         }
     }
     let term = leadership.term().to_string();
+    let _report = verbose.then(|| {
+        eprintln!(
+            "redisync: leading {name:?} after {} (term {term})",
+            duration::show(started.elapsed())
+        );
+        report_renewals(client.clone(), leadership.lost(), "leadership")
+    });
     let env = [
         ("REDISYNC_TERM", term.clone()),
         ("REDISYNC_FENCING_TOKEN", term),
@@ -1040,6 +1067,9 @@ async fn elect(
     )
     .await;
     let resigned = leadership.resign().await;
+    if verbose && resigned.is_ok() {
+        eprintln!("redisync: resigned the leadership");
+    }
     finish(ended, resigned.err(), "leadership")
 }
 
@@ -1127,12 +1157,22 @@ fn parse_rate(text: &str) -> Result<Rate, String> {
     text.parse::<Rate>().map_err(|err| err.to_string())
 }
 
+/// What `rate` takes from its limiter, and how.
+struct Take {
+    units: u64,
+    wait: Option<Duration>,
+    verbose: bool,
+}
+
 async fn rate_limited(
     client: &Client,
     name: &str,
     rate: Option<Rate>,
-    units: u64,
-    wait: Option<Duration>,
+    Take {
+        units,
+        wait,
+        verbose,
+    }: Take,
     program: run::Program<'_>,
 ) -> Result<Exit, Exit> {
     let limiter = client.rate_limiter(name);
@@ -1172,6 +1212,10 @@ async fn rate_limited(
         }
     }
     let what = format!("{units} unit(s) of rate limiter {name:?}");
+    let started = Instant::now();
+    if verbose {
+        eprintln!("redisync: waiting for {what}");
+    }
     let granted = match wait {
         Some(wait) => waiting(&what, limiter.acquire_for(units, wait)).await?,
         None => waiting(&what, limiter.acquire(units))
@@ -1183,6 +1227,12 @@ async fn rate_limited(
             exit::TIMED_OUT,
             format!("rate limiter {name:?} gave no units within the wait"),
         ));
+    }
+    if verbose {
+        eprintln!(
+            "redisync: got {what} after {}",
+            duration::show(started.elapsed())
+        );
     }
     // Units are spent, not held: nothing can be lost while the command runs, so the signal
     // for a lost hold is never sent (signals redisync gets are still passed on).
@@ -1331,11 +1381,19 @@ fn finish(ended: Ended, release_error: Option<redisync::Error>, what: &str) -> R
     }
 }
 
-async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit, Exit> {
+async fn latch(
+    client: &Client,
+    name: &str,
+    action: LatchAction,
+    verbose: bool,
+) -> Result<Exit, Exit> {
     let latch = client.count_down_latch(name);
     match action {
         LatchAction::Set { count } => {
             if latch.try_set_count(count).await? {
+                if verbose {
+                    eprintln!("redisync: armed latch {name:?} with count {count}");
+                }
                 Ok(Exit::code(0))
             } else {
                 Err(Exit::with(
@@ -1349,9 +1407,17 @@ async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit,
         }
         LatchAction::CountDown => {
             latch.count_down().await?;
+            if verbose {
+                let left = latch.count().await?;
+                eprintln!("redisync: counted latch {name:?} down; count now {left}");
+            }
             Ok(Exit::code(0))
         }
         LatchAction::Wait { wait } => {
+            let started = Instant::now();
+            if verbose {
+                eprintln!("redisync: waiting for latch {name:?} to open");
+            }
             let opened = match wait {
                 Some(timeout) => {
                     waiting(&format!("latch {name:?}"), latch.wait_for(timeout)).await?
@@ -1361,6 +1427,12 @@ async fn latch(client: &Client, name: &str, action: LatchAction) -> Result<Exit,
                     .map(|()| true)?,
             };
             if opened {
+                if verbose {
+                    eprintln!(
+                        "redisync: latch {name:?} open after {}",
+                        duration::show(started.elapsed())
+                    );
+                }
                 Ok(Exit::code(0))
             } else {
                 Err(Exit::with(

@@ -2269,6 +2269,50 @@ fn lock_read_fair_and_verbose() {
         .assert_code(2);
 }
 
+/// `-v` reports on every command that waits or changes something: elect, rate, latch.
+#[test]
+fn verbose_on_every_command() {
+    let world = World::new();
+    let reports = |line: &str, expected: &[&str]| {
+        let done = world.run_line(line);
+        done.assert_code(0);
+        for report in expected {
+            assert!(done.stderr.contains(report), "{report:?} in:\n{done}");
+        }
+    };
+    reports(
+        "-v elect boss --value me -- true",
+        &[
+            "redisync: campaigning for \"boss\" as \"me\"",
+            "redisync: leading \"boss\" after",
+            "(term 1)",
+            "redisync: resigned the leadership",
+        ],
+    );
+    reports(
+        "-v rate mail --rate 10/s -- true",
+        &[
+            "redisync: waiting for 1 unit(s) of rate limiter \"mail\"",
+            "redisync: got 1 unit(s) of rate limiter \"mail\" after",
+        ],
+    );
+    reports(
+        "-v latch go set 1",
+        &["redisync: armed latch \"go\" with count 1"],
+    );
+    reports(
+        "-v latch go count-down",
+        &["redisync: counted latch \"go\" down; count now 0"],
+    );
+    reports(
+        "-v latch go wait",
+        &[
+            "redisync: waiting for latch \"go\" to open",
+            "redisync: latch \"go\" open after",
+        ],
+    );
+}
+
 /// `inspect` shows who waits, for every primitive with waiters, as Redis knows them: the
 /// clients registered for a wake-up (one per client, however many of its tasks wait), a fair
 /// lock's queue, a read-write lock's waiting writers.
