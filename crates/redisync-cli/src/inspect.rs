@@ -48,6 +48,50 @@ impl Finding {
 
 pub const FOREIGN: &str = "foreign_data";
 
+/// One read of what Redis holds under a name, made on whichever connection the command has
+/// (one server, a cluster, a primary found through Sentinel).
+pub trait Reading {
+    type Output;
+
+    fn read<C: ConnectionLike + Send + Sync>(
+        self,
+        conn: &mut C,
+        space: &KeySpace,
+    ) -> impl std::future::Future<Output = redis::RedisResult<Self::Output>>;
+}
+
+/// Every primitive under the name: [`inspect`].
+pub struct Everything;
+
+impl Reading for Everything {
+    type Output = Vec<Finding>;
+
+    async fn read<C: ConnectionLike + Send + Sync>(
+        self,
+        conn: &mut C,
+        space: &KeySpace,
+    ) -> redis::RedisResult<Vec<Finding>> {
+        inspect(conn, space).await
+    }
+}
+
+/// Whether the latch of the name opened lately: Redis keeps the record of the arming that
+/// opened last for a few minutes (`COUNT_DOWN_MEMORY` of the latch crate), so that a
+/// count-down retried after the opening is not applied twice.
+pub struct LatchOpenedLately;
+
+impl Reading for LatchOpenedLately {
+    type Output = bool;
+
+    async fn read<C: ConnectionLike + Send + Sync>(
+        self,
+        conn: &mut C,
+        space: &KeySpace,
+    ) -> redis::RedisResult<bool> {
+        conn.exists(space.key("latch:count_down:opened")).await
+    }
+}
+
 /// Reads every primitive's keys under `space`.
 pub async fn inspect<C: ConnectionLike + Send + Sync>(
     conn: &mut C,

@@ -6,7 +6,7 @@
 //! redisync semaphore encoders --permits 4 -- ffmpeg -i in.mov out.mp4
 //! redisync semaphore encoders -n 4 -- ffmpeg -i in.mov out.mp4
 //! redisync rate mailer --rate 100/m --burst 10 -- ./send-one.sh
-//! redisync latch deploy set 3; redisync latch deploy count-down; redisync latch deploy wait
+//! redisync latch set deploy 3; redisync latch count-down deploy; redisync latch wait deploy
 //! redisync elect scheduler --value "$(hostname)" -- ./run-scheduler.sh
 //! redisync leader scheduler --watch --json
 //! redisync inspect nightly-report --json
@@ -22,7 +22,7 @@ use redisync::core::toolkit::Toolkit;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use redisync::prelude::*;
 
 use crate::run::Ended;
@@ -241,10 +241,9 @@ enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
-    /// Arm, count down, or wait on a count-down latch.
+    /// Arm, count down, or wait on a count-down latch: `latch set NAME COUNT`, `latch
+    /// count-down NAME`, `latch wait NAME` (`latch NAME set COUNT` and the like work too).
     Latch {
-        /// The latch's name.
-        name: String,
         #[command(subcommand)]
         action: LatchAction,
     },
@@ -396,7 +395,12 @@ impl Command {
             Command::Lock { name, .. }
             | Command::Semaphore { name, .. }
             | Command::Rate { name, .. }
-            | Command::Latch { name, .. }
+            | Command::Latch {
+                action:
+                    LatchAction::Set { name, .. }
+                    | LatchAction::CountDown { name }
+                    | LatchAction::Wait { name, .. },
+            }
             | Command::Elect { name, .. }
             | Command::Leader { name, .. }
             | Command::Inspect { name, .. }
@@ -431,18 +435,78 @@ enum Kind {
 enum LatchAction {
     /// Arm the latch with a count, if it is open (exit 75 if it is armed already).
     Set {
+        /// The latch's name.
+        name: String,
         /// How many count-downs open it.
         count: u64,
     },
     /// Count the latch down by one.
-    CountDown,
-    /// Wait until the latch is open (exit 124 if --wait runs out first).
+    CountDown {
+        /// The latch's name.
+        name: String,
+    },
+    /// Wait until the latch opens: at once if it opened in the last few minutes, exit 124 if
+    /// --wait runs out first, exit 66 if it is not armed (never set, or opened longer ago).
     Wait {
+        /// The latch's name.
+        name: String,
         /// Give up after waiting this long (exit 124); wait for ever if not given.
         /// (`--timeout` is the older spelling.)
         #[arg(long, alias = "timeout", value_parser = duration::parse)]
         wait: Option<Duration>,
     },
+}
+
+/// `latch NAME VERB ...` as `latch VERB NAME ...`: the name goes after the verb as in the
+/// rest of the tool, and the older order is still accepted. Only the two words after `latch`
+/// may trade places, and only when the second is a verb and the first is not.
+fn latch_verb_first(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let cli = Cli::command();
+    let Some(latch) = cli.find_subcommand("latch") else {
+        return args;
+    };
+    let verbs: Vec<&str> = latch
+        .get_subcommands()
+        .map(|verb| verb.get_name())
+        .collect();
+    // The options that take a value, whose value is not a word of the command line.
+    let valued: Vec<String> = cli
+        .get_arguments()
+        .filter(|arg| arg.get_action().takes_values() && !arg.is_positional())
+        .flat_map(|arg| {
+            let long = arg.get_long().map(|long| format!("--{long}"));
+            let short = arg.get_short().map(|short| format!("-{short}"));
+            long.into_iter().chain(short)
+        })
+        .collect();
+    let mut words = Vec::new();
+    let mut i = 1;
+    while i < args.len() && words.len() < 3 {
+        let Some(arg) = args[i].to_str() else {
+            break;
+        };
+        if arg == "--" {
+            break;
+        }
+        if arg.starts_with('-') {
+            if valued.iter().any(|option| option == arg) {
+                i += 1;
+            }
+        } else {
+            words.push(i);
+        }
+        i += 1;
+    }
+    if let [subcommand, first, second] = words[..] {
+        let word = |at: usize| args[at].to_str().unwrap_or_default();
+        if word(subcommand) == "latch"
+            && !verbs.contains(&word(first))
+            && verbs.contains(&word(second))
+        {
+            args.swap(first, second);
+        }
+    }
+    args
 }
 
 /// How the tool ends: a code, and a one-line message for stderr.
@@ -478,7 +542,7 @@ impl Exit {
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(latch_verb_first(std::env::args_os().collect()));
     let outcome = run(cli).await;
     let exit = match outcome {
         Ok(exit) | Err(exit) => exit,
@@ -672,7 +736,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
             };
             rate_limited(&client, &name, rate, take, program).await
         }
-        Command::Latch { name, action } => latch(&client, &name, action, cli.verbose).await,
+        Command::Latch { action } => latch(&client, &inspector, action, cli.verbose).await,
         Command::Elect {
             name,
             value,
@@ -1383,13 +1447,13 @@ fn finish(ended: Ended, release_error: Option<redisync::Error>, what: &str) -> R
 
 async fn latch(
     client: &Client,
-    name: &str,
+    inspector: &Inspector,
     action: LatchAction,
     verbose: bool,
 ) -> Result<Exit, Exit> {
-    let latch = client.count_down_latch(name);
     match action {
-        LatchAction::Set { count } => {
+        LatchAction::Set { name, count } => {
+            let latch = client.count_down_latch(&name);
             if latch.try_set_count(count).await? {
                 if verbose {
                     eprintln!("redisync: armed latch {name:?} with count {count}");
@@ -1405,7 +1469,8 @@ async fn latch(
                 ))
             }
         }
-        LatchAction::CountDown => {
+        LatchAction::CountDown { name } => {
+            let latch = client.count_down_latch(&name);
             latch.count_down().await?;
             if verbose {
                 let left = latch.count().await?;
@@ -1413,7 +1478,30 @@ async fn latch(
             }
             Ok(Exit::code(0))
         }
-        LatchAction::Wait { wait } => {
+        LatchAction::Wait { name, wait } => {
+            let latch = client.count_down_latch(&name);
+            // An unarmed latch is open, but a waiter on one that was never armed (a typo, or
+            // a waiter that started before the arming) would go on at once believing it
+            // waited: only an opening Redis still remembers counts as one.
+            if latch.count().await? == 0 {
+                if inspector
+                    .read(client, &name, inspect::LatchOpenedLately)
+                    .await?
+                {
+                    if verbose {
+                        eprintln!("redisync: latch {name:?} opened lately");
+                    }
+                    return Ok(Exit::code(0));
+                }
+                return Err(Exit::with(
+                    exit::NO_SUCH,
+                    format!(
+                        "latch {name:?} is not armed: it was never set (`redisync latch set \
+                         {name} COUNT` arms it), or it opened more than {} ago",
+                        duration::show(redisync::COUNT_DOWN_MEMORY)
+                    ),
+                ));
+            }
             let started = Instant::now();
             if verbose {
                 eprintln!("redisync: waiting for latch {name:?} to open");
@@ -1482,6 +1570,16 @@ struct Inspector {
 impl Inspector {
     /// Every primitive found under `name`.
     async fn findings(&self, client: &Client, name: &str) -> Result<Vec<inspect::Finding>, Exit> {
+        self.read(client, name, inspect::Everything).await
+    }
+
+    /// Reads what `reading` asks under `name`, within the command timeout.
+    async fn read<R: inspect::Reading>(
+        &self,
+        client: &Client,
+        name: &str,
+        reading: R,
+    ) -> Result<R::Output, Exit> {
         let space = client.key_space(name)?;
         // The library's own reading of Redis errors: foreign data, unreachable, or other.
         let failed = |err: redis::RedisError| Exit::from(redisync::Error::from(err));
@@ -1494,7 +1592,7 @@ impl Inspector {
                         builder = builder.certs(certificates);
                     }
                     let mut conn = builder.build()?.get_async_connection().await?;
-                    inspect::inspect(&mut conn, &space).await
+                    reading.read(&mut conn, &space).await
                 }
                 Target::Server(url) => {
                     let client = match self.tls.certificates() {
@@ -1504,7 +1602,7 @@ impl Inspector {
                         None => redis::Client::open(url.as_str())?,
                     };
                     let mut conn = client.get_multiplexed_async_connection().await?;
-                    inspect::inspect(&mut conn, &space).await
+                    reading.read(&mut conn, &space).await
                 }
                 Target::Sentinel {
                     sentinels,
@@ -1527,7 +1625,7 @@ impl Inspector {
                         SentinelServerType::Master,
                     )?;
                     let mut conn = sentinel.get_async_connection().await?;
-                    inspect::inspect(&mut conn, &space).await
+                    reading.read(&mut conn, &space).await
                 }
             }
         };

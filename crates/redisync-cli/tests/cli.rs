@@ -1463,17 +1463,18 @@ fn classic_semaphore_runs_on_the_librarys_semaphore() {
 #[test]
 fn latch_waiters_go_after_the_last_count_down() {
     let world = World::new();
+    // The older order, `latch NAME VERB`, is still accepted.
     world.run_line("latch gate set 2").assert_code(0);
     world
-        .run_line("latch gate set 5")
+        .run_line("latch set gate 5")
         .assert_error(75, "latch \"gate\" is armed already (count 2)");
-    let done = world.run_line("latch gate wait --timeout 300ms");
+    let done = world.run_line("latch wait gate --timeout 300ms");
     done.assert_error(124, "latch \"gate\" still armed (count 2)");
     assert!(done.elapsed >= Duration::from_millis(300), "{done}");
 
-    let mut waiter = world.spawn(&words("latch gate wait"));
-    let mut timed_waiter = world.spawn(&words("latch gate wait --timeout 10s"));
-    world.run_line("latch gate count-down").assert_code(0);
+    let mut waiter = world.spawn(&words("latch wait gate"));
+    let mut timed_waiter = world.spawn(&words("latch wait gate --timeout 10s"));
+    world.run_line("latch count-down gate").assert_code(0);
     let table = world.inspect("gate");
     assert_eq!(
         table_field(&table, "count-down latch \"gate\"", "count").as_deref(),
@@ -1494,11 +1495,21 @@ fn latch_waiters_go_after_the_last_count_down() {
     timed_waiter.wait(Duration::from_secs(5)).assert_code(0);
 
     // Open: waiting returns at once, and it can be armed again.
-    world.run_line("latch gate wait").assert_code(0);
+    world.run_line("latch wait gate").assert_code(0);
     world
-        .run_line("latch gate wait --timeout 1s")
+        .run_line("latch wait gate --timeout 1s")
         .assert_code(0);
-    world.run_line("latch gate set 1").assert_code(0);
+    world.run_line("latch set gate 1").assert_code(0);
+
+    // Never armed: not a latch that opened, and said so (a typo must not pass as a wait).
+    let done = world.run_line("latch wait never-armed");
+    done.assert_error(66, "latch \"never-armed\" is not armed: it was never set");
+    let done = world.run_line("latch never-armed wait --wait 1s");
+    done.assert_error(66, "is not armed");
+    // A latch whose name is a verb, in either order.
+    world.run_line("latch set wait 1").assert_code(0);
+    world.run_line("latch count-down wait").assert_code(0);
+    world.run_line("latch wait wait").assert_code(0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1741,7 +1752,7 @@ fn bad_arguments_are_2_with_one_error() {
             "unsupported signal",
         ),
         (format!("lock x --signal 19 {touch}"), "unsupported signal"),
-        ("latch x open".to_owned(), "unexpected argument 'open'"),
+        ("latch x open".to_owned(), "unrecognized subcommand 'x'"),
         ("latch x set".to_owned(), "<COUNT>"),
         (format!("inspect x --yes {touch}"), "unexpected argument"),
     ] {
@@ -2297,20 +2308,32 @@ fn verbose_on_every_command() {
         ],
     );
     reports(
-        "-v latch go set 1",
+        "-v latch set go 1",
         &["redisync: armed latch \"go\" with count 1"],
     );
     reports(
-        "-v latch go count-down",
+        "-v latch count-down go",
         &["redisync: counted latch \"go\" down; count now 0"],
     );
     reports(
-        "-v latch go wait",
-        &[
-            "redisync: waiting for latch \"go\" to open",
-            "redisync: latch \"go\" open after",
-        ],
+        "-v latch wait go",
+        &["redisync: latch \"go\" opened lately"],
     );
+    reports("latch set go 1", &[]);
+    let mut waiter = world.spawn(&words("-v latch wait go"));
+    eventually(RUN_LIMIT, "the waiter is registered", || {
+        let table = world.inspect("go");
+        table_field(&table, "count-down latch \"go\"", "waiting clients").as_deref() == Some("1")
+    });
+    reports("latch count-down go", &[]);
+    let done = waiter.wait(RUN_LIMIT);
+    done.assert_code(0);
+    for report in [
+        "redisync: waiting for latch \"go\" to open",
+        "redisync: latch \"go\" open after",
+    ] {
+        assert!(done.stderr.contains(report), "{report:?} in:\n{done}");
+    }
 }
 
 /// `inspect` shows who waits, for every primitive with waiters, as Redis knows them: the
