@@ -55,13 +55,15 @@ for crate in "$packages"/*.crate; do
 done
 
 # The quick start as the README shows it: its first toml block (the dependencies) and its
-# first rust block (main.rs).
+# first rust block (main.rs), without the lines rustdoc hides (`# ...`: the doc test's own
+# throw-away server).
 quick_start() {
     awk -v lang="$1" '
         /^## Quick start/ { inside = 1; next }
         inside && /^## / { exit }
         inside && index($0, "```" lang) == 1 { block = 1; next }
         block && /^```/ { exit }
+        block && /^[ \t]*#( |$)/ { next }
         block { print }
     ' README.md
 }

@@ -11,8 +11,8 @@ use common::client;
 use redisync::prelude::*;
 use redisync_test_harness::{ChaosProxy, RedisServer};
 
-/// The README's read-mostly cache, verbatim, in a loop: a read guard dropped at the end of
-/// its block, then a write on the same handle. On one thread the background release of the
+/// A read-mostly cache as users first write it, in a loop: a read guard dropped at the end
+/// of its block, then a write on the same handle. On one thread the background release of the
 /// dropped guard cannot even start before the write is sent.
 #[tokio::test(flavor = "current_thread")]
 async fn a_write_after_a_dropped_read_guard_is_never_an_upgrade() {
