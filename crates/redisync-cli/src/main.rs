@@ -1882,7 +1882,7 @@ async fn waiting<T>(
     // Interrupted while waiting: the wait is dropped, which takes back its registration (and
     // gives back anything granted on the way) before redisync exits, instead of leaving a
     // waiter registered until it expires.
-    let mut incoming = run::Incoming::listen();
+    let mut incoming = run::Incoming::shared().await;
     let mut interrupted = std::pin::pin!(incoming.interrupted());
     let status = std::io::stderr().is_terminal();
     let mut ticks = tokio::time::interval_at(

@@ -76,7 +76,7 @@ pub async fn run_while_held(
     grace: Duration,
 ) -> Ended {
     // Listening before the command starts: a signal in between is passed on, not fatal.
-    let mut incoming = Incoming::listen();
+    let mut incoming = Incoming::shared().await;
     if program.argv.is_empty() {
         return hold_until_interrupted(env, lost, &mut incoming).await;
     }
@@ -108,7 +108,18 @@ pub async fn run_while_held(
         command.env(key, value);
     }
     let mut child = match command.spawn() {
-        Ok(child) => Target { child, group },
+        Ok(child) => {
+            let guard = if group {
+                child.id().and_then(GroupGuard::spawn)
+            } else {
+                None
+            };
+            Target {
+                child,
+                group,
+                guard,
+            }
+        }
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             return Ended::NotStarted(exit::NOT_FOUND, format!("{name}: command not found"));
         }
@@ -178,6 +189,8 @@ fn die_with_parent(command: &mut Command) {
 struct Target {
     child: Child,
     group: bool,
+    /// Kills the group if redisync dies without running its destructors.
+    guard: Option<GroupGuard>,
 }
 
 impl Target {
@@ -222,6 +235,53 @@ impl Drop for Target {
         if self.group && matches!(self.child.try_wait(), Ok(None)) {
             self.send("KILL");
         }
+        if let Some(guard) = self.guard.take() {
+            guard.dismiss();
+        }
+    }
+}
+
+/// A watcher of redisync's life, for the programs the command starts: the parent-death
+/// signal reaches only the command itself, and a shell line's programs would run on after a
+/// `kill -9` of redisync while the hold frees for someone else. The watcher is a shell
+/// process, in a process group of its own (so a Ctrl-C meant for redisync does not end it),
+/// that reads one line from a pipe only redisync writes to: a line means redisync ended
+/// normally and dealt with the group itself; the end of the pipe without one means redisync
+/// died, and the watcher kills the command's process group.
+struct GroupGuard {
+    watcher: std::process::Child,
+}
+
+impl GroupGuard {
+    fn spawn(group: u32) -> Option<GroupGuard> {
+        let mut watcher = std::process::Command::new("sh");
+        watcher
+            .args([
+                "-c",
+                r#"read -r line || kill -KILL "-$1" 2>/dev/null"#,
+                "redisync-watch",
+            ])
+            .arg(group.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            watcher.process_group(0);
+        }
+        // Only redisync holds the pipe's writing end: std opens it close-on-exec, so neither
+        // the command nor its programs inherit it.
+        watcher.spawn().ok().map(|watcher| GroupGuard { watcher })
+    }
+
+    /// Tells the watcher redisync is ending normally, and waits for it to go.
+    fn dismiss(mut self) {
+        if let Some(mut pipe) = self.watcher.stdin.take() {
+            use std::io::Write;
+            let _ = pipe.write_all(b"\n");
+        }
+        let _ = self.watcher.wait();
     }
 }
 
@@ -232,9 +292,23 @@ pub struct Incoming {
     streams: Vec<(&'static str, tokio::signal::unix::Signal)>,
 }
 
+/// The process's one listener, once started: see [`Incoming::shared`].
+static SHARED: std::sync::OnceLock<tokio::sync::Mutex<Incoming>> = std::sync::OnceLock::new();
+
 impl Incoming {
+    /// The process's listener, started at the first call and kept for the rest of the run:
+    /// a signal that arrives between two listeners (after an acquire, while the hold is
+    /// checked, before the command starts) is kept for the next one, not lost. Waiting and
+    /// running take turns with it.
+    pub async fn shared() -> tokio::sync::MutexGuard<'static, Incoming> {
+        SHARED
+            .get_or_init(|| tokio::sync::Mutex::new(Incoming::listen()))
+            .lock()
+            .await
+    }
+
     /// Starts listening (from then on these signals no longer end redisync by themselves).
-    pub fn listen() -> Self {
+    fn listen() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};

@@ -1091,6 +1091,66 @@ fn a_killed_redisync_takes_its_command_with_it() {
         "the command died with redisync",
         || !process_runs(child),
     );
+
+    // And so do the programs the command started (the parent-death signal reaches only the
+    // command itself).
+    let (shell, started) = (world.path("shell"), world.path("started"));
+    let mut run = world.sh(
+        "lock orphan-programs",
+        r#"echo $$ > "$1"; sleep 20 & echo $! > "$2"; wait"#,
+        &[&shell, &started],
+    );
+    let (shell, started) = (pid_in(&shell), pid_in(&started));
+    assert!(process_runs(started));
+    send_signal(run.pid(), "KILL");
+    let _ = run.wait(Duration::from_secs(5));
+    eventually(
+        Duration::from_secs(1),
+        "the command's programs died with redisync",
+        || !process_runs(shell) && !process_runs(started),
+    );
+}
+
+/// A signal that comes while the hold is being checked, after the acquire and before the
+/// command starts, is passed on to the command, not lost: the check is slowed by a proxy
+/// that delays every reply.
+#[test]
+fn a_signal_right_after_the_acquire_is_not_lost() {
+    use redisync_test_harness::ChaosProxy;
+    let world = World::new();
+    let proxy = ChaosProxy::start(&world.server);
+    proxy.set_latency(Duration::from_millis(40));
+    let mut run = Proc::spawn(redisync_command(
+        &proxy.url(),
+        &[
+            "--command-timeout",
+            "20s",
+            "lock",
+            "signalled",
+            "--",
+            "sleep",
+            "10",
+        ],
+    ));
+    // The hold exists in Redis before its reply reaches redisync, which then checks (slowly)
+    // that the name is not another kind's before it starts the command.
+    eventually(RUN_LIMIT, "the lock is taken", || {
+        world.key_exists("redisync:{signalled}:lock") || !run.is_running()
+    });
+    assert!(run.is_running(), "{}", run.wait(RUN_LIMIT));
+    // The reply is on its way for one delay; the check makes dozens of round trips.
+    thread::sleep(Duration::from_millis(300));
+    send_signal(run.pid(), "TERM");
+    let done = run.wait(Duration::from_secs(8));
+    done.assert_code(143);
+    assert!(
+        !done.stderr.contains("interrupted while waiting"),
+        "the signal came after the acquire: {done}"
+    );
+    assert!(
+        done.elapsed < Duration::from_secs(8),
+        "the command ran on: {done}"
+    );
 }
 
 /// `--shell` runs the command line through `sh -c`: `&&`, redirections and variables work,
