@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark's headline scenarios (1 uncontended, 2 contended, 3 many locks) on Redis
 # 7.0, Redis 8.2 and Valkey 8.1, one server after the other on this machine, and prints the
-# figures side by side (BENCHMARKS.md, "On other servers"). The JSON of each run goes to
+# figures side by side. The JSON of each run goes to
 # docs/benchmarks/servers/ (or $OUT).
 #
 #   bash scripts/bench-servers.sh               # 3 rounds per server, about 5 minutes each

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Counts the instructions redis-server runs per uncontended cycle of one primitive, under
-# callgrind: a measure that does not move with the machine's load, where time per call does
-# (BENCHMARKS.md, "What Redis runs per call, counted").
+# callgrind: a measure that does not move with the machine's load, where time per call does.
 #
 #   bash scripts/redis-instructions.sh lock [lock fair read write semaphore expirable ...]
 #
 # `floor` and `scripted-floor` count the benchmark's floor, and the floor with its take in a
-# script, for scale (BENCHMARKS.md, "The ceiling a script sets").
+# script, for scale: the least an acquire can cost Redis when every state change is a script.
 #
 # For each primitive it runs the `cycles` example (32 tasks, each on a primitive of its own)
 # against a redis-server under callgrind twice, with 10 and 40 cycles per task, each time
