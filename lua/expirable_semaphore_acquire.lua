@@ -12,13 +12,13 @@
 -- ARGV[5]  how long the waiters registry lasts at least, in ms
 --
 -- ARGV[3..5] are optional, all together: a call without them is a first try (ARGV[3] = ''),
--- which reads none of them. Redis spends time on each argument sent (BENCHMARKS.md).
+-- which reads none of them. Redis spends time on each argument sent.
 --
 -- Returns 1 (an integer, not a table) when the permit was taken, {0, wait} when none is free
 -- (wait = ms until the nearest lease ends by itself, -1 if no permit is leased; a waiting
 -- client is registered), {-1} when the attempt had been given back. A grant answers with a
--- plain integer: a table reply measured about 2 µs more of Redis's time per call
--- (BENCHMARKS.md). Expired permits are reclaimed only when the pool is empty: while it has
+-- plain integer: a table reply measured about 2 µs more of Redis's time per call. Expired
+-- permits are reclaimed only when the pool is empty: while it has
 -- permits, taking one needs no more.
 
 local channel = ARGV[3] or ''

@@ -18,8 +18,7 @@
 -- token of the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's
 -- remaining lease in ms; -1 if it has none, -2 if the lock is free but another waiter goes
 -- first), or {-1} when the waiter was given back before this attempt ran. A grant answers
--- with a plain integer: a table reply measured about 2 µs more of Redis's time per call
--- (BENCHMARKS.md).
+-- with a plain integer: a table reply measured about 2 µs more of Redis's time per call.
 -- A re-entry never shortens the hold (see reenter) and never queues: the caller holds the
 -- lock already.
 
@@ -71,8 +70,8 @@ if not holder then
     -- lease that ran out is the head's own to notice (it asks again by the end it last saw,
     -- and at least every heartbeat); only a head that tidying brought forward just now may
     -- not know, so the head is woken when tidying removed waiters (the head among them or
-    -- not: dead waiters are rare). Waking it on every such attempt published about 0.8 extra
-    -- messages per hand-off under contention: the releasing task's next acquire usually
+    -- not: dead waiters are rare). Waking it on every such attempt would publish about 0.8
+    -- extra messages per hand-off under contention: the releasing task's next acquire usually
     -- lands here.
     if tidied then
         wake_head(KEYS[4], ARGV[5])

@@ -32,15 +32,14 @@
 -- KEYS[5] and ARGV[4..8] are optional, all together: a call without them is one with
 -- ARGV[5] = 0, ARGV[6] = '0', ARGV[7] = '0' and ARGV[8] = '' (no registration, no offer,
 -- nothing to take over), which reads neither KEYS[5] nor ARGV[4]. A first try is such a
--- call, and sends 7 keys and arguments instead of 13: Redis spends time on each one sent
--- (BENCHMARKS.md).
+-- call, and sends 7 keys and arguments instead of 13: Redis spends time on each one sent.
 --
 -- Returns the fencing token (an integer, not a table) when acquired (a re-entry keeps the
 -- token of the hold it enters), {0, pttl} when the caller must wait (pttl is the holder's
 -- remaining lease in ms, -1 if it has none; the client is registered, so the release wakes it
 -- when its turn comes), or {-1} when the attempt was given back before it ran. A grant
 -- answers with a plain integer: a table reply measured about 2 µs more of Redis's time per
--- call (BENCHMARKS.md).
+-- call.
 -- A re-entry never shortens the hold (see reenter).
 
 local registration_ms = ARGV[5] or '0'

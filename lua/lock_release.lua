@@ -19,7 +19,7 @@
 --
 -- KEYS[5] and ARGV[2] are optional, together: a call without them keeps no record. A guard's
 -- release is such a call, and sends 5 keys and arguments instead of 7: Redis spends time on
--- each one sent (BENCHMARKS.md).
+-- each one sent.
 --
 -- Returns 1 when the lock became free (the client that has waited longest is woken, or handed
 -- the lock, if any may wait: the hash says so, see lock_prelude), 0 when the hold was given

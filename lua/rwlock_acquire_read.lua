@@ -17,7 +17,7 @@
 -- Returns the owner's read holds now (an integer, not a table) when granted, {0, wait} when a
 -- writer holds the lock or one is waiting (wait = ms until that could change by itself), or
 -- {-1} when the attempt was given back before it ran. A grant answers with a plain integer:
--- a table reply measured about 2 µs more of Redis's time per call (BENCHMARKS.md).
+-- a table reply measured about 2 µs more of Redis's time per call.
 -- An owner that already reads, or that holds the write lock, is never made to wait.
 
 local owner_field, attempt_field = 'r:' .. ARGV[1], 'a:' .. ARGV[3]

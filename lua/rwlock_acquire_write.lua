@@ -21,7 +21,7 @@
 -- themselves; the caller is then marked as a waiting writer, so new readers give way), {-1}
 -- when the attempt was given back before it ran, or {-2} when the owner holds a read lock
 -- (upgrading would deadlock). A grant answers with a plain integer: a table reply
--- measured about 2 µs more of Redis's time per call (BENCHMARKS.md).
+-- measured about 2 µs more of Redis's time per call.
 
 local attempt_field = 'a:' .. ARGV[3]
 -- One read answers the common case: no hold, no record of this attempt, no waiting writer.

@@ -20,8 +20,7 @@
 --          goes too; '' otherwise
 --
 -- KEYS[3], ARGV[3] and ARGV[4] are optional, all together: a call without them keeps no
--- record and names no waiter (an unlock). Redis spends time on each key and argument sent
--- (BENCHMARKS.md).
+-- record and names no waiter (an unlock). Redis spends time on each key and argument sent.
 --
 -- Returns 1 when the lock became free, 0 when the hold was given back and others remain, -1
 -- when the attempt holds nothing (expired, force-unlocked, never granted, or already given

@@ -13,8 +13,7 @@
 -- ARGV[4]  how long the waiters registry lasts at least, in ms
 --
 -- KEYS[4] and ARGV[2..4] are optional, all together: a call without them is a first try
--- (ARGV[2] = ''), which reads none of them. Redis spends time on each key and argument sent
--- (BENCHMARKS.md).
+-- (ARGV[2] = ''), which reads none of them. Redis spends time on each key and argument sent.
 --
 -- Returns 1 when the n permits were taken, 2 when they were taken by a client that stays
 -- registered for its other waiting tasks (ARGV[3] is '1') and fewer than n permits are left

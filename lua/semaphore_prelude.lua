@@ -5,15 +5,15 @@
 -- Layout:
 --   permits     string: the number of available permits (may be negative)
 --   generation  string: a unique id, written by whichever script creates the permits key and
---               deleted with it; absent on a semaphore created before generations existed.
---               Scripts create it only along with the permits, so one found without them is
---               foreign data.
+--               deleted with it. A permits key found without one (written by hand, or by an
+--               earlier redisync) has the empty generation ''. Scripts create it only along
+--               with the permits, so one found without them is foreign data.
 --   record      string, one per acquire attempt: 'granted:<generation>' while its permits
---               are out ('granted:' when the semaphore had no generation; older redisync
---               versions wrote 'granted'), deleted when they come back or are forgotten.
+--               are out ('granted:' for the empty generation, and so is a bare 'granted', as
+--               an earlier redisync wrote it), deleted when they come back or are forgotten.
 --               Only an attempt given back before Redis may have run it leaves a record
---               behind: 'given back', expiring, so that it can no longer take permits. (Older
---               versions also left 'released' records, which expire.)
+--               behind: 'given back', expiring, so that it can no longer take permits. (Any
+--               other record, such as the 'released' an earlier redisync left, expires.)
 --   waiters     sorted set: the clients waiting, see wake_prelude.lua
 -- Permits go back only to the generation they were taken from, so a semaphore deleted and
 -- created again is not inflated by permits taken from its predecessor.

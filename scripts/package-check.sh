@@ -32,7 +32,7 @@ cargo fetch --quiet
 
 # cargo unpacks the packages it verifies against into $CARGO_HOME/registry/src, and reuses an
 # unpacked copy of the same name and version from an earlier run even when the package changed
-# (seen with cargo 1.95: a module added to the harness was missing in the bench's verify build).
+# (cargo 1.95 does: a module added to one crate is then missing in a dependent's verify build).
 # They are this workspace's own unpublished crates, so dropping those copies costs nothing.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 for crate in $(sed -n 's/^name = "\(redisync[a-z-]*\)"$/\1/p' Cargo.toml crates/*/Cargo.toml integration-tests/Cargo.toml); do

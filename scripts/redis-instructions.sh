@@ -6,7 +6,8 @@
 #   bash scripts/redis-instructions.sh lock [lock fair read write semaphore expirable ...]
 #
 # `floor` and `scripted-floor` count the benchmark's floor, and the floor with its take in a
-# script, for scale (BENCHMARKS.md, "What the guarantees cost").
+# script, for scale: the least an acquire can cost Redis when every state change is a script
+# (BENCHMARKS.md, "What the guarantees cost").
 #
 # For each primitive it runs the `cycles` example (32 tasks, each on a primitive of its own)
 # against a redis-server under callgrind twice, with 10 and 40 cycles per task, each time

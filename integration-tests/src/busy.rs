@@ -1,6 +1,6 @@
 //! A server kept busy by a long Lua script, so that every other client's commands are refused
 //! with `BUSY` errors (a slow script of another application, or a `SCRIPT`/`FUNCTION` that
-//! spins; fault F10 of the reliability plan, slow Redis).
+//! spins: a slow Redis).
 //!
 //! [`RedisServer::busy_for`] lowers the server's `busy-reply-threshold` (`lua-time-limit`
 //! before Redis 7) to a few milliseconds and runs, on a connection of its own on a background

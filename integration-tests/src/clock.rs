@@ -1,5 +1,5 @@
-//! A `redis-server` whose wall clock the test moves at run time (fault F8 of the reliability
-//! plan: the server's clock jumps), with [libfaketime](https://github.com/wolfcw/libfaketime).
+//! A `redis-server` whose wall clock the test moves at run time (the server's clock jumps),
+//! with [libfaketime](https://github.com/wolfcw/libfaketime).
 //!
 //! [`RedisServer::start_with_fake_clock`] starts the server with `libfaketime.so.1` preloaded
 //! and `FAKETIME_TIMESTAMP_FILE` pointing at a file in the server's directory that holds a

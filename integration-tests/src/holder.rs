@@ -1,5 +1,5 @@
 //! [`Holder`]: a separate process that holds a lock or a permit, so that tests can pause
-//! (`SIGSTOP`) or crash (`SIGKILL`) a real holder (faults F1 and F2 of the reliability plan).
+//! (`SIGSTOP`) or crash (`SIGKILL`) a real holder.
 //!
 //! The process is the crate's `holder` binary; integration tests of this crate find it with
 //! `env!("CARGO_BIN_EXE_holder")`. Its command line:

@@ -1,5 +1,5 @@
 //! A TCP chaos proxy between clients and one [`RedisServer`](crate::RedisServer), for network
-//! fault injection (fault F3 of the reliability plan, and F7 through [`ChaosProxy::cut_pubsub`]).
+//! fault injection (and pub/sub loss, through [`ChaosProxy::cut_pubsub`]).
 //!
 //! Clients connect to [`ChaosProxy::url`] instead of the server's URL; every accepted connection
 //! opens its own connection to the server and bytes are copied both ways. The controls act on

@@ -1,4 +1,4 @@
-//! Fault F8 of the reliability plan: Redis's wall clock jumps while a lease is held. The
+//! Fault F8, the server's clock jumps: Redis's wall clock jumps while a lease is held. The
 //! server runs under libfaketime ([`RedisServer::start_with_fake_clock`]); the test moves its
 //! clock an hour forward or ten seconds back, and watches the reentrant lock, the read-write
 //! lock's write hold and the expirable semaphore's permits.

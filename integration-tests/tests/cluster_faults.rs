@@ -874,10 +874,10 @@ async fn waiters_are_subscribed_again_after_the_hub_connection_drops() {
         cluster.slot_of(&lock_key(&names[0])),
         cluster.slot_of(&lock_key(&names[1]))
     );
-    // A command timeout well above what a loaded CI box may take to answer: a ping or a
+    // A command timeout well above what a loaded machine may take to answer: a ping or a
     // re-check unanswered that long counts as an outage and fails the waiter (by design, see
-    // `a_paused_primary_fails_only_its_own_waiters`). With 1 s a waiter here failed so, with
-    // `Timeout`, once in a full suite run.
+    // `a_paused_primary_fails_only_its_own_waiters`). 1 s is too close to that: a waiter here
+    // could then fail with `Timeout` while the whole suite runs.
     let a = cluster_client(&cluster, ms(3000), ms(30_000)).await;
     let b = cluster_client(&cluster, ms(3000), ms(30_000)).await;
     let mut guards = Vec::new();

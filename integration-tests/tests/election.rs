@@ -5,7 +5,7 @@
 //!
 //! The cancellation sweep of `campaign` is in `cancellation.rs`, the cluster test in
 //! `cluster.rs`. Every test starts its own server, so the tests run in parallel; time bounds
-//! are generous (a loaded 2-core machine) and far below the leases they are compared with.
+//! are generous (for a small, loaded machine) and far below the leases they are compared with.
 
 mod common;
 

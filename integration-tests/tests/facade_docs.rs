@@ -1,4 +1,4 @@
-//! Keeps the documentation facade-first (issue 20, item 4): users depend on the `redisync`
+//! Keeps the documentation facade-first: users depend on the `redisync`
 //! crate only, and the facade's docs show the docs of the types it re-exports, so every
 //! example written in the member crates must work for a user of the facade alone.
 //!

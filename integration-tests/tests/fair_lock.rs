@@ -4,7 +4,7 @@
 //!
 //! Every test starts its own server, so the tests run in parallel. Waits are for events (the
 //! queue's length, a waiter's deadline moving, a subscription count); the time bounds are
-//! generous because CI runs on a loaded two-core box. Where a bound must tell a wake-up by
+//! generous, for a small, loaded machine. Where a bound must tell a wake-up by
 //! message from a waiter's heartbeat retry, the waiters use a heartbeat of 10 s, so that only
 //! the message can explain a hand-off within [`BY_MESSAGE`].
 

@@ -1,8 +1,9 @@
-//! Fault tests of the reentrant lock, the read-write lock and the watchdog (issue 9, part A):
-//! network faults through the [`ChaosProxy`], server-side faults (`CLIENT KILL`, `SCRIPT FLUSH`,
+//! Fault tests of the reentrant lock, the read-write lock and the watchdog: network faults
+//! through the [`ChaosProxy`], server-side faults (`CLIENT KILL`, `SCRIPT FLUSH`,
 //! `CLIENT PAUSE`, a restart without persistence), and holders in processes of their own that
-//! are paused (`SIGSTOP`) or killed (`SIGKILL`). Fault ids (F1, F2, F3, F4, F7) follow the
-//! reliability plan (`performance-and-reliability.md`, section C).
+//! are paused (`SIGSTOP`) or killed (`SIGKILL`). Fault ids name the sections below and the
+//! tests: F1 a holder paused past its lease, F2 a holder killed, F3 network faults, F4 a
+//! restart without persistence, F5 one with AOF, F7 pub/sub connections cut.
 //!
 //! The safety checks do not depend on timing:
 //!
@@ -16,7 +17,7 @@
 //! * a **PTTL sampler**: no key of a lock is ever seen without a TTL.
 //!
 //! Every test starts its own server (and proxy), so the tests run in parallel; the time bounds
-//! are generous because the machine has two cores. Each test prints what it ran and what it
+//! are generous, for a small, loaded machine. Each test prints what it ran and what it
 //! found (`cargo test --test faults_locks -- --nocapture`).
 
 mod common;

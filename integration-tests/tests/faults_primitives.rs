@@ -547,7 +547,7 @@ async fn expirable_worker(sem: ExpirableSemaphore, client: usize, seed: u64, run
                 // Released by id, then dropped: the drop must not give it back twice. Until
                 // the drop, the guard's renewal goes on: a renewal round on the wire meanwhile
                 // finds the permit gone and marks it lost, rightly, and the client counts a
-                // lost lease (seen under double load). Once the guard is dropped no renewal
+                // lost lease (likely on a loaded machine). Once the guard is dropped no renewal
                 // reply can mark it any more, so whether it was marked is known then.
                 let (lost, id) = (permit.lost(), permit.id().to_owned());
                 let released = sem.release_by_id(&id).await;

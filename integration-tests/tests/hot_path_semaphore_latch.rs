@@ -1,4 +1,4 @@
-//! The semaphores and the latch on the hot path (issue 17), against a real redis-server: the
+//! The semaphores and the latch on the hot path, against a real redis-server: the
 //! Redis commands each operation runs, no `PUBLISH` when nobody waits, one wake-up per
 //! released permit whatever the number of waiting clients, scripts per contended acquisition
 //! that do not grow with the clients, no starving client, a waiter that gives up passing its
@@ -249,8 +249,7 @@ async fn each_operation_runs_only_the_commands_its_guarantees_need() {
     show("latch wait on an open latch", &open_wait);
 
     // One script each, and no more commands inside than the guarantees need: a semaphore
-    // read in one MGET, no record per release, no PUBLISH without waiters (before issue 17:
-    // 13, 17, 5, 11 and 3).
+    // read in one MGET, no record per release, no PUBLISH without waiters.
     let scripts = |per_op: &BTreeMap<String, f64>| per_op.get("evalsha").copied();
     for (what, per_op, ops, most) in [
         ("semaphore cycle", &classic, 2.0, 9.0),
@@ -532,9 +531,9 @@ async fn contended_acquisitions_cost_the_same_scripts_with_two_or_eight_clients_
             // An acquisition: the woken client's acquire and the release; for the expirable
             // semaphore also the next local head asking (an expired lease frees permits
             // without a wake-up). The plain semaphore's next local head, handed over with
-            // no permit left, waits for its wake-up without asking (3.01 and 3.03 scripts
-            // before). Before issue 17 a release woke every client's head: 4.0 scripts with
-            // 2 clients, 10.0 with 8.
+            // no permit left, waits for its wake-up without asking (asking would make it
+            // about 3). A release that woke every client's head would cost about 4 scripts
+            // with 2 clients and 10 with 8.
             let bound = match kind {
                 Kind::Classic => 2.5,
                 Kind::Expirable => 4.0,
@@ -543,7 +542,8 @@ async fn contended_acquisitions_cost_the_same_scripts_with_two_or_eight_clients_
                 per_acquisition <= bound,
                 "{kind:?}, {clients} clients: {per_acquisition:.2} scripts per acquisition"
             );
-            // Clients take turns (before issue 17: 0.02 with 8 clients).
+            // Clients take turns: without turns, the least served of 8 clients may get a
+            // fiftieth of what the most served gets.
             assert!(
                 least as f64 >= 0.5 * most as f64,
                 "{kind:?}, {clients} clients: a client starved: {per_client:?}"

@@ -5,8 +5,8 @@
 //! input.
 //!
 //! Every test starts its own server, so the tests run in parallel. Waits are for events
-//! (`wait_until` on server or client state); the time bounds are generous because CI runs on a
-//! loaded two-core box. Where a bound must tell a wake-up by message from the waiter's periodic
+//! (`wait_until` on server or client state); the time bounds are generous, for a small, loaded
+//! machine. Where a bound must tell a wake-up by message from the waiter's periodic
 //! re-check (once a second), the test arranges for the message to matter by a wide margin.
 
 mod common;

@@ -3,8 +3,8 @@
 //! many concurrent waiters.
 //!
 //! Every test starts its own server, so the tests run in parallel. Waits are for events
-//! (`wait_until` on server or client state); the time bounds are generous because CI runs on a
-//! loaded two-core box.
+//! (`wait_until` on server or client state); the time bounds are generous, for a small, loaded
+//! machine.
 
 mod common;
 
@@ -787,8 +787,8 @@ async fn pubsub_connection_killed_waiters_still_wake() {
 /// itself in the background, and keeps sending the withdrawal until it lands. If the client
 /// waits again meanwhile, the registration in Redis belongs to the new wait: a withdrawal
 /// landing after the new wait's attempt would take it out, and the release would then wake
-/// nobody, leaving the waiter to its once-a-second re-check (what a waiter retrying through a
-/// cluster failover ran into in CI). So a registering attempt waits until the withdrawal's
+/// nobody, leaving the waiter to its once-a-second re-check (as can happen to a waiter that
+/// retries through a cluster failover). So a registering attempt waits until the withdrawal's
 /// send on the wire is over, and the withdrawal is not sent again. The new wait's first try,
 /// made before it subscribes, registers nothing and goes out at once; it is then stuck
 /// behind the withdrawal on the client's one connection, so the wait of its registering
@@ -830,8 +830,7 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
 
     // The wait re-checks once a second. A re-check still on the wire when the wait ends holds
     // the withdrawal back until it is over, so the script seen sent below would be that
-    // re-check, and the new wait's attempt could rightly go out first (a stress run of four
-    // copies at once failed so, 1.0 s after the "withdrawal" was seen sent). So the wait ends
+    // re-check, and the new wait's attempt could rightly go out first. So the wait ends
     // right after a re-check has run (the registry's expiry, renewed by every registering
     // attempt, went up), the next one most of a second away.
     let expiry = || common::int(&server, &["PTTL", &waiters]);

@@ -278,9 +278,9 @@ async fn a_hand_over_nobody_hears_holds_the_lock_no_longer_than_the_hand_over_le
 /// A hand-over whose wake-up only a subscriber on a replica hears stands: `PUBLISH` on the
 /// primary counts none of the replica's subscribers, yet the replica delivers the message
 /// (as a cluster shard delivers it on every node of the shard, where a client's subscription
-/// may sit on a demoted primary after a failover). The first version undid such a grant and
-/// handed the lock to the next client while the designee took the hold from its wake-up: two
-/// holders (`contended_locking_through_a_graceful_failover` in cluster_faults saw one).
+/// may sit on a demoted primary after a failover). Undoing such a grant would hand the lock
+/// to the next client while the designee takes the hold from its wake-up: two holders (as
+/// `contended_locking_through_a_graceful_failover` in cluster_faults would see).
 #[tokio::test]
 async fn a_hand_over_heard_only_on_a_replica_stands() {
     let name = "replica-heard";
@@ -360,7 +360,7 @@ async fn a_hand_over_whose_wake_up_redis_refuses_is_taken_back() {
 
 /// The next client got the lock `waited` after it was handed to a designee that never took
 /// it: once the hand-over's lease ran out, and no later than a re-check after, the bound a
-/// swallowed wake-up had before hand-overs.
+/// swallowed wake-up has without hand-overs.
 fn assert_next_within_the_hand_over_lease(waited: Duration) {
     assert!(
         waited < HAND_OVER_LEASE * 2 + ms(500),
@@ -370,7 +370,7 @@ fn assert_next_within_the_hand_over_lease(waited: Duration) {
 
 /// A client that hears its wake-up but cannot act (stopped) is handed the lock all the same,
 /// and keeps it only for the hand-over's lease: the next client gets it once that runs out,
-/// no later than a re-check after, which is the bound a swallowed wake-up had before
+/// no later than a re-check after, which is the bound a swallowed wake-up has without
 /// hand-overs.
 #[tokio::test]
 async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() {
@@ -582,8 +582,8 @@ async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
 
 /// The withdrawal gives back only a hold handed over in a wake-up (`h`), never one that an
 /// offering attempt got by its own request: that attempt may have been granted while the
-/// withdrawal was decided, and its guard holds the lock (a review found a withdrawal freeing
-/// such a hold, letting another client in while the guard's owner still believed it held).
+/// withdrawal was decided, and its guard holds the lock (a withdrawal freeing such a hold
+/// would let another client in while the guard's owner still believes it holds).
 #[tokio::test]
 async fn a_withdrawal_gives_back_only_a_hand_over() {
     let server = RedisServer::start();

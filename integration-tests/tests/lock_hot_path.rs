@@ -354,7 +354,7 @@ async fn a_contended_hand_off_costs_the_same_with_two_clients_or_eight() {
         let scripts = run.scripts_per_acquisition_publishing_at_most_once(clients);
         // Release and the woken head's acquire: 2, plus the occasional extra try. The grant
         // keeps its client registered for the task behind, which then waits without asking
-        // (with the grant taking the client out, that task's ask made it 3).
+        // (with the grant taking the client out, that task's ask would make it 3).
         assert!(
             scripts <= 2.5,
             "{scripts:.2} scripts per acquisition with {clients} clients"
@@ -822,7 +822,7 @@ async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
 /// its own grant (taking over the hold kept for it) keeps the client registered. (A hand-over
 /// taken from the message takes the client out of the registry, and the task behind registers
 /// it again with a request of its own, a moment after the grant: asserting the registration at
-/// the grant then raced with that request.)
+/// the grant would race with that request.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_waiter_that_gives_up_withdraws_the_client_its_sibling_kept_registered() {
     let (server, _holder, guard, waiting) = held_lock("kept").await;

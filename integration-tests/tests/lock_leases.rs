@@ -290,8 +290,8 @@ async fn fix_lease_sets_a_fixed_lease_that_lost_follows() {
 }
 
 /// Two guards of one owner on one lock (a re-entry) keep their leases apart: fixing one's
-/// lease leaves the other watchdog-held, renewed, and not lost (issue 16: they shared one
-/// lease state, so the watchdog guard reported lost after the other's fixed lease ended).
+/// lease leaves the other watchdog-held, renewed, and not lost (with one lease state shared,
+/// the watchdog guard would report lost once the other's fixed lease ended).
 #[tokio::test]
 async fn a_fixed_reentry_leaves_the_watchdog_guard_renewed() {
     let server = RedisServer::start();
@@ -341,7 +341,7 @@ async fn a_fixed_reentry_leaves_the_watchdog_guard_renewed() {
 }
 
 /// A watchdog renewal sent before `fix_lease` but run by Redis after it (it was on the wire)
-/// must not stretch the lock back to the watchdog lease (issue 16). The late renewal is
+/// must not stretch the lock back to the watchdog lease. The late renewal is
 /// replayed here exactly as the watchdog sends it.
 #[tokio::test]
 async fn a_renewal_that_lands_after_fix_lease_does_not_extend_the_lock() {
@@ -398,7 +398,7 @@ fn hash_attempt(server: &RedisServer, key: &str) -> String {
 }
 
 /// One stalled connection of the pool must not lose every watchdog lease, even with a command
-/// timeout far longer than the lease (issue 16): a renewal call that does not answer is sent
+/// timeout far longer than the lease: a renewal call that does not answer is sent
 /// again on the next connection.
 #[tokio::test]
 async fn one_stalled_connection_does_not_lose_the_watchdog_leases() {
@@ -435,7 +435,7 @@ async fn one_stalled_connection_does_not_lose_the_watchdog_leases() {
 
 /// A fix whose reply never reached the client (the request ran): the next renewal learns the
 /// fixed lease's end and the guard goes by it, instead of believing in the watchdog lease
-/// while Redis frees the lock (review of issue 16).
+/// while Redis frees the lock.
 #[tokio::test]
 async fn a_fix_lease_whose_reply_was_lost_still_bounds_the_guard() {
     const SET_LEASE_LUA: &str = include_str!("../../lua/lock_set_lease.lua");

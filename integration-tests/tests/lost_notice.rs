@@ -142,9 +142,9 @@ async fn a_thousand_holds_share_one_notice_subscription() {
 
 /// The first watchdog hold subscribes the client for good, also when it is released before
 /// the watchdog task gets to run: on a single-threaded runtime the task runs only once the
-/// caller waits for its release, and by then the hold is gone. (The task used to subscribe
-/// only if it found a hold, so a client with short holds never subscribed, and each of its
-/// acquires woke the task again.) A hold taken later is then lost at once on a takeover.
+/// caller waits for its release, and by then the hold is gone. (A task that subscribed only
+/// if it found a hold would never subscribe for a client with short holds, and each of its
+/// acquires would wake the task again.) A hold taken later is then lost at once on a takeover.
 #[tokio::test(flavor = "current_thread")]
 async fn a_first_hold_released_at_once_still_subscribes_the_client() {
     let server = RedisServer::start();

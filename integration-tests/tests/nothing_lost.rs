@@ -1,4 +1,4 @@
-//! Nothing lost for good (issue 16): every release, give-back and count-down that meets an
+//! Nothing lost for good: every release, give-back and count-down that meets an
 //! outage ten times longer than the command timeout, a `BUSY` server, or a caller that drops
 //! its future half-way, lands once the fault ends.
 //!

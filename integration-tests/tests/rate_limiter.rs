@@ -5,8 +5,8 @@
 //! decision giving its units back; and the test cluster.
 //!
 //! Every test starts its own server, so the tests run in parallel. Times that matter are read
-//! from Redis (`TIME`) around each decision, so the checks are exact even on a loaded two-core
-//! box: a decision happened somewhere between the `TIME` before it and the `TIME` after it.
+//! from Redis (`TIME`) around each decision, so the checks are exact even on a small, loaded
+//! machine: a decision happened somewhere between the `TIME` before it and the `TIME` after it.
 
 mod common;
 

@@ -4,8 +4,8 @@
 //! crashed holders, `release_by_id`, a cancellation sweep and bad input.
 //!
 //! Every test starts its own server, so the tests run in parallel. Waits are for events
-//! (`wait_until` on server or client state); the time bounds are generous because CI runs on a
-//! loaded two-core box.
+//! (`wait_until` on server or client state); the time bounds are generous, for a small, loaded
+//! machine.
 
 mod common;
 
@@ -797,8 +797,8 @@ async fn timed_acquires_give_up_after_the_wait_or_get_permits_in_time() {
 /// A client whose last waiting task leaves withdraws itself from the waiters, so that a
 /// wake-up is not spent on it. A withdrawal lost on a connection that went silent is sent
 /// again once the client is back (within a few command timeouts), as the lock's is: the
-/// semaphores share the lock's registration, which had its withdrawal retried where theirs
-/// was sent once. Nothing else takes the entry out here (no permit is freed) before the
+/// semaphores share the lock's registration and its retried withdrawal. Nothing else takes
+/// the entry out here (no permit is freed) before the
 /// registry expires on its own, seconds later.
 async fn a_withdrawal_lost_on_the_wire_is_sent_again(kind: Kind) {
     let server = RedisServer::start();
@@ -1879,8 +1879,8 @@ async fn foreign_data_under_the_keys_is_wrong_type() {
 }
 
 /// A count Lua reads as a number that is no count (`nan`, `inf`: foreign data) fails the
-/// acquire, as it always did. With `nan`, a first try that tested `available >= n` would have
-/// found no permits free and waited for ever.
+/// acquire. With `nan`, a first try that tested `available >= n` would find no permits free
+/// and wait for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_that_is_not_a_number_fails_the_acquire_rather_than_waiting() {
     let server = RedisServer::start();
@@ -2190,7 +2190,8 @@ async fn a_give_back_returns_permits_only_to_the_generation_they_were_taken_from
 
 #[tokio::test]
 async fn a_semaphore_created_before_generations_keeps_working() {
-    // A count and a record as an older redisync left them: no generation, record 'granted'.
+    // A count and a record without a generation (record 'granted'), as written by hand or by
+    // an earlier redisync.
     let server = RedisServer::start();
     let a = client(&server).await;
     let name = "older";

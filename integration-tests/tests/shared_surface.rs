@@ -1,4 +1,4 @@
-//! The shared surface of issue 18 (`../shared/API.md`, "Additions (round 2)"): one test body,
+//! The surface every primitive shares (`Acquire`, `Held`, `Wait`, `Lease`): one test body,
 //! generic over `Acquire`, run against every implementor; `Held` on every guard and permit; a
 //! helper written the way a user would write one; and the API contract of the additions.
 
@@ -374,7 +374,7 @@ async fn redlock_guard_is_held_and_redlock_a_primitive() {
 }
 
 /// `Lease::Watchdog` on a semaphore means "no lease"; every permit, guard and view type is
-/// `Held`/`Acquire` with the guard API.md names.
+/// `Held`/`Acquire` with the guard the public API names.
 #[tokio::test]
 async fn the_api_contract_of_the_additions_holds() {
     let server = RedisServer::start();
@@ -426,7 +426,7 @@ async fn the_api_contract_of_the_additions_holds() {
         released.unwrap();
     }
 
-    // The enums and the signatures, as API.md writes them.
+    // The enums and the signatures, as the public API fixes them.
     let waits = [Wait::No, Wait::For(ms(1)), Wait::Forever];
     let leases = [Lease::Watchdog, Lease::Fixed(Duration::from_secs(1))];
     assert_eq!((waits.len(), leases.len()), (3, 2));
@@ -459,7 +459,7 @@ async fn the_api_contract_of_the_additions_holds() {
     let _: WriteLock = rw.writer();
     let _ = held_shapes::<Leadership>;
 
-    // LeaderElection, as API.md writes it (round 2).
+    // LeaderElection, as the public API fixes it.
     let election: LeaderElection = client.leader_election("contract:election");
     guard_is::<_, Leadership>(&election);
     let leadership: Leadership = election.campaign("node-a:8080").await.unwrap();

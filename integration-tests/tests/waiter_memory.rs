@@ -1,4 +1,4 @@
-//! Client memory per waiting task (issue 17): a task waiting for a lock that other tasks of
+//! Client memory per waiting task: a task waiting for a lock that other tasks of
 //! its client already wait for costs at most 1 KiB of heap, its own handle and the tokio task
 //! that waits included, and gives all of it back when it is dropped.
 //!

@@ -3,7 +3,7 @@
 //!
 //! Time per call moves too much between passes to resolve a change of a few percent on a
 //! shared machine; instructions counted in `redis-server` under callgrind do not. The recipe
-//! (BENCHMARKS.md, "What Redis runs per call, counted"): start `redis-server` under
+//! (`scripts/redis-instructions.sh` runs it): start `redis-server` under
 //! `valgrind --tool=callgrind`, run this once with one cycle (which loads the scripts), zero
 //! the counters with `callgrind_control -z`, run it again with `cycles` cycles, and stop the
 //! server; with 10 and then 40 cycles, the difference of the two totals divided by
@@ -19,7 +19,7 @@
 //! for scale, sent from raw redis-rs over one connection per task: `floor`, the benchmark's
 //! floor (`SET key token NX PX`, then a compare-and-delete script), and `scripted-floor`,
 //! the same with its `SET` inside a script: the least an acquire can cost Redis when every
-//! state change is a script (DESIGN.md, non-negotiable 2). Optional fourth argument: the
+//! state change is a script, as every one of redisync's is. Optional fourth argument: the
 //! number of tasks (32); fifth: a word that makes the names unique to this run.
 
 use redisync::prelude::*;

@@ -29,8 +29,8 @@ pub enum Contender {
     /// The floor with its take inside a script: `SET key token NX PX` run by `EVALSHA`, then
     /// the floor's compare-and-delete, over as many connections as redisync's default pool
     /// (as the other rods). A measuring rod, scenarios 1 and 3 only: what the least acquire
-    /// costs when every state change is a script (DESIGN.md, non-negotiable 2), before any of
-    /// redisync's guarantees.
+    /// costs when every state change is a script (as every one of redisync's is), before any
+    /// of redisync's guarantees.
     ScriptedFloor,
     /// The floor of waiting by polling: the floor's commands, sleeping 1 ms between tries.
     PollingFloor,
@@ -186,7 +186,7 @@ pub async fn lockers(
     for c in 0..clients {
         match contender {
             Contender::Floor | Contender::ScriptedFloor | Contender::PollingFloor => {
-                // The floor sends over one connection, as issue 17 defines it. The scripted
+                // The floor is the plainest client there is: one connection. The scripted
                 // floor gets as many as a redisync client's default pool, as the other rods
                 // do: the most it could reach as the least a scripted lock could run.
                 let server = redis::Client::open(url).expect("url");

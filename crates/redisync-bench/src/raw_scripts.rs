@@ -24,8 +24,8 @@
 //!   [`Rod::Library`]: what the calling convention costs. A script sent with `EVALSHA` runs
 //!   its whole text on every call, and makes each prelude function anew as a closure; a
 //!   function library runs its text once, when it is loaded, so a call runs only the body.
-//!   redisync sends `EVALSHA` (DESIGN.md: every state change is one script, loaded on
-//!   `NOSCRIPT`); this rod prices the alternative.
+//!   redisync sends `EVALSHA` (every state change is one script, loaded on `NOSCRIPT`);
+//!   this rod prices the alternative.
 //!
 //! Every rod sends the keys and arguments the library sends on that cycle, whether its
 //! scripts read them or not: Redis spends time on each one.

@@ -37,9 +37,9 @@ const UNCONTENDED_BLOCK: usize = 100;
 
 /// Scenario 1: for every contender of `contenders`, one task locks and unlocks one free lock
 /// of its own, `cycles` times. The contenders take turns in blocks of [`UNCONTENDED_BLOCK`]
-/// cycles, in a new order every pass, so that each samples the same seconds: this machine
-/// slips now and then into a state where every cycle takes about twice as long, and a ratio
-/// between contenders run one after another caught it for one and not the other. Each
+/// cycles, in a new order every pass, so that each samples the same seconds: a machine can
+/// slip now and then into a state where every cycle takes about twice as long, and a ratio
+/// between contenders run one after another would catch it for one and not the other. Each
 /// contender's figures go to its row of `scenario`.
 pub async fn uncontended(
     server: &RedisServer,
@@ -129,7 +129,7 @@ pub fn add_counts(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
 
 /// Adds the time Redis spent in scripts per `unit` over a pass of `ops` operations, which must
 /// run without MONITOR: Redis feeds a monitor each command a script runs inside the script's
-/// own time (a scratch check measured a lock cycle's scripts at about 4× with one open).
+/// own time (a lock cycle's scripts take about 4× as long with one open).
 pub fn add_script_time(out: &mut Figures, pass: Pass, ops: u64, unit: &str) {
     let (commands, _) = pass.finish();
     out.add_after(

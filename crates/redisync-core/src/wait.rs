@@ -11,7 +11,7 @@
 //!    waiters of its own client, which must first hear the release over pub/sub. A call whose
 //!    primitive says it is most likely taken ([`WaitSpec::expect_busy`]) skips it too.
 //! 2. Otherwise join the client's local queue for this primitive. Only the queue's head talks
-//!    to Redis; the others wait in-process (seed 000), so N local waiters cost O(1) requests
+//!    to Redis; the others wait in-process, so N local waiters cost O(1) requests
 //!    per release instead of O(N).
 //! 3. The head subscribes (shared, reference-counted), waits for the subscription to be
 //!    confirmed, notes the channel's generation, then retries. Subscribing before retrying
@@ -309,7 +309,7 @@ pub(crate) trait Waits {
 // A waiting task's memory is mostly this future, so it is laid out with care: not an
 // `async fn` (those keep a second copy of every argument), the arguments are kept once
 // and lent to the loop, and the span is made where it is moved into its instrumented
-// future (at the first poll, inside the caller's span as before).
+// future (at the first poll, inside the caller's span, as an `async fn` would make it).
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn wait_traced<'a, W, T, F, Fut>(
     waits: &'a W,

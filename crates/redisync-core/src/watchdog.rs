@@ -54,7 +54,7 @@
 //! concerns (notices that arrive during a round make one more round). Not on a cluster, where
 //! a script may only publish in its own slot and the notice channel is the client's, and not
 //! for a client that polls ([`WaitStrategy::Poll`]): both learn at
-//! the next renewal, as before.
+//! the next renewal.
 //!
 //! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
 //! has not answered within half a renewal period (or the command timeout, if shorter; for an
@@ -150,7 +150,7 @@ struct WakePlan {
     at: Option<Instant>,
     /// The latest hold registered with a short lease: when, and its lease. While such holds
     /// come, the task wakes at least every eighth of that lease, so that registering one
-    /// seldom needs to wake it (a task wake-up on every acquire showed in hand-off times).
+    /// seldom needs to wake it (a task wake-up on every acquire would add to hand-off times).
     short: Option<(Instant, Duration)>,
 }
 
@@ -243,10 +243,10 @@ impl Watchdog {
                 self.renew_soon.notify_one();
             }
         }
-        // Only the first hold wakes the task. Waking it whenever a hold found the registry
-        // empty cost every such acquire a task wake-up (often another thread's), and a task
-        // that woke after a short hold was already gone did not subscribe, so the next
-        // acquire woke it again.
+        // Only the first hold wakes the task. Waking it whenever a hold finds the registry
+        // empty would cost every such acquire a task wake-up (often another thread's), and a
+        // task that woke after a short hold was already gone would not subscribe, so the next
+        // acquire would wake it again.
         if !self.had_hold.swap(true, Ordering::AcqRel) {
             // Stores a permit if the task is not listening yet: the signal is not lost.
             self.first_hold.notify_one();

@@ -69,12 +69,12 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// | introspection, `force_unlock` | 1 |
 ///
 /// An uncontended acquire and release run 7 commands inside their two scripts together (9
-/// with the two `EVALSHA`s, as `BENCHMARKS.md` counts them), one more than the plain lock:
+/// with the two `EVALSHA`s, as `INFO commandstats` counts them), one more than the plain lock:
 /// while nobody queues, the scripts look for the queue's keys (the acquire in the one `EXISTS`
 /// that also finds the lock free, the release in one of its own), find none and skip the
 /// queue's tidying and bookkeeping. Once someone queues, each script also reads the clock,
 /// tidies the queue and keeps its place in it. Measured by the benchmark program
-/// (`BENCHMARKS.md`, scenario 1) and asserted by `integration-tests/tests/fair_lock.rs`. Under
+/// (`redisync-bench`, scenario 1) and asserted by `integration-tests/tests/fair_lock.rs`. Under
 /// contention an acquisition costs about three scripts (the waiter's request, made once it
 /// listens, the release, and the woken head's request; 4 clients × 4 tasks in the benchmark's
 /// scenario 2, about 47 commands in Redis): the release wakes the head waiter only, and once,

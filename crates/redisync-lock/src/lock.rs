@@ -67,7 +67,7 @@ use crate::guard::LockGuard;
 /// watchdog lengthens the lease once half of it has passed. The two scripts are then the
 /// release and the registering acquire of the client's next waiting task, made while the
 /// lock is held, off the hand-off's path. A designee that cannot take what it was handed
-/// delays the others no longer than a lost wake-up did before: one that is gone or stopped
+/// delays the others no longer than a lost wake-up would: one that is gone or stopped
 /// keeps the lock for the short lease at most; one whose task was cancelled gives the hold
 /// back with its withdrawal, or its next waiting task takes it over with its next acquire. A
 /// task that reads its wake-up too late to be sure of that lease asks instead, and its acquire

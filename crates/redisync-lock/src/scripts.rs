@@ -297,7 +297,7 @@ mod tests {
             AcquireReply::decode(&table(&[0, -1])).ok(),
             Some(AcquireReply::Busy { pttl: None })
         );
-        // A token is never 0 or negative, and the old table grant is not an answer.
+        // A token is never 0 or negative, and a grant is never a table.
         assert!(AcquireReply::decode(&IntOrList::Int(0)).is_err());
         assert!(AcquireReply::decode(&table(&[1, 7, 1])).is_err());
         assert!(AcquireReply::decode(&table(&[])).is_err());

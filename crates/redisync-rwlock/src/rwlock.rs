@@ -281,7 +281,7 @@ impl Side {
 /// | read acquire (lock free) | 7: `EVALSHA`, `EXISTS`, `TIME`, `ZADD`, `HSET`, `PEXPIREAT` ×2 |
 /// | write acquire (lock free) | 6: `EVALSHA`, `EXISTS`, `TIME`, `INCR`, `HSET`, `PEXPIREAT` |
 /// | release of the only hold (read or write) | 3: `EVALSHA`, `HMGET`, `DEL` (+ `PUBLISH` if someone waits); an unlock sends 2 keys and 2 arguments, leaving off the record's key and the arguments only a give-back reads |
-/// | read + unlock, write + unlock | 10, 9 (before issue 17: 37, 36) |
+/// | read + unlock, write + unlock | 10, 9 |
 /// | joining or leaving a shared read hold | 0 |
 /// | read acquire next to other holds | 6: `EVALSHA`, `EXISTS`, `HMGET`, `TIME`, `ZADD`, `HSET`; + `PEXPIREAT` ×2 when it ends last; + `EXISTS`, `ZREMRANGEBYSCORE`, `ZRANGE` when a writer's mark exists |
 /// | release next to other holds | 8: `EVALSHA`, `HMGET`, `TIME`, `ZSCORE`, `ZREM`, `HINCRBY`, `HDEL`, `HSET`; 11 when it was the longest (+ `ZRANGE`, `PEXPIREAT` ×2) |

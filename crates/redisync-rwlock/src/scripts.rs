@@ -288,7 +288,7 @@ mod tests {
             AcquireReply::decode_read(&table(&[-1])).ok(),
             Some(AcquireReply::GivenBack)
         );
-        // A grant is never 0 or negative, and the old table grants are not answers.
+        // A grant is never 0 or negative, and never a table.
         assert!(AcquireReply::decode_read(&table(&[7])).is_err());
         assert!(AcquireReply::decode_read(&IntOrList::Int(0)).is_err());
         assert!(AcquireReply::decode_write(&IntOrList::Int(-1)).is_err());

@@ -345,7 +345,7 @@ mod tests {
             Some(PermitReply::GivenBack)
         );
         assert!(PermitReply::decode(&table(&[])).is_err());
-        // The old table grant is not an answer, nor another integer.
+        // A grant is the integer 1, never a table or another integer.
         assert!(PermitReply::decode(&table(&[1])).is_err());
         assert!(PermitReply::decode(&IntOrList::Int(2)).is_err());
         assert!(permit_count(0, "n").is_err());

@@ -157,7 +157,7 @@ impl Waitlist for SemCore {
 /// acquire for `n` permits that finds fewer goes back to the end of the queue, so a waiter for
 /// many permits can be overtaken by others taking fewer, and, until the next release, a
 /// waiter for fewer behind it may wait for its re-check. Every waiter re-checks at least
-/// second regardless, so a lost message never parks it.
+/// once a second regardless, so a lost message never parks it.
 ///
 /// Counts are limited to ±2^53 ([`MAX_PERMITS`](crate::MAX_PERMITS)); larger ones are
 /// [`Error::InvalidArgument`].
@@ -167,7 +167,7 @@ impl Waitlist for SemCore {
 /// | key / channel | type | content |
 /// |---|---|---|
 /// | `<prefix>:{<name>}:semaphore` | string | available permits (may be negative) |
-/// | `<prefix>:{<name>}:semaphore:generation` | string | a unique id of this incarnation of the semaphore, written by whichever call creates the permits count and deleted with it (absent on semaphores created before generations existed); one without a count is foreign data, so remove both when removing a semaphore by hand |
+/// | `<prefix>:{<name>}:semaphore:generation` | string | a unique id of this incarnation of the semaphore, written by whichever call creates the permits count and deleted with it (a count found without one, written by hand say, has the empty generation); one without a count is foreign data, so remove both when removing a semaphore by hand |
 /// | `<prefix>:{<name>}:semaphore:attempt:<attempt>` | string | one acquire's permits, `granted:<generation>` while they are out (no expiry: they are outstanding that long), deleted when they come back, so a release is applied once however often it is retried. Only the give-back of an acquire whose caller went away before its outcome was known leaves `given back` behind, for a few command timeouts, so that the acquire can no longer take permits if it runs late |
 /// | `<prefix>:{<name>}:semaphore:waiters` | sorted set | the waiting clients' channels, longest waiting first; expires 5 s plus two command timeouts (15 s by default) after the last one registered |
 /// | `<prefix>:{<name>}:semaphore:wake:<client id>` | channel | one client's wake-up: permits were added or released |

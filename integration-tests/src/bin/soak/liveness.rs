@@ -11,7 +11,7 @@ use crate::checker::RoundTally;
 use crate::events::Resource;
 use crate::worker::{latch_name, LATCH_COUNT};
 
-/// Slack on every bound: the machine is small and shared.
+/// Slack on every bound, for a small machine shared with other work.
 const SLACK: Duration = Duration::from_secs(2);
 
 /// How long a fair lock's dead waiter keeps its place with the workers' command timeout of
