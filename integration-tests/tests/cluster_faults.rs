@@ -479,7 +479,7 @@ async fn woken_within<T>(
 // 1. Contended locking through a primary kill.
 // ---------------------------------------------------------------------------------------------
 
-/// DEPLOYMENT.md, "Failover": while a primary is down, requests to its slots fail within the
+/// DEPLOYMENT.md, "Failover, replicas and your holds": while a primary is down, requests to its slots fail within the
 /// command timeout (timeouts, connection errors and the cluster's refusals) until a replica is
 /// promoted, other slots carry on, and the clients recover by themselves.
 ///
@@ -1478,7 +1478,7 @@ async fn a_paused_primary_fails_only_its_own_waiters() {
     eprintln!("test took {:?}", started.elapsed());
 }
 
-/// DEPLOYMENT.md, "Failover": other slots carry on while a primary does not answer; that
+/// DEPLOYMENT.md, "Failover, replicas and your holds": other slots carry on while a primary does not answer; that
 /// includes the first call of a script on a live primary (Redis answers `NOSCRIPT` and the
 /// script must be loaded there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
