@@ -19,7 +19,7 @@ local function publish(channel, message)
 end
 
 -- Tells the clients that own `holders` (owner or attempt ids, each '<client id>:...', where a
--- labelled client's id is '<label>/<uuid>' and the label may hold ':' but no '/') that a
+-- labelled client's id is '<label>@<uuid>' and the label may hold ':' but no '@') that a
 -- hold of theirs was taken from them, once per client, on '<channel_prefix><client id>': the
 -- client then checks its holds at once rather than at its next renewal. `channel_prefix` ''
 -- (a cluster, where a script may publish only in its own slot) sends nothing.
@@ -29,7 +29,7 @@ local function publish_lost(channel_prefix, holders)
     end
     local told = {}
     for _, holder in ipairs(holders) do
-        local client = string.match(holder, '^[^/]*/[^:]*') or string.match(holder, '^[^:]*')
+        local client = string.match(holder, '^[^@]*@[^:]*') or string.match(holder, '^[^:]*')
         if not told[client] then
             told[client] = true
             publish(channel_prefix .. client, 'lost')

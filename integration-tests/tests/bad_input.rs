@@ -1323,6 +1323,7 @@ async fn bad_client_options_are_invalid_arguments() {
         ),
         ("empty label".into(), Client::builder(&url).label("")),
         ("label with '/'".into(), Client::builder(&url).label("a/b")),
+        ("label with '@'".into(), Client::builder(&url).label("a@b")),
         ("label with '{'".into(), Client::builder(&url).label("a{b")),
         (
             "label with a space".into(),

@@ -62,12 +62,12 @@ async fn a_labelled_clients_taken_hold_is_lost_at_once() {
         .await
         .expect("connect");
     let operator = common::client(&server).await;
-    assert!(owner.id().starts_with("worker-3:4242/"));
+    assert!(owner.id().starts_with("worker-3:4242@"));
 
     let guard = owner.lock("labelled").lock().await.expect("lock");
     let holder = server.cmd(&["HGET", "redisync:{labelled}:lock", "owner"]);
     assert!(
-        format!("{holder:?}").contains("worker-3:4242/"),
+        format!("{holder:?}").contains("worker-3:4242@"),
         "the hold names its client's label: {holder:?}"
     );
     common::lost_notices_subscribed(&server, &owner).await;

@@ -9,7 +9,9 @@ pub const FAILURE: i32 = 1;
 pub const USAGE: i32 = 2;
 /// A key of the primitive holds foreign data (`sysexits` EX_DATAERR).
 pub const WRONG_TYPE: i32 = 65;
-/// Nothing exists under the name (`inspect`; `sysexits` EX_NOINPUT).
+/// The primitive does not exist (`inspect` of a name with nothing under it, a semaphore to
+/// use or change without a number of permits, a rate limiter without a rate, a latch that is
+/// not armed; `sysexits` EX_NOINPUT).
 pub const NO_SUCH: i32 = 66;
 /// The name is in use as another kind of primitive (`lock x` where `x` is a semaphore;
 /// `sysexits` EX_CANTCREAT).
@@ -48,15 +50,18 @@ pub fn of(err: &Error) -> i32 {
 pub const HELP: &str = "\
 Exit codes:
   N      the command's own exit code (128+N when a signal N killed it)
-  2      bad arguments (for `rate`: also no rate set and no --rate, or more
-         --units than the rate's burst + 1)
+  2      bad arguments (for `rate`: also more --units than the rate's burst + 1)
   65     a key of the primitive holds foreign data
-  66     `inspect`: nothing exists under the name
+  66     no such primitive: `inspect` found nothing under the name; `semaphore` without
+         --permits, or `semaphore-set --add`, on a semaphore that does not exist; `rate`
+         without --rate on a limiter with no rate; `latch wait` on a latch not armed (never
+         set, or opened more than five minutes ago)
   69     Redis unreachable, too slow (the command timeout), or older than 7.0
   73     the name is in use as another kind of primitive (one name, one kind)
   75     `latch set` found the latch armed already
   78     `semaphore --permits N` found the semaphore with another number of permits,
-         or `rate --rate` a limiter with another rate
+         `semaphore-set --classic NAME N` found it existing (change it with --add), or
+         `rate --rate` a limiter with another rate
   120    the lock, permit or leadership was lost while the command ran; the command was stopped
   124    the wait ran out (--wait) (for `rate`: no units within --wait)
   126    the command could not be run

@@ -92,8 +92,9 @@ struct Cli {
     )]
     cluster: bool,
     /// Use the primary these Redis Sentinels name (their URLs, separated by commas), with
-    /// --master, instead of --url; after a failover, the new primary. The primary's password
-    /// is --password-file's or REDISYNC_PASSWORD; the Sentinels' own is in their URLs.
+    /// --master; after a failover, the new primary. --url is not used then, nor TLS. The
+    /// primary's password is --password-file's or REDISYNC_PASSWORD; the Sentinels' own is in
+    /// their URLs.
     #[arg(
         long,
         env = "REDISYNC_SENTINEL",
@@ -423,6 +424,8 @@ enum Kind {
     Rwlock,
     /// An expirable semaphore (`semaphore`).
     Semaphore,
+    /// A classic semaphore (`semaphore --classic`).
+    ClassicSemaphore,
     /// A count-down latch (`latch`).
     Latch,
     /// A leader election (`elect`).
@@ -465,10 +468,12 @@ fn latch_verb_first(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString
     let Some(latch) = cli.find_subcommand("latch") else {
         return args;
     };
-    let verbs: Vec<&str> = latch
+    // clap adds `help` when it builds the command, after this.
+    let mut verbs: Vec<&str> = latch
         .get_subcommands()
         .map(|verb| verb.get_name())
         .collect();
+    verbs.push("help");
     // The options that take a value, whose value is not a word of the command line.
     let valued: Vec<String> = cli
         .get_arguments()
@@ -587,7 +592,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
         Some(interval) => WaitStrategy::Poll { interval },
         None => WaitStrategy::PubSub,
     };
-    // Holders, waiters and permits are named `host:pid/...` in Redis, so that `inspect`
+    // Holders, waiters and permits are named `host:pid@...` in Redis, so that `inspect`
     // shows which process holds what.
     let mut builder = builder
         .label(host_and_pid())
@@ -711,7 +716,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
                 // clap requires one of them.
                 (None, None) => return Err(Exit::with(exit::USAGE, "give PERMITS or --add N")),
             };
-            semaphore_set(&client, &name, change, classic).await
+            semaphore_set(&client, &inspector, &name, change, classic).await
         }
         Command::RateSet { name, rate, burst } => rate_set(&client, &name, rate.burst(burst)).await,
         Command::Delete { kind, name, yes } => delete(&client, kind, &name, yes).await,
@@ -733,6 +738,7 @@ async fn run(cli: Cli) -> Result<Exit, Exit> {
                 units,
                 wait,
                 verbose: cli.verbose,
+                one_kind: one_kind.clone(),
             };
             rate_limited(&client, &name, rate, take, program).await
         }
@@ -805,6 +811,18 @@ fn with_password(urls: &str, password: &str) -> String {
             let Some((scheme, rest)) = url.trim().split_once("://") else {
                 return url.to_owned();
             };
+            // A socket's URL has no room for credentials before its path: they go in the
+            // query, as `pass=`.
+            if matches!(scheme, "unix" | "redis+unix") {
+                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                let mut params: Vec<String> = query
+                    .split('&')
+                    .filter(|param| !param.is_empty() && !param.starts_with("pass="))
+                    .map(str::to_owned)
+                    .collect();
+                params.push(format!("pass={encoded}"));
+                return format!("{scheme}://{path}?{}", params.join("&"));
+            }
             let (user, address) = match rest.split_once('@') {
                 Some((credentials, address)) => {
                     let user = credentials.split_once(':').map_or(credentials, |(u, _)| u);
@@ -976,9 +994,11 @@ async fn semaphore(
     command: &[String],
 ) -> Result<Exit, Exit> {
     let semaphore = client.expirable_semaphore(name);
+    let mut created = false;
     match permits {
         Some(permits) => {
-            if !semaphore.try_set_permits(permits).await? {
+            created = semaphore.try_set_permits(permits).await?;
+            if !created {
                 // It exists: it must be the semaphore the caller means.
                 let total = semaphore.total_permits().await?;
                 if total.is_some_and(|total| total != permits) {
@@ -996,7 +1016,7 @@ async fn semaphore(
         None => {
             if semaphore.total_permits().await?.is_none() {
                 return Err(Exit::with(
-                    exit::USAGE,
+                    exit::NO_SUCH,
                     format!(
                         "semaphore {name:?} does not exist; give --permits N (or -n N) to \
                          create it"
@@ -1012,7 +1032,22 @@ async fn semaphore(
         ]
     };
     let acquire = |wait, lease| semaphore.acquire_with(wait, lease);
-    held.run(client, acquire, env, stop, command).await
+    let outcome = held.run(client, acquire, env, stop, command).await;
+    if created && refused_before_running(&outcome) {
+        // Unless someone else took a permit of it meanwhile.
+        let all_back = semaphore.available_permits().await.ok();
+        if all_back.is_some() && all_back == permits.and_then(|p| i64::try_from(p).ok()) {
+            let _ = semaphore.delete().await;
+        }
+    }
+    outcome
+}
+
+/// Whether a run was refused before its command ran, for a bad argument or because the name
+/// turned out to be another kind's: a primitive the run created for it is then taken back,
+/// or the name would stay that kind's for good.
+fn refused_before_running(outcome: &Result<Exit, Exit>) -> bool {
+    matches!(outcome, Err(exit) if matches!(exit.code, exit::KIND_CONFLICT | exit::USAGE))
 }
 
 /// `semaphore --classic`: `units` permits of the classic semaphore `name`, created with
@@ -1041,20 +1076,31 @@ impl ClassicSemaphore<'_> {
         // No permits free and no semaphore look the same to the semaphore itself.
         if !created && !self.exists(client).await? {
             return Err(Exit::with(
-                exit::USAGE,
+                exit::NO_SUCH,
                 format!(
                     "semaphore {name:?} does not exist; give --permits N (or -n N) to create it"
                 ),
             ));
         }
         let env = |_: &SemaphorePermit| vec![("REDISYNC_SEMAPHORE_NAME", name.to_owned())];
-        let acquire = |wait, _lease| async move {
-            match wait {
-                Wait::For(wait) => semaphore.try_acquire_many_for(units, wait).await,
-                _ => semaphore.acquire_many(units).await.map(Some),
+        let acquire = |wait, _lease| {
+            let semaphore = semaphore.clone();
+            async move {
+                match wait {
+                    Wait::For(wait) => semaphore.try_acquire_many_for(units, wait).await,
+                    _ => semaphore.acquire_many(units).await.map(Some),
+                }
             }
         };
-        held.run(client, acquire, env, stop, command).await
+        let outcome = held.run(client, acquire, env, stop, command).await;
+        if created && refused_before_running(&outcome) {
+            // Unless someone else took permits of it meanwhile.
+            let all_back = semaphore.available_permits().await.ok();
+            if all_back.is_some() && all_back == self.permits.and_then(|p| i64::try_from(p).ok()) {
+                let _ = semaphore.delete().await;
+            }
+        }
+        outcome
     }
 
     async fn exists(&self, client: &Client) -> Result<bool, Exit> {
@@ -1149,7 +1195,7 @@ fn host_and_pid() -> String {
     // A label may not hold these; no host name does, but the variable could.
     let host: String = host
         .chars()
-        .filter(|c| !matches!(c, '/' | '{' | '}') && !c.is_whitespace() && !c.is_control())
+        .filter(|c| !matches!(c, '@' | '/' | '{' | '}') && !c.is_whitespace() && !c.is_control())
         .take(100)
         .collect();
     format!("{host}:{}", std::process::id())
@@ -1213,6 +1259,7 @@ fn with_burst(rate: &Rate) -> String {
 
 async fn rate_set(client: &Client, name: &str, rate: Rate) -> Result<Exit, Exit> {
     client.rate_limiter(name).set_rate(rate).await?;
+    println!("rate limiter {name:?}: {}", with_burst(&rate));
     Ok(Exit::code(0))
 }
 
@@ -1226,6 +1273,8 @@ struct Take {
     units: u64,
     wait: Option<Duration>,
     verbose: bool,
+    /// Checked again once the units are granted.
+    one_kind: Option<OneKind>,
 }
 
 async fn rate_limited(
@@ -1236,13 +1285,16 @@ async fn rate_limited(
         units,
         wait,
         verbose,
+        one_kind,
     }: Take,
     program: run::Program<'_>,
 ) -> Result<Exit, Exit> {
     let limiter = client.rate_limiter(name);
+    let mut created = false;
     match rate {
         Some(rate) => {
-            if !limiter.try_set_rate(rate).await? {
+            created = limiter.try_set_rate(rate).await?;
+            if !created {
                 // It has a rate: it must be the one the caller means.
                 let current = limiter.rate().await?;
                 if let Some(current) = current.filter(|current| !same_rate(current, &rate)) {
@@ -1266,7 +1318,7 @@ async fn rate_limited(
         None => {
             if limiter.rate().await?.is_none() {
                 return Err(Exit::with(
-                    exit::USAGE,
+                    exit::NO_SUCH,
                     format!(
                         "rate limiter {name:?} has no rate: give --rate (or set one with \
                          `redisync rate-set {name} RATE`)"
@@ -1275,6 +1327,41 @@ async fn rate_limited(
             }
         }
     }
+    let granted = take_units(
+        client,
+        &limiter,
+        name,
+        units,
+        wait,
+        verbose,
+        one_kind.as_ref(),
+    )
+    .await;
+    if created && refused_before_running(&granted) {
+        let _ = limiter.delete().await;
+    }
+    granted?;
+    // Units are spent, not held: nothing can be lost while the command runs, so the signal
+    // for a lost hold is never sent (signals redisync gets are still passed on).
+    let env = [("REDISYNC_RATE_NAME", name.to_owned())];
+    let never_lost = std::future::pending::<()>();
+    match run::run_while_held(program, &env, never_lost, "TERM", Duration::ZERO).await {
+        Ended::Exited(code) => Ok(Exit::code(code)),
+        Ended::NotStarted(code, message) => Err(Exit::with(code, message)),
+        Ended::HoldLost => Err(Exit::with(exit::FAILURE, "the command was stopped")),
+    }
+}
+
+/// Waits for `units` of `limiter`, then checks again that the name is a rate limiter's.
+async fn take_units(
+    client: &Client,
+    limiter: &RateLimiter,
+    name: &str,
+    units: u64,
+    wait: Option<Duration>,
+    verbose: bool,
+    one_kind: Option<&OneKind>,
+) -> Result<Exit, Exit> {
     let what = format!("{units} unit(s) of rate limiter {name:?}");
     let started = Instant::now();
     if verbose {
@@ -1298,15 +1385,10 @@ async fn rate_limited(
             duration::show(started.elapsed())
         );
     }
-    // Units are spent, not held: nothing can be lost while the command runs, so the signal
-    // for a lost hold is never sent (signals redisync gets are still passed on).
-    let env = [("REDISYNC_RATE_NAME", name.to_owned())];
-    let never_lost = std::future::pending::<()>();
-    match run::run_while_held(program, &env, never_lost, "TERM", Duration::ZERO).await {
-        Ended::Exited(code) => Ok(Exit::code(code)),
-        Ended::NotStarted(code, message) => Err(Exit::with(code, message)),
-        Ended::HoldLost => Err(Exit::with(exit::FAILURE, "the command was stopped")),
+    if let Some(one_kind) = one_kind {
+        one_kind.check(client).await?;
     }
+    Ok(Exit::code(0))
 }
 
 /// Running a command under something held: a lock's guard or a permit.
@@ -1652,11 +1734,17 @@ impl Inspector {
             .iter()
             .map(|kind| with_article(inspect::title(kind)))
             .collect();
+        // The two semaphores are one flag apart.
+        let hint = match (mine, others.as_slice()) {
+            ("expirable_semaphore", ["semaphore"]) => "; `semaphore --classic` uses it",
+            ("semaphore", ["expirable_semaphore"]) => "; `semaphore` without --classic uses it",
+            _ => "",
+        };
         Err(Exit::with(
             exit::KIND_CONFLICT,
             format!(
                 "{name:?} is in use as {}, not as {}: one name is one primitive (`redisync \
-                 inspect {name:?}` shows it)",
+                 inspect {name:?}` shows it){hint}",
                 found.join(" and "),
                 with_article(inspect::title(mine))
             ),
@@ -1755,17 +1843,21 @@ enum PermitChange {
 
 async fn semaphore_set(
     client: &Client,
+    inspector: &Inspector,
     name: &str,
     change: PermitChange,
     classic: bool,
 ) -> Result<Exit, Exit> {
     if classic {
-        return classic_semaphore_set(client, name, change).await;
+        return classic_semaphore_set(client, inspector, name, change).await;
     }
     let semaphore = client.expirable_semaphore(name);
     let permits = match change {
         PermitChange::To(permits) => permits,
         PermitChange::By(add) => {
+            if semaphore.total_permits().await?.is_none() {
+                return Err(no_semaphore_to_change(name, ""));
+            }
             semaphore.add_permits(add).await?;
             let total = semaphore.total_permits().await?.unwrap_or(0);
             println!("semaphore {name:?}: {total} permits");
@@ -1787,10 +1879,23 @@ async fn semaphore_set(
     Ok(Exit::code(0))
 }
 
+/// `--add` on a semaphore that does not exist: it would be created with a count no one
+/// chose.
+fn no_semaphore_to_change(name: &str, flag: &str) -> Exit {
+    Exit::with(
+        exit::NO_SUCH,
+        format!(
+            "semaphore {name:?} does not exist; create it with `redisync semaphore-set{flag} \
+             {name} N`"
+        ),
+    )
+}
+
 /// `semaphore-set --classic`: a classic semaphore counts only the permits free now, so it
 /// can be created with a number, or changed by one, but not set to one.
 async fn classic_semaphore_set(
     client: &Client,
+    inspector: &Inspector,
     name: &str,
     change: PermitChange,
 ) -> Result<Exit, Exit> {
@@ -1812,6 +1917,10 @@ async fn classic_semaphore_set(
             ))
         }
         PermitChange::By(add) => {
+            let found = inspector.findings(client, name).await?;
+            if !found.iter().any(|finding| finding.kind == "semaphore") {
+                return Err(no_semaphore_to_change(name, " --classic"));
+            }
             semaphore.add_permits(add).await?;
             let free = semaphore.available_permits().await?;
             println!("semaphore {name:?}: {free} permits free");
@@ -1826,6 +1935,7 @@ async fn delete(client: &Client, kind: Kind, name: &str, yes: bool) -> Result<Ex
         Kind::FairLock => "fair lock",
         Kind::Rwlock => "read-write lock",
         Kind::Semaphore => "semaphore",
+        Kind::ClassicSemaphore => "classic semaphore",
         Kind::Latch => "latch",
         Kind::Election => "election",
         Kind::Rate => "rate limiter",
@@ -1843,6 +1953,7 @@ async fn delete(client: &Client, kind: Kind, name: &str, yes: bool) -> Result<Ex
         Kind::FairLock => client.fair_lock(name).delete().await?,
         Kind::Rwlock => client.read_write_lock(name).delete().await?,
         Kind::Semaphore => client.expirable_semaphore(name).delete().await?,
+        Kind::ClassicSemaphore => client.semaphore(name).delete().await?,
         Kind::Latch => client.count_down_latch(name).delete().await?,
         Kind::Election => client.leader_election(name).delete().await?,
         Kind::Rate => client.rate_limiter(name).delete().await?,

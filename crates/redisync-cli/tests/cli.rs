@@ -1193,7 +1193,7 @@ fn a_lock_without_a_command_is_held_until_interrupted() {
             .run(&["lock", "held", "--wait", "200ms", "--", "true"])
             .assert_code(124);
         // `inspect` names the holder by host and pid, text and JSON.
-        let holder = format!(":{}/", run.pid());
+        let holder = format!(":{}@", run.pid());
         let table = world.inspect("held");
         let shown = table_field(&table, "lock \"held\"", "holder").unwrap_or_default();
         assert!(shown.contains(&holder), "holder {holder}...: {table}");
@@ -1465,7 +1465,7 @@ fn classic_semaphore_runs_on_the_librarys_semaphore() {
     // Creating: only with a number; --permits on an existing one changes nothing.
     world
         .run_line("semaphore --classic fresh -- true")
-        .assert_error(2, "does not exist; give --permits N");
+        .assert_error(66, "does not exist; give --permits N");
     world
         .run_line("semaphore --classic fresh -n 3 -- true")
         .assert_code(0);
@@ -1498,10 +1498,22 @@ fn classic_semaphore_runs_on_the_librarys_semaphore() {
     let fields = json.primitive("expirable_semaphore");
     assert_eq!(fields.get("available_permits").int(), 5, "{json:?}");
 
-    // One name, one kind.
+    // --add changes only what exists.
     world
-        .run_line("semaphore jobs -- true")
-        .assert_error(73, "in use as a semaphore");
+        .run_line("semaphore-set --classic nothing --add 2")
+        .assert_error(66, "does not exist");
+    world
+        .run_line("semaphore-set nothing --add -2")
+        .assert_error(66, "does not exist");
+    assert!(!world.key_exists("redisync:{nothing}:semaphore"));
+    assert!(!world.key_exists("redisync:{nothing}:expirable-semaphore"));
+
+    // One name, one kind; the message names the flag that reaches the other semaphore.
+    world.run_line("semaphore jobs -- true").assert_error(
+        73,
+        "in use as a semaphore, not as an expirable semaphore: one name is one primitive \
+             (`redisync inspect \"jobs\"` shows it); `semaphore --classic` uses it",
+    );
     world
         .run_line("semaphore --classic pool -- true")
         .assert_error(73, "in use as an expirable semaphore");
@@ -1514,6 +1526,60 @@ fn classic_semaphore_runs_on_the_librarys_semaphore() {
         &world.run_line("semaphore --classic jobs --lease 1s -- true"),
         "--lease",
     );
+
+    // `delete classic-semaphore` frees the name.
+    world
+        .run_line("delete classic-semaphore jobs --yes")
+        .assert_code(0);
+    assert!(!world.key_exists("redisync:{jobs}:semaphore"));
+    world.run_line("lock jobs -- true").assert_code(0);
+}
+
+/// Two kinds racing for one new name: with Redis's writes paused, both pass the first check
+/// before either takes its hold, then the second check finds the other. At most one command
+/// runs, and a refused semaphore run takes back the semaphore it created, so the name is not
+/// left another kind's for good.
+#[test]
+fn racing_kinds_never_both_run_and_leave_nothing_behind() {
+    let world = World::new();
+    let ran = world.path("ran");
+    world.server.cmd(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let line = |kind: &str| format!("echo {kind} >> {ran}");
+    let mut lock = world.spawn(&["lock", "race", "--shell", "--", &line("lock")]);
+    let mut semaphore = world.spawn(&[
+        "semaphore",
+        "race",
+        "-n",
+        "1",
+        "--shell",
+        "--",
+        &line("semaphore"),
+    ]);
+    let (lock, semaphore) = (lock.wait(RUN_LIMIT), semaphore.wait(RUN_LIMIT));
+    let ran = lines_of(&ran);
+    assert!(ran.len() <= 1, "both ran: {ran:?}\n{lock}\n{semaphore}");
+    for done in [&lock, &semaphore] {
+        assert!(
+            [0, 73].contains(&done.code()),
+            "ran, or refused for the other kind: {done}"
+        );
+    }
+    if semaphore.code() != 0 {
+        assert!(
+            !world.key_exists("redisync:{race}:expirable-semaphore"),
+            "the refused run's semaphore is left: {semaphore}"
+        );
+        world.run_line("lock race -- true").assert_code(0);
+    }
+}
+
+/// `latch help VERB` is clap's help, not a latch called "help".
+#[test]
+fn latch_help_is_help() {
+    let world = World::new();
+    let done = world.run_line("latch help set");
+    done.assert_code(0);
+    assert!(done.stdout.contains("Arm the latch with a count"), "{done}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1777,10 +1843,11 @@ fn bad_arguments_are_2_with_one_error() {
     let world = World::new();
     let marker = world.path("marker");
     let touch = format!("-- touch {marker}");
-    // Not clap's: a semaphore that does not exist, without --permits to create it.
+    // Not bad arguments: a semaphore that does not exist, without --permits to create it,
+    // is no such primitive (66).
     world
         .run_line(&format!("semaphore x {touch}"))
-        .assert_error(2, "does not exist; give --permits N");
+        .assert_error(66, "does not exist; give --permits N");
     for (line, needle) in [
         // (`lock x` without a command holds until interrupted: see its own test.)
         (
@@ -2173,8 +2240,10 @@ fn rate_exit_codes() {
     assert!(done.elapsed >= Duration::from_millis(300), "{done}");
     assert!(!Path::new(&marker).exists(), "the command must not run");
 
+    world
+        .run_line("rate unset -- true")
+        .assert_error(66, "has no rate: give --rate");
     for (line, needle) in [
-        ("rate unset -- true", "has no rate: give --rate"),
         ("rate zero --rate 0/s -- true", "units must be at least 1"),
         (
             "rate big --rate 1/s --units 2 -- true",
@@ -2184,6 +2253,8 @@ fn rate_exit_codes() {
     ] {
         world.run_line(line).assert_error(2, needle);
     }
+    // A run refused for its arguments takes back the limiter it created for them.
+    assert!(!world.key_exists("redisync:{big}:rate"), "left behind");
     // Text that is no rate: clap's own usage error (2), naming what is accepted.
     for bad in ["10", "x/s", "10/5y"] {
         let done = world.run(&["rate", "text", "--rate", bad, "--", "true"]);
@@ -2234,7 +2305,7 @@ fn semaphore_permits_are_checked_and_can_be_set() {
     assert!(!world.key_exists("redisync:{zero}:expirable-semaphore"));
     world
         .run_line("semaphore missing -- true")
-        .assert_error(2, "does not exist; give --permits N");
+        .assert_error(66, "does not exist; give --permits N");
 
     world.run_line("semaphore s -n 2 -- true").assert_code(0);
     world.run_line("semaphore s -- true").assert_code(0);
@@ -2615,6 +2686,14 @@ fn a_password_from_a_file_or_the_environment() {
     ))
     .wait(RUN_LIMIT)
     .assert_code(0);
+    let mut command = redisync_command(&url, &["lock", "pw", "--", "true"]);
+    command.env("REDISYNC_PASSWORD", "s3cr:t@/x");
+    Proc::spawn(command).wait(RUN_LIMIT).assert_code(0);
+    // A Unix socket's URL takes it too.
+    let socket = world.path("redis.sock");
+    let _on_socket =
+        RedisServer::start_with(&["--requirepass", "s3cr:t@/x", "--unixsocket", &socket]);
+    let url = format!("unix://{socket}");
     let mut command = redisync_command(&url, &["lock", "pw", "--", "true"]);
     command.env("REDISYNC_PASSWORD", "s3cr:t@/x");
     Proc::spawn(command).wait(RUN_LIMIT).assert_code(0);

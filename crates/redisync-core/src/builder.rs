@@ -194,12 +194,12 @@ impl ClientBuilder {
         self
     }
 
-    /// Names this client in every owner id it hands out (`<label>/<uuid>:<n>` instead of
+    /// Names this client in every owner id it hands out (`<label>@<uuid>:<n>` instead of
     /// `<uuid>:<n>`), so that whoever looks at Redis sees which process holds what:
     /// `host:pid`, a pod name, a service. Ids stay unique whatever the label: two clients may
     /// share one. [`build`](Self::build) fails with [`Error::InvalidArgument`] for a label
-    /// that is empty, longer than [`MAX_LABEL_LEN`] bytes, or has a `/`, a brace, white space
-    /// or a control character.
+    /// that is empty, longer than [`MAX_LABEL_LEN`] bytes, or has an `@`, a `/`, a brace,
+    /// white space or a control character.
     ///
     /// ```
     /// use redisync::prelude::*;
@@ -209,7 +209,7 @@ impl ClientBuilder {
     /// # let server = redisync_test_harness::RedisServer::start();
     /// # let url = server.url();
     /// let client = Client::builder(url).label("billing-7f9c:4242").build().await?;
-    /// assert!(client.id().starts_with("billing-7f9c:4242/"));
+    /// assert!(client.id().starts_with("billing-7f9c:4242@"));
     /// # Ok(())
     /// # }
     /// ```
@@ -417,15 +417,16 @@ impl Client {
     }
 }
 
-/// Refuses a label that would make owner ids ambiguous or unusable: a `/` ends the label in
-/// an id, a brace could become a key's hash tag, white space separates ids in some records.
+/// Refuses a label that would make owner ids ambiguous or unusable: an `@` ends the label in
+/// an id, a `/` would make ids (and permit ids) unfit for file names, a brace could become a
+/// key's hash tag, white space separates ids in some records.
 fn check_label(label: &str) -> Result<()> {
-    let bad = label
-        .chars()
-        .find(|c| *c == '/' || *c == '{' || *c == '}' || c.is_whitespace() || c.is_control());
+    let bad = label.chars().find(|c| {
+        *c == '@' || *c == '/' || *c == '{' || *c == '}' || c.is_whitespace() || c.is_control()
+    });
     if label.is_empty() || label.len() > MAX_LABEL_LEN || bad.is_some() {
         return Err(Error::invalid(format!(
-            "a client label must have 1 to {MAX_LABEL_LEN} bytes and no '/', braces, white \
+            "a client label must have 1 to {MAX_LABEL_LEN} bytes and no '@', '/', braces, white \
              space or control characters, found {label:?}"
         )));
     }

@@ -147,7 +147,7 @@ impl Client {
         let transport = Arc::new(transport);
         let shared = Arc::new(Shared {
             id: match &transport.config.label {
-                Some(label) => format!("{label}/{}", uuid::Uuid::new_v4()),
+                Some(label) => format!("{label}@{}", uuid::Uuid::new_v4()),
                 None => uuid::Uuid::new_v4().to_string(),
             },
             hub: Arc::new(Hub::new(transport.config.wait_strategy)),
@@ -171,7 +171,7 @@ impl Client {
     }
 
     /// This client's unique id, part of every owner id it hands out: a UUID, after the
-    /// client's [label](crate::ClientBuilder::label) and a `/` if it has one.
+    /// client's [label](crate::ClientBuilder::label) and an `@` if it has one.
     pub fn id(&self) -> &str {
         &self.shared().id
     }
