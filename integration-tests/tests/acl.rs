@@ -163,7 +163,7 @@ async fn a_user_with_the_documented_rules_can_use_every_primitive() {
         redis::cmd("GET").arg("someone-else").query(&mut conn);
     assert!(read.is_err(), "read a key outside the prefix: {read:?}");
     let wrote: redis::RedisResult<()> = redis::cmd("SET")
-        .arg("redisync:{x}:lock")
+        .arg(common::keys::lock("x").hash)
         .arg("1")
         .query(&mut conn);
     assert!(

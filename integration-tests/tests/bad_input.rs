@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use common::{client, ms, strings, text};
+use common::{client, keys, ms, strings, text};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -1427,56 +1427,65 @@ fn plant(server: &RedisServer, key: &str, shape: &[&str]) {
     server.cmd(&args);
 }
 
-/// One primitive's keys (from its rustdoc "Redis keys" table) and its calls.
+/// A key of the primitive named by the argument.
+type KeyOf = fn(&str) -> String;
+
+/// One primitive's keys (from its layout) and its calls.
 struct Foreign {
     primitive: &'static str,
-    /// (key suffix after `redisync:{name}:`, whether every call reads it)
-    keys: &'static [(&'static str, bool)],
+    /// (the key, whether every call reads it)
+    keys: &'static [(KeyOf, bool)],
     calls: fn(&str, &Client, &str) -> Vec<Case>,
 }
 
 const FOREIGN: &[Foreign] = &[
     Foreign {
         primitive: "lock",
-        keys: &[("lock", true), ("fence", false)],
+        keys: &[
+            (|n| keys::lock(n).hash, true),
+            (|n| keys::lock(n).fence, false),
+        ],
         calls: |prefix, c, name| lock_calls(prefix, &c.lock(name)),
     },
     Foreign {
         primitive: "fair lock",
         keys: &[
-            ("fair:lock", true),
-            ("fair:fence", false),
-            ("fair:queue", false),
-            ("fair:deadlines", false),
+            (|n| keys::fair_lock(n).hash, true),
+            (|n| keys::fair_lock(n).fence, false),
+            (|n| keys::fair_lock(n).queue, false),
+            (|n| keys::fair_lock(n).deadlines, false),
         ],
         calls: |prefix, c, name| fair_calls(prefix, &c.fair_lock(name)),
     },
     Foreign {
         primitive: "rwlock",
         keys: &[
-            ("rw", true),
-            ("rw:readers", false),
-            ("rw:writers", false),
-            ("rw:fence", false),
+            (|n| keys::rw(n).hash, true),
+            (|n| keys::rw(n).readers, false),
+            (|n| keys::rw(n).writers, false),
+            (|n| keys::rw(n).fence, false),
         ],
         calls: |prefix, c, name| rw_calls(prefix, &c.read_write_lock(name)),
     },
     Foreign {
         primitive: "semaphore",
-        keys: &[("semaphore", true), ("semaphore:generation", false)],
+        keys: &[
+            (|n| keys::semaphore(n).permits, true),
+            (|n| keys::semaphore(n).generation, false),
+        ],
         calls: |prefix, c, name| semaphore_calls(prefix, &c.semaphore(name)),
     },
     Foreign {
         primitive: "expirable semaphore",
         keys: &[
-            ("expirable-semaphore", true),
-            ("expirable-semaphore:leases", false),
+            (|n| keys::expirable(n).permits, true),
+            (|n| keys::expirable(n).leases, false),
         ],
         calls: |prefix, c, name| expirable_calls(prefix, &c.expirable_semaphore(name)),
     },
     Foreign {
         primitive: "latch",
-        keys: &[("latch", true)],
+        keys: &[(|n| keys::latch(n).latch, true)],
         calls: |prefix, c, name| latch_calls(prefix, &c.count_down_latch(name)),
     },
 ];
@@ -1490,16 +1499,18 @@ async fn foreign_data(only: &[&str], known_bugs: &[(&str, &str)]) {
     let c = client(&server).await;
     let mut checker = Checker::new(&server, &[&c]);
     for foreign in FOREIGN {
-        for (suffix, main) in foreign.keys {
+        for (i, (key_of, main)) in foreign.keys.iter().enumerate() {
             for (shape, plant_args) in SHAPES {
-                let name = format!("f-{}", suffix.replace(':', "-"));
-                let key = format!("redisync:{{{name}}}:{suffix}");
+                let name = format!("f-{}-{i}", foreign.primitive.replace(' ', "-"));
+                let key = key_of(&name);
+                // What follows the name in the key: `:lock`, `:fair:queue`...
+                let suffix = key.strip_prefix(keys::space(&name).base()).unwrap_or(&key);
                 let restore = |server: &RedisServer| {
                     server.cmd(&["FLUSHALL"]);
                     plant(server, &key, plant_args)
                 };
                 restore(&server);
-                let prefix = format!("{}, {shape} under :{suffix}:", foreign.primitive);
+                let prefix = format!("{}, {shape} under {suffix}:", foreign.primitive);
                 let cases: Vec<Case> = (foreign.calls)(&prefix, &c, &name)
                     .into_iter()
                     .filter(|(label, _)| only.is_empty() || only.iter().any(|o| label.contains(o)))
@@ -1566,7 +1577,6 @@ async fn releases_over_foreign_data_are_refused_and_leave_it_alone() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut checker = Checker::new(&server, &[&c]);
-    let key = |name: &str, suffix: &str| format!("redisync:{{{name}}}:{suffix}");
     macro_rules! release_case {
         ($label:expr, $key:expr, $held:expr, |$g:ident| $release:expr) => {{
             let $g = $held;
@@ -1583,25 +1593,25 @@ async fn releases_over_foreign_data_are_refused_and_leave_it_alone() {
     }
     release_case!(
         "lock guard unlock",
-        key("r-lock", "lock"),
+        keys::lock("r-lock").hash,
         c.lock("r-lock").lock().await.unwrap(),
         |g| g.unlock()
     );
     release_case!(
         "fair lock guard unlock",
-        key("r-fair", "fair:lock"),
+        keys::fair_lock("r-fair").hash,
         c.fair_lock("r-fair").lock().await.unwrap(),
         |g| g.unlock()
     );
     release_case!(
         "read guard unlock",
-        key("r-read", "rw"),
+        keys::rw("r-read").hash,
         c.read_write_lock("r-read").read().await.unwrap(),
         |g| g.unlock()
     );
     release_case!(
         "write guard unlock",
-        key("r-write", "rw"),
+        keys::rw("r-write").hash,
         c.read_write_lock("r-write").write().await.unwrap(),
         |g| g.unlock()
     );
@@ -1609,7 +1619,7 @@ async fn releases_over_foreign_data_are_refused_and_leave_it_alone() {
     assert!(sem.try_set_permits(2).await.unwrap());
     release_case!(
         "semaphore permit release",
-        key("r-sem", "semaphore"),
+        keys::semaphore("r-sem").permits,
         sem.acquire().await.unwrap(),
         |g| g.release()
     );
@@ -1617,7 +1627,7 @@ async fn releases_over_foreign_data_are_refused_and_leave_it_alone() {
     assert!(xsem.try_set_permits(2).await.unwrap());
     release_case!(
         "expirable permit release",
-        key("r-xsem", "expirable-semaphore"),
+        keys::expirable("r-xsem").permits,
         xsem.acquire().await.unwrap(),
         |g| g.release()
     );
@@ -1629,13 +1639,13 @@ async fn releases_over_foreign_data_are_refused_and_leave_it_alone() {
     std::mem::forget(permit);
     release_case!(
         "expirable release_by_id",
-        key("r-xsem-id", "expirable-semaphore"),
+        keys::expirable("r-xsem-id").permits,
         xsem2.clone(),
         |s| async move { s.release_by_id(&id).await }
     );
     release_case!(
         "multi-lock guard unlock (one sub-lock overwritten)",
-        key("r-m-2", "lock"),
+        keys::lock("r-m-2").hash,
         c.multi_lock([c.lock("r-m-1"), c.lock("r-m-2")])
             .lock()
             .await

@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{client, cut_after, cut_at_await, strings, text};
+use common::{client, cut_after, cut_at_await, keys, strings, text};
 use redis::Value;
 use redisync::prelude::*;
 use redisync::LocalState;
@@ -486,7 +486,7 @@ async fn cut_client(server: &RedisServer) -> Client {
 }
 
 fn key_pattern(name: &str) -> String {
-    format!("redisync:{{{name}}}:*")
+    keys::all(name)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -504,7 +504,7 @@ async fn every_lock_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:wake:{}", c.id())],
+        channels: vec![keys::lock(name).wake_channels.of(c.id())],
         calls: vec![
             call!("lock", lock, got, |l| l.lock()),
             call!("lock_with_lease", lock, got, |l| l.lock_with_lease(LONG)),
@@ -564,7 +564,7 @@ async fn every_read_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:rw:wake")],
+        channels: vec![keys::rw(name).channel],
         calls: vec![
             call!("read", rw, got, |l| l.read()),
             call!("read_with_lease", rw, got, |l| l.read_with_lease(LONG)),
@@ -594,7 +594,7 @@ async fn every_write_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:rw:wake")],
+        channels: vec![keys::rw(name).channel],
         calls: vec![
             call!("write", rw, got, |l| l.write()),
             call!("write_with_lease", rw, got, |l| l.write_with_lease(LONG)),
@@ -625,7 +625,7 @@ async fn every_semaphore_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:semaphore:wake:{}", c.id())],
+        channels: vec![keys::semaphore(name).wake_channels.of(c.id())],
         calls: vec![
             call!("acquire", sem, got, |s| s.acquire()),
             call!("acquire_many(2)", sem, got, |s| s.acquire_many(2)),
@@ -657,10 +657,7 @@ async fn every_expirable_semaphore_acquire_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!(
-            "redisync:{{{name}}}:expirable-semaphore:wake:{}",
-            c.id()
-        )],
+        channels: vec![keys::expirable(name).wake_channels.of(c.id())],
         calls: vec![
             call!("acquire", sem, got, |s| s.acquire()),
             call!("acquire_with_lease", sem, got, |s| s
@@ -695,7 +692,7 @@ async fn every_latch_wait_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:latch:wake")],
+        channels: vec![keys::latch(name).channel],
         calls: vec![
             call!("wait", latch, nothing, |l| l.wait()),
             call!("wait_for", latch, nothing, |l| l.wait_for(LONG)),
@@ -725,7 +722,7 @@ async fn every_multi_lock_acquire_leaves_nothing_when_cut() {
         pattern: "redisync:{ml-*".to_owned(),
         channels: ["ml-a", "ml-b", "ml-c"]
             .iter()
-            .flat_map(|n| [&c, &d].map(|x| format!("redisync:{{{n}}}:wake:{}", x.id())))
+            .flat_map(|n| [&c, &d].map(|x| keys::lock(n).wake_channels.of(x.id())))
             .collect(),
         calls: vec![
             call!("lock (two clients)", multi, got, |m| m.lock()),
@@ -757,7 +754,7 @@ async fn every_campaign_leaves_nothing_when_cut() {
         inspector: Inspector::new(&server),
         clients: vec![c.clone()],
         pattern: key_pattern(name),
-        channels: vec![format!("redisync:{{{name}}}:election:wake:{}", c.id())],
+        channels: vec![keys::election(name).wake_channels.of(c.id())],
         calls: vec![
             call!("campaign", election, got, |e| e.campaign("cut")),
             call!("try_campaign", election, maybe, |e| e.try_campaign("cut")),
@@ -891,7 +888,7 @@ async fn every_rate_limiter_decision_gives_its_units_back_when_cut() {
         (&busy, "cut-rate-busy", true),
     ] {
         assert!(limiter.try_acquire(1).await.unwrap().allowed);
-        let state = format!("redisync:{{{name}}}:rate:state");
+        let state = keys::rate(name).state;
         let decisions: Vec<(&str, Decide)> = vec![
             ("try_acquire", {
                 let l = limiter.clone();

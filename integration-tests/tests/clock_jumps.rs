@@ -197,9 +197,9 @@ impl Kind {
     fn remaining_ms(self, server: &RedisServer, name: &str, held: &Held) -> i64 {
         match (self, held) {
             (Kind::Lock, _) => int(server, &["PTTL", &lock_key(name)]),
-            (Kind::Write, _) => int(server, &["PTTL", &format!("redisync:{{{name}}}:rw")]),
+            (Kind::Write, _) => int(server, &["PTTL", &common::rw_hash_key(name)]),
             (Kind::Permit, Held::Permit(permit)) => {
-                let leases = format!("redisync:{{{name}}}:expirable-semaphore:leases");
+                let leases = common::keys::expirable(name).leases;
                 let ends: f64 = common::text(&server.cmd(&["ZSCORE", &leases, permit.id()]))
                     .parse()
                     .unwrap();

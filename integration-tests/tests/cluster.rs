@@ -80,7 +80,7 @@ async fn cluster_client(cluster: &RedisCluster) -> Client {
 /// The slot of every key and channel of the primitive `name` (default prefix), as redisync
 /// computes it.
 fn slot_of_name(name: &str) -> u16 {
-    keys::slot(&format!("redisync:{{{name}}}"))
+    common::keys::space(name).slot()
 }
 
 /// The master serving `slot` in a slot map from [`RedisCluster::slot_map`].
@@ -301,7 +301,7 @@ async fn fair_lock_serves_three_waiters_in_arrival_order() {
         cluster_client(&cluster).await,
     );
     let (master, name) = names_on_each_master(&cluster, "fair", 1).remove(1);
-    let queue = format!("redisync:{{{name}}}:fair:queue");
+    let queue = common::keys::fair_lock(&name).queue;
 
     let holder = a.fair_lock(&name).lock().await.expect("fair lock");
     let log: Arc<Mutex<Vec<usize>>> = Arc::default();
@@ -329,7 +329,7 @@ async fn fair_lock_serves_three_waiters_in_arrival_order() {
         .await;
         if who == 0 {
             // The first waiter's own channel, which the release must publish on.
-            let pattern = format!("redisync:{{{name}}}:fair:wake:*");
+            let pattern = common::keys::fair_lock(&name).wake_channels.of("*");
             let channels =
                 || strings(&cluster.cmd_on(master, &["PUBSUB", "SHARDCHANNELS", &pattern]));
             eventually("the first waiter subscribed", SETTLE, || {
@@ -365,8 +365,8 @@ async fn read_write_lock_readers_share_and_a_writer_waits_for_them() {
         cluster_client(&cluster).await,
     );
     let (master, name) = names_on_each_master(&cluster, "rw", 1).remove(2);
-    let readers_key = format!("redisync:{{{name}}}:rw:readers");
-    let writers_key = format!("redisync:{{{name}}}:rw:writers");
+    let rw = common::keys::rw(&name);
+    let (readers_key, writers_key) = (rw.readers, rw.writers);
 
     let read_a = a
         .read_write_lock(&name)
@@ -403,8 +403,7 @@ async fn read_write_lock_readers_share_and_a_writer_waits_for_them() {
         .is_none());
     read_a.unlock().await.expect("read unlock");
     assert_still_waiting("the writer", ms(200), &writer).await;
-    let mut listener =
-        ShardListener::new(&cluster, master, &format!("redisync:{{{name}}}:rw:wake"));
+    let mut listener = ShardListener::new(&cluster, master, &rw.channel);
     read_b.unlock().await.expect("read unlock");
     listener.expect_message(WAKE);
     let write = finish("the writer", WAKE, writer).await.expect("write");
@@ -439,7 +438,7 @@ async fn semaphores_wake_a_waiter_of_the_other_client_on_release() {
     let other = b.semaphore(name);
     assert!(other.try_acquire().await.expect("try_acquire").is_none());
     let waiter = tokio::spawn(async move { other.acquire().await });
-    let channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
+    let channel = common::keys::semaphore(name).wake_channels.of(b.id());
     await_shard_subscriber(&cluster, *master, &channel).await;
     let mut listener = ShardListener::new(&cluster, *master, &channel);
     assert_still_waiting("the semaphore waiter", ms(100), &waiter).await;
@@ -459,7 +458,7 @@ async fn semaphores_wake_a_waiter_of_the_other_client_on_release() {
     let other = b.expirable_semaphore(name);
     assert!(other.try_acquire().await.expect("try_acquire").is_none());
     let waiter = tokio::spawn(async move { other.acquire().await });
-    let channel = format!("redisync:{{{name}}}:expirable-semaphore:wake:{}", b.id());
+    let channel = common::keys::expirable(name).wake_channels.of(b.id());
     await_shard_subscriber(&cluster, *master, &channel).await;
     let mut listener = ShardListener::new(&cluster, *master, &channel);
     assert_still_waiting("the expirable semaphore waiter", ms(100), &waiter).await;
@@ -486,7 +485,7 @@ async fn latch_waiter_of_the_other_client_returns_when_the_count_reaches_zero() 
     assert!(latch.try_set_count(2).await.expect("arm"));
     let other = b.count_down_latch(&name);
     let waiter = tokio::spawn(async move { other.wait().await });
-    let channel = format!("redisync:{{{name}}}:latch:wake");
+    let channel = common::keys::latch(&name).channel;
     await_shard_subscriber(&cluster, master, &channel).await;
     latch.count_down().await.expect("count down");
     assert_eq!(latch.count().await.expect("count"), 1);
@@ -551,37 +550,53 @@ async fn multi_lock_over_three_slots_is_all_or_none() {
 // 2. One slot per primitive
 // ---------------------------------------------------------------------------------------------
 
-/// The kinds of primitive, with the keys (suffixes; a trailing `*` matches any rest) and the
-/// channel (a prefix) a primitive of that kind has in the state
-/// `every_key_of_a_primitive_shares_one_slot_on_its_master` puts it in.
-const KINDS: &[(&str, &[&str], &str)] = &[
-    ("lock", &["lock", "fence"], "wake"),
-    (
-        "fair",
-        &["fair:lock", "fair:fence", "fair:queue", "fair:deadlines"],
-        "fair:wake:",
-    ),
-    ("rw", &["rw", "rw:readers", "rw:writers"], "rw:wake"),
-    (
-        "sem",
-        &["semaphore", "semaphore:generation", "semaphore:attempt:*"],
-        // Each waiting client listens on a channel of its own, `semaphore:wake:<client id>`.
-        "semaphore:wake:",
-    ),
-    (
-        "xsem",
-        &["expirable-semaphore", "expirable-semaphore:leases"],
-        "expirable-semaphore:wake:",
-    ),
-    ("latch", &["latch"], "latch:wake"),
+/// The keys (a trailing `*` matches any rest) and the channel (a prefix) of a primitive named
+/// by the argument.
+type KeysOf = fn(&str) -> (Vec<String>, String);
+
+/// The kinds of primitive, with the keys and channel a primitive of that kind has in the
+/// state `every_key_of_a_primitive_shares_one_slot_on_its_master` puts it in.
+const KINDS: &[(&str, KeysOf)] = &[
+    ("lock", |name| {
+        let lock = common::keys::lock(name);
+        let wake = lock.wake_channels.prefix().to_owned();
+        (vec![lock.hash, lock.fence], wake)
+    }),
+    ("fair", |name| {
+        let fair = common::keys::fair_lock(name);
+        let wake = fair.wake_channels.prefix().to_owned();
+        (
+            vec![fair.hash, fair.fence, fair.queue, fair.deadlines],
+            wake,
+        )
+    }),
+    ("rw", |name| {
+        let rw = common::keys::rw(name);
+        (vec![rw.hash, rw.readers, rw.writers], rw.channel)
+    }),
+    ("sem", |name| {
+        let sem = common::keys::semaphore(name);
+        // Each waiting client listens on a channel of its own.
+        let wake = sem.wake_channels.prefix().to_owned();
+        let attempts = sem.attempt_records.of("*");
+        (vec![sem.permits, sem.generation, attempts], wake)
+    }),
+    ("xsem", |name| {
+        let xsem = common::keys::expirable(name);
+        let wake = xsem.wake_channels.prefix().to_owned();
+        (vec![xsem.permits, xsem.leases], wake)
+    }),
+    ("latch", |name| {
+        let latch = common::keys::latch(name);
+        (vec![latch.latch], latch.channel)
+    }),
 ];
 
-/// The name inside the hash tag of a key or channel `redisync:{<name>}:<suffix>`, and the
-/// suffix.
-fn split_key(key: &str) -> (String, String) {
-    let rest = key.strip_prefix("redisync:{").expect("redisync key");
-    let (name, suffix) = rest.split_once("}:").expect("tagged key");
-    (name.to_owned(), suffix.to_owned())
+/// The name inside the hash tag of a key or channel `<prefix>:{<name>}:<suffix>`.
+fn name_of(key: &str) -> String {
+    let (_, rest) = key.split_once('{').expect("tagged key");
+    let (name, _) = rest.split_once("}:").expect("tagged key");
+    name.to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,7 +610,7 @@ async fn every_key_of_a_primitive_shares_one_slot_on_its_master() {
     let mut waiters: Vec<JoinHandle<()>> = Vec::new();
     // Every kind on every master: (kind, name, master).
     let mut primitives: Vec<(&str, String, usize)> = Vec::new();
-    for &(kind, _, _) in KINDS {
+    for &(kind, _) in KINDS {
         for (master, name) in names_on_each_master(&cluster, &format!("slots-{kind}"), 1) {
             primitives.push((kind, name, master));
         }
@@ -618,7 +633,7 @@ async fn every_key_of_a_primitive_shares_one_slot_on_its_master() {
                 waiters.push(tokio::spawn(async move {
                     let _ = lock.lock().await;
                 }));
-                let queue = format!("redisync:{{{name}}}:fair:queue");
+                let queue = common::keys::fair_lock(&name).queue;
                 eventually("the fair waiter is queued", SETTLE, || {
                     zcard_on(&cluster, master, &queue) == 1
                 })
@@ -632,7 +647,7 @@ async fn every_key_of_a_primitive_shares_one_slot_on_its_master() {
                 waiters.push(tokio::spawn(async move {
                     let _ = lock.write().await;
                 }));
-                let writers = format!("redisync:{{{name}}}:rw:writers");
+                let writers = common::keys::rw(&name).writers;
                 eventually("the writer waits", SETTLE, || {
                     zcard_on(&cluster, master, &writers) == 1
                 })
@@ -683,33 +698,34 @@ async fn every_key_of_a_primitive_shares_one_slot_on_its_master() {
     })
     .await;
 
-    // Where each key and channel is: name -> (suffix, node, is channel).
+    // Where each key and channel is: name -> (key, node, is channel).
     let mut found: BTreeMap<String, Vec<(String, usize, bool)>> = BTreeMap::new();
     for &master in &masters {
         for key in cluster.keys_on_node(master) {
             if key.starts_with("redisync:{slots-") {
-                let (name, suffix) = split_key(&key);
-                found.entry(name).or_default().push((suffix, master, false));
+                let name = name_of(&key);
+                found.entry(name).or_default().push((key, master, false));
             }
         }
         for channel in channels_of(master) {
-            let (name, suffix) = split_key(&channel);
-            found.entry(name).or_default().push((suffix, master, true));
+            let name = name_of(&channel);
+            found.entry(name).or_default().push((channel, master, true));
         }
     }
 
     let mut covered = BTreeSet::new();
     for (kind, name, master) in &primitives {
-        let (_, suffixes, channel) = KINDS.iter().find(|(k, _, _)| k == kind).unwrap();
+        let (_, keys_of) = KINDS.iter().find(|(k, _)| k == kind).unwrap();
+        let (expected_keys, channel) = keys_of(name);
         let entries = found
             .remove(name)
             .unwrap_or_else(|| panic!("no key of {kind} {name} found"));
-        for expected in *suffixes {
-            let present = entries.iter().any(|(suffix, _, is_channel)| {
+        for expected in &expected_keys {
+            let present = entries.iter().any(|(key, _, is_channel)| {
                 !is_channel
                     && match expected.strip_suffix('*') {
-                        Some(prefix) => suffix.starts_with(prefix),
-                        None => suffix == expected,
+                        Some(prefix) => key.starts_with(prefix),
+                        None => key == expected,
                     }
             });
             assert!(
@@ -720,15 +736,14 @@ async fn every_key_of_a_primitive_shares_one_slot_on_its_master() {
         assert!(
             entries
                 .iter()
-                .any(|(suffix, _, is_channel)| *is_channel && suffix.starts_with(channel)),
+                .any(|(key, _, is_channel)| *is_channel && key.starts_with(&channel)),
             "{kind} {name}: channel {channel} not subscribed on its shard: {entries:?}"
         );
         let slot = slot_of_name(name);
         assert_eq!(cluster.master_for_slot(slot), *master);
-        for (suffix, node, is_channel) in &entries {
-            let key = format!("redisync:{{{name}}}:{suffix}");
-            assert_eq!(cluster.slot_of(&key), slot, "CLUSTER KEYSLOT {key}");
-            assert_eq!(keys::slot(&key), slot, "keys::slot({key})");
+        for (key, node, is_channel) in &entries {
+            assert_eq!(cluster.slot_of(key), slot, "CLUSTER KEYSLOT {key}");
+            assert_eq!(keys::slot(key), slot, "keys::slot({key})");
             assert_eq!(
                 node, master,
                 "{key} (channel: {is_channel}) is on node {node}, not on the master of slot {slot}"
@@ -1170,7 +1185,7 @@ async fn a_user_with_the_documented_cluster_rules_can_lock_and_wait() {
     let permit = semaphore.acquire().await.expect("acquire");
     let other = b.semaphore(&name);
     let waiter = tokio::spawn(async move { other.acquire().await });
-    let channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
+    let channel = common::keys::semaphore(&name).wake_channels.of(b.id());
     await_shard_subscriber(&cluster, master, &channel).await;
     let mut listener = ShardListener::new(&cluster, master, &channel);
     permit.release().await.expect("release");
@@ -1271,7 +1286,8 @@ async fn leader_election_hands_over_and_announces_changes_on_every_master() {
             matches!(first_item, Ok(Some(Ok(None)))),
             "{name}: {first_item:?}"
         );
-        let changes = format!("redisync:{{{name}}}:election:changes");
+        let election = common::keys::election(&name);
+        let changes = election.changes.clone();
         await_shard_subscriber(&cluster, master, &changes).await;
         // The change notice is published on the channel's shard.
         let mut listener = ShardListener::new(&cluster, master, &changes);
@@ -1289,24 +1305,16 @@ async fn leader_election_hands_over_and_announces_changes_on_every_master() {
             "{name}: {seen:?}"
         );
         // Every key lives on the master serving the name's slot.
-        let leader_key = format!("redisync:{{{name}}}:election:leader");
-        let term_key = format!("redisync:{{{name}}}:election:term");
+        let (leader_key, term_key) = (election.leader.clone(), election.term.clone());
         assert!(exists_on(&cluster, master, &leader_key), "{name}");
         assert!(exists_on(&cluster, master, &term_key), "{name}");
 
         let other = b.leader_election(&name);
         assert!(other.try_campaign("b").await.expect("try").is_none());
         let waiter = tokio::spawn(async move { other.campaign("b").await });
-        let wake = format!("redisync:{{{name}}}:election:wake:{}", b.id());
+        let wake = election.wake_channels.of(b.id());
         await_shard_subscriber(&cluster, master, &wake).await;
-        assert_eq!(
-            zcard_on(
-                &cluster,
-                master,
-                &format!("redisync:{{{name}}}:election:waiters")
-            ),
-            1
-        );
+        assert_eq!(zcard_on(&cluster, master, &election.waiters), 1);
         let first_term = first.term();
         first.resign().await.expect("resign");
         let second = finish("the waiting candidate", WAKE, waiter)

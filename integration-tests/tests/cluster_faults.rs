@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{assert_idle, eventually, lock_key, ms, shard_subscribers, wake_channel, Paused};
+use common::{
+    assert_idle, eventually, keys, lock_key, ms, shard_subscribers, wake_channel, Paused,
+};
 use redisync::prelude::*;
 use redisync_test_harness::{wait_until, RedisCluster};
 
@@ -76,9 +78,9 @@ async fn migrate(cluster: RedisCluster, slot: u16, target: usize) -> (RedisClust
     (cluster, Instant::now())
 }
 
-/// `redisync:{<name>}:fence`, the lock's fencing counter.
+/// The lock's fencing counter.
 fn fence_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:fence")
+    keys::lock(name).fence
 }
 
 /// `PTTL` of `key` on node `node` (negative if it has none or does not exist).
@@ -837,7 +839,7 @@ async fn a_waiter_retrying_through_a_primary_kill_is_woken_on_the_new_primary() 
     // Registered there too, and no withdrawal of an earlier try takes that out: one sent
     // alongside the attempt could land after it (a withdrawal that met `MOVED` goes again to
     // the new primary over another connection).
-    let waiters = format!("redisync:{{{name}}}:waiters");
+    let waiters = keys::lock(name).waiters;
     let registered =
         || cluster.cmd_on(promoted, &["ZSCORE", &waiters, &channel]) != redis::Value::Nil;
     eventually("the waiter registered on the new primary", SETTLE, || {
@@ -1174,7 +1176,7 @@ async fn a_hold_is_renewed_through_a_half_migrated_slot() {
 async fn a_permit_released_while_its_slot_is_half_moved_comes_back_after_the_move() {
     let cluster = start_cluster(&[]).await;
     let name = "halfpermit";
-    let permits_key = format!("redisync:{{{name}}}:semaphore");
+    let permits_key = keys::semaphore(name).permits;
     let slot = cluster.slot_of(&permits_key);
     let (_, target) = owner_and_another(&cluster, slot);
     let a = cluster_client(&cluster, ms(1000), ms(30_000)).await;
@@ -1227,13 +1229,13 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     let started = Instant::now();
     let cluster = start_cluster(&[]).await;
     let name = "sl";
-    let latch_channel = format!("redisync:{{{name}}}:latch:wake");
+    let latch_channel = keys::latch(name).channel;
     let slot = cluster.slot_of(&latch_channel);
     let (source, target) = owner_and_another(&cluster, slot);
 
     let (a, b) = two_long_lease_clients(&cluster).await;
     // A semaphore waiter listens on its client's own channel.
-    let sem_channel = format!("redisync:{{{name}}}:semaphore:wake:{}", b.id());
+    let sem_channel = keys::semaphore(name).wake_channels.of(b.id());
     assert_eq!(cluster.slot_of(&sem_channel), slot);
     let sem = a.semaphore(name);
     assert!(sem.try_set_permits(1).await.expect("set permits"));
@@ -1285,7 +1287,7 @@ async fn semaphore_and_latch_waiters_follow_a_slot_migration() {
     woken_within("the latch waiter", latch_waiter, counted, ms(1000)).await;
     assert!(cluster
         .keys_on_node(target)
-        .contains(&format!("redisync:{{{name}}}:semaphore")));
+        .contains(&keys::semaphore(name).permits));
     permit.release().await.expect("release");
     quiesce(&[&a, &b]).await;
     eprintln!("test took {:?}", started.elapsed());
@@ -1301,7 +1303,7 @@ async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
     let started = Instant::now();
     let cluster = start_cluster(&[]).await;
     let name = "rl";
-    let channel = format!("redisync:{{{name}}}:rate:changed");
+    let channel = keys::rate(name).changed;
     let slot = cluster.slot_of(&channel);
     let (source, target) = owner_and_another(&cluster, slot);
 
@@ -1343,11 +1345,8 @@ async fn a_rate_limiter_and_its_waiter_follow_a_slot_migration() {
         "the spent budget did not move: {refused:?}"
     );
     assert!(refused.retry_after > Duration::from_secs(60), "{refused:?}");
-    let keys = cluster.keys_on_node(target);
-    assert!(
-        keys.contains(&format!("redisync:{{{name}}}:rate")),
-        "{keys:?}"
-    );
+    let found = cluster.keys_on_node(target);
+    assert!(found.contains(&keys::rate(name).rate), "{found:?}");
     assert!(
         !waiter.is_finished(),
         "the waiter returned before the rate changed"

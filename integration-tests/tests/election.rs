@@ -29,19 +29,19 @@ const HOLDER: &str = env!("CARGO_BIN_EXE_holder");
 const SETTLE: Duration = Duration::from_secs(10);
 
 fn leader_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:election:leader")
+    common::keys::election(name).leader
 }
 
 fn waiters_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:election:waiters")
+    common::keys::election(name).waiters
 }
 
 fn wake_channel(name: &str, client: &Client) -> String {
-    format!("redisync:{{{name}}}:election:wake:{}", client.id())
+    common::keys::election(name).wake_channels.of(client.id())
 }
 
 fn changes_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:election:changes")
+    common::keys::election(name).changes
 }
 
 /// A resource that accepts a write only with a term at least the highest it has seen.

@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{
-    client, client_with_watchdog, command_stats, eventually, exists, int, ms, strings, text, zcard,
+    client, client_with_watchdog, command_stats, eventually, exists, int, keys, ms, strings, text,
+    zcard,
 };
+use redisync::layout::FairLockLayout;
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::{ChaosProxy, RedisServer};
@@ -56,24 +58,8 @@ const CLOCK_SLACK: Duration = Duration::from_millis(10);
 // Redis names under the default prefix, and server-side inspection.
 
 /// The fair lock's Redis names for the default prefix.
-struct FairKeys {
-    lock: String,
-    fence: String,
-    queue: String,
-    deadlines: String,
-    /// Prefix of each waiter's own wake-up channel.
-    wake: String,
-}
-
-fn fair_keys(name: &str) -> FairKeys {
-    let base = format!("redisync:{{{name}}}:fair:");
-    FairKeys {
-        lock: format!("{base}lock"),
-        fence: format!("{base}fence"),
-        queue: format!("{base}queue"),
-        deadlines: format!("{base}deadlines"),
-        wake: format!("{base}wake:"),
-    }
+fn fair_keys(name: &str) -> FairLockLayout {
+    keys::fair_lock(name)
 }
 
 /// The waiter ids in the queue, head first.
@@ -97,7 +83,7 @@ fn server_ms(server: &RedisServer) -> i64 {
 
 /// The wake-up channels of the lock's waiters that someone is subscribed to.
 fn wake_channels(server: &RedisServer, name: &str) -> Vec<String> {
-    let pattern = format!("{}*", fair_keys(name).wake);
+    let pattern = fair_keys(name).wake_channels.of("*");
     let mut channels = strings(&server.cmd(&["PUBSUB", "CHANNELS", &pattern]));
     channels.sort();
     channels
@@ -416,7 +402,7 @@ async fn waiter_whose_process_dies_mid_queue_delays_the_next_by_at_most_four_hea
         dead.starts_with(&dying_client),
         "{dead} is not the dying waiter"
     );
-    let dead_channel = format!("{}{dead}", keys.wake);
+    let dead_channel = keys.wake_channels.of(&dead);
     eventually("the dying waiter listens", SETTLE, || {
         server.numsub(&dead_channel) == 1
     })
@@ -819,7 +805,7 @@ async fn fair_lock_excludes_and_the_count_is_exact() {
         tokens.last().unwrap().to_string()
     );
     assert_nobody_waits(&server, name).await;
-    assert!(!exists(&server, &fair_keys(name).lock));
+    assert!(!exists(&server, &fair_keys(name).hash));
     for client in &clients {
         assert_eq!(client.local_state(), LocalState::default());
     }
@@ -1025,8 +1011,8 @@ async fn fair_and_reentrant_locks_of_one_name_do_not_exclude_each_other() {
         .unwrap()
         .expect("the reentrant lock is another lock");
     assert_eq!((fair.fencing_token(), plain.fencing_token()), (1, 1));
-    assert!(exists(&server, &keys.lock));
-    assert!(exists(&server, &format!("redisync:{{{name}}}:lock")));
+    assert!(exists(&server, &keys.hash));
+    assert!(exists(&server, &keys::lock(name).hash));
     assert!(b.fair_lock(name).try_lock().await.unwrap().is_none());
     assert!(a.lock(name).try_lock().await.unwrap().is_none());
     fair.unlock().await.unwrap();
@@ -1124,10 +1110,7 @@ async fn each_waiter_has_its_own_channel_and_a_release_wakes_only_the_head() {
         await_queue_len(&server, name, who + 2).await;
     }
     let members = queue_members(&server, name);
-    let mut expected: Vec<String> = members
-        .iter()
-        .map(|w| format!("{}{w}", keys.wake))
-        .collect();
+    let mut expected: Vec<String> = members.iter().map(|w| keys.wake_channels.of(w)).collect();
     expected.sort();
     eventually("every waiter listens on its own channel", SETTLE, || {
         wake_channels(&server, name) == expected
@@ -1136,7 +1119,7 @@ async fn each_waiter_has_its_own_channel_and_a_release_wakes_only_the_head() {
     for channel in &expected {
         assert_eq!(server.numsub(channel), 1, "{channel}");
     }
-    let head_channel = format!("{}{}", keys.wake, members[0]);
+    let head_channel = keys.wake_channels.of(&members[0]);
 
     // Listen to every wake-up channel of the lock while the holder releases.
     let mut conn = server.connection();
@@ -1144,7 +1127,7 @@ async fn each_waiter_has_its_own_channel_and_a_release_wakes_only_the_head() {
     let stop = Arc::new(AtomicBool::new(false));
     let (subscribed_tx, subscribed_rx) = std::sync::mpsc::channel();
     let listener = {
-        let (stop, pattern) = (stop.clone(), format!("{}*", keys.wake));
+        let (stop, pattern) = (stop.clone(), keys.wake_channels.of("*"));
         std::thread::spawn(move || {
             let mut pubsub = conn.as_pubsub();
             pubsub.psubscribe(&pattern).unwrap();
@@ -1391,7 +1374,7 @@ async fn thousands_of_dead_waiters_are_dropped_at_once() {
     assert_eq!(zcard(&server, &keys.queue), 0);
     assert_eq!(zcard(&server, &keys.deadlines), 0);
     guard.unlock().await.expect("unlock");
-    assert!(!exists(&server, &keys.lock));
+    assert!(!exists(&server, &keys.hash));
 }
 
 /// Waiters whose processes died leave no keys behind, even if nobody touches the lock again:
@@ -1491,7 +1474,7 @@ async fn foreign_queue_keys_fail_before_anything_changes() {
     );
     assert!(matches!(guard.unlock().await, Err(Error::WrongType)));
     assert!(
-        exists(&server, &keys.lock),
+        exists(&server, &keys.hash),
         "a failed release changed nothing"
     );
     server.cmd(&["DEL", &keys.deadlines]);
@@ -1629,7 +1612,7 @@ async fn an_uncontended_cycle_leaves_the_queue_alone() {
     let keys = fair_keys("lean-fair");
     assert!(!exists(&server, &keys.queue) && !exists(&server, &keys.deadlines));
     assert_eq!(
-        strings(&server.cmd(&["KEYS", "redisync:{lean-fair}:*"])),
+        strings(&server.cmd(&["KEYS", &keys::all("lean-fair")])),
         vec![keys.fence]
     );
 }

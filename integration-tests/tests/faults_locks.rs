@@ -416,10 +416,10 @@ async fn chaos_run(kind: Kind, faults: bool) -> String {
     let name = "chaos";
     let keys = match kind {
         Kind::Lock => vec![lock_key(name)],
-        Kind::RwLock => vec![
-            format!("redisync:{{{name}}}:rw"),
-            format!("redisync:{{{name}}}:rw:readers"),
-        ],
+        Kind::RwLock => {
+            let rw = common::keys::rw(name);
+            vec![rw.hash, rw.readers]
+        }
     };
     let write_every = match kind {
         Kind::Lock => 1,

@@ -394,15 +394,15 @@ async fn classic_worker(sem: Semaphore, seed: u64, run: Arc<SemRun>) {
 }
 
 fn classic_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore")
+    common::keys::semaphore(name).permits
 }
 
 fn expirable_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:expirable-semaphore")
+    common::keys::expirable(name).permits
 }
 
 fn leases_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:expirable-semaphore:leases")
+    common::keys::expirable(name).leases
 }
 
 /// The classic semaphore's counter, `None` if absent.
@@ -412,12 +412,15 @@ fn raw_count(server: &RedisServer, key: &str) -> Option<i64> {
 
 /// Attempt records that still say `granted`: permits some caller believes it holds.
 fn granted_records(server: &RedisServer, name: &str) -> usize {
-    keys(server, &format!("redisync:{{{name}}}:semaphore:attempt:*"))
-        .iter()
-        .filter(|key| {
-            text(&server.cmd(&["GET", key])).is_some_and(|state| state.starts_with("granted"))
-        })
-        .count()
+    keys(
+        server,
+        &common::keys::semaphore(name).attempt_records.of("*"),
+    )
+    .iter()
+    .filter(|key| {
+        text(&server.cmd(&["GET", key])).is_some_and(|state| state.starts_with("granted"))
+    })
+    .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -782,11 +785,11 @@ async fn expirable_semaphore_never_exceeds_and_never_loses_permits_through_fault
 // Count-down latch.
 
 fn latch_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch")
+    common::keys::latch(name).latch
 }
 
 fn latch_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch:wake")
+    common::keys::latch(name).channel
 }
 
 /// What the latch sampler saw.
@@ -1208,7 +1211,7 @@ async fn latch_waiters_return_through_a_redis_restart() {
 const MULTI_NAMES: [&str; 4] = ["ml-a", "ml-b", "ml-c", "ml-d"];
 
 fn lock_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:lock")
+    common::lock_key(name)
 }
 
 /// Exclusion and token order per lock name, as the holders saw them.
@@ -1455,10 +1458,6 @@ async fn multi_lock_killed_connections_leave_no_sub_lock_held() {
 // ---------------------------------------------------------------------------------------------
 // Fair lock.
 
-fn fair_key(name: &str, suffix: &str) -> String {
-    format!("redisync:{{{name}}}:fair:{suffix}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_queue_ends_empty_and_every_live_waiter_gets_the_lock_once_through_faults() {
     // Waves of live waiters, each wave arriving together, so that a queue forms again and
@@ -1573,12 +1572,9 @@ async fn fair_lock_queue_ends_empty_and_every_live_waiter_gets_the_lock_once_thr
     }
 
     // Quiescence: the lock is free, the queue empty, no waiter's channel subscribed.
-    let (lock, queue, deadlines) = (
-        fair_key(name, "lock"),
-        fair_key(name, "queue"),
-        fair_key(name, "deadlines"),
-    );
-    let wake_pattern = fair_key(name, "wake:*");
+    let fair = common::keys::fair_lock(name);
+    let (lock, queue, deadlines) = (fair.hash, fair.queue, fair.deadlines);
+    let wake_pattern = fair.wake_channels.of("*");
     let quiet = holds_within(SETTLE, || {
         int(&server, &["EXISTS", &lock, &queue, &deadlines]) == 0
             && pubsub_channels(&server, &wake_pattern).is_empty()
@@ -1769,7 +1765,7 @@ async fn rate_limiter_never_exceeds_its_bound_through_faults_and_cancellations()
 
 /// The rate limiter's change channel, on which a waiter listens.
 fn rate_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:rate:changed")
+    common::keys::rate(name).changed
 }
 
 /// A waiter on `limiter` for one unit, for up to 10 minutes, retrying the errors an outage may

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, int, join_all, ms, strings};
+use common::{client, eventually, int, join_all, keys, ms, strings};
+use redisync::layout::KeyFamily;
 use redisync::prelude::*;
 use redisync_test_harness::{ChaosProxy, RedisServer};
 
@@ -81,21 +82,33 @@ enum Kind {
 }
 
 impl Kind {
-    fn suffix(self) -> &'static str {
+    /// The registry of waiting clients.
+    fn waiters(self, name: &str) -> String {
         match self {
-            Kind::Classic => "semaphore",
-            Kind::Expirable => "expirable-semaphore",
+            Kind::Classic => keys::semaphore(name).waiters,
+            Kind::Expirable => keys::expirable(name).waiters,
         }
     }
 
-    /// The registry of waiting clients.
-    fn waiters(self, name: &str) -> String {
-        format!("redisync:{{{name}}}:{}:waiters", self.suffix())
+    /// The waiting clients' wake-up channels, by client id.
+    fn wake_channels(self, name: &str) -> KeyFamily {
+        match self {
+            Kind::Classic => keys::semaphore(name).wake_channels,
+            Kind::Expirable => keys::expirable(name).wake_channels,
+        }
+    }
+
+    /// The records an acquire or a give-back may leave, by attempt or permit id.
+    fn records(self, name: &str) -> KeyFamily {
+        match self {
+            Kind::Classic => keys::semaphore(name).attempt_records,
+            Kind::Expirable => keys::expirable(name).permit_records,
+        }
     }
 
     /// The wake-up channel of `client`.
     fn channel(self, name: &str, client: &Client) -> String {
-        format!("redisync:{{{name}}}:{}:wake:{}", self.suffix(), client.id())
+        self.wake_channels(name).of(client.id())
     }
 
     async fn set(self, client: &Client, name: &str, permits: u64) {
@@ -378,7 +391,7 @@ async fn nothing_is_published_when_nobody_waits() {
         .await
         .unwrap());
     eventually("the latch waiter that gave up is withdrawn", SETTLE, || {
-        !common::exists(&server, "redisync:{quiet-latch}:latch:waiters")
+        !common::exists(&server, &keys::latch("quiet-latch").waiters)
     })
     .await;
     latch.count_down().await.unwrap();
@@ -391,7 +404,7 @@ async fn nothing_is_published_when_nobody_waits() {
         tokio::spawn(async move { latch.wait().await })
     };
     eventually("the latch waiter is registered", SETTLE, || {
-        common::exists(&server, "redisync:{quiet-latch}:latch:waiters")
+        common::exists(&server, &keys::latch("quiet-latch").waiters)
     })
     .await;
     latch.count_down().await.unwrap();
@@ -627,7 +640,7 @@ async fn a_stopped_client_costs_the_next_one_at_most_the_recheck_and_a_vanished_
         // by a connection that never answers the message.
         let name = format!("stopped-{kind:?}");
         kind.set(&releaser, &name, 0).await;
-        let stopped_channel = format!("redisync:{{{name}}}:{}:wake:stopped", kind.suffix());
+        let stopped_channel = kind.wake_channels(&name).of("stopped");
         let mut stopped = server.connection();
         let mut pubsub = stopped.as_pubsub();
         pubsub.subscribe(&stopped_channel).unwrap();
@@ -655,7 +668,7 @@ async fn a_stopped_client_costs_the_next_one_at_most_the_recheck_and_a_vanished_
         // A vanished client (nobody listens on its channel): skipped at once.
         let name = format!("vanished-{kind:?}");
         kind.set(&releaser, &name, 0).await;
-        let vanished = format!("redisync:{{{name}}}:{}:wake:vanished", kind.suffix());
+        let vanished = kind.wake_channels(&name).of("vanished");
         server.cmd(&["ZADD", &kind.waiters(&name), "1", &vanished]);
         let waiter = tokio::spawn(kind.acquire(&b, &name, None));
         eventually("B is registered behind the vanished client", SETTLE, || {
@@ -730,7 +743,7 @@ async fn a_release_whose_reply_was_lost_is_applied_once_and_reported_released() 
         // Once, and nothing kept for it.
         assert_eq!(kind.available(&direct, &name).await, 3, "{kind:?}");
         assert_eq!(
-            strings(&server.cmd(&["KEYS", &format!("redisync:{{{name}}}:*:*:*")])),
+            strings(&server.cmd(&["KEYS", &kind.records(&name).of("*")])),
             Vec::<String>::new(),
             "{kind:?}: a record was left"
         );

@@ -42,21 +42,21 @@ const BY_MESSAGE: Duration = Duration::from_millis(500);
 // Redis names under the default prefix, the scripts, and server-side inspection.
 
 fn latch_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch")
+    common::keys::latch(name).latch
 }
 
 fn latch_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch:wake")
+    common::keys::latch(name).channel
 }
 
 /// Where the count-downs of the arming that opened last are remembered.
 fn opened_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch:count_down:opened")
+    common::keys::latch(name).opened
 }
 
 /// The clients with tasks waiting on the latch.
 fn waiters_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:latch:waiters")
+    common::keys::latch(name).waiters
 }
 
 /// The count-downs remembered in the hash `key` (the latch, or [`opened_key`]): request id →
@@ -488,7 +488,7 @@ async fn the_count_never_goes_below_zero() {
     // it open and changed nothing. Nothing else is left.
     assert_eq!(remembered(&server, &opened_key(name)).len(), COUNT as usize);
     assert_eq!(
-        keys(&server, &format!("redisync:{{{name}}}:*")),
+        keys(&server, &common::keys::all(name)),
         vec![opened_key(name)]
     );
     assert!(latch.try_set_count(3).await.expect("re-arm"));
@@ -939,7 +939,7 @@ async fn bad_input_is_an_invalid_argument_and_touches_nothing() {
     // Only the good calls on "bad" left keys: the latch, which remembers its count-down.
     assert_eq!(
         keys(&server, "*"),
-        keys(&server, "redisync:{bad}:*"),
+        keys(&server, &common::keys::all("bad")),
         "a bad call wrote to Redis"
     );
     assert_eq!(keys(&server, "*"), vec![latch_key(name)]);
@@ -992,7 +992,7 @@ async fn foreign_data_under_the_key_is_wrong_type_and_left_alone() {
         assert_wrong_type(&what("delete"), latch.delete().await);
         assert_eq!(snapshot(&server, &key), before, "{name}: the data changed");
         assert_eq!(
-            keys(&server, &format!("redisync:{{{name}}}:*")),
+            keys(&server, &common::keys::all(name)),
             vec![key.clone()],
             "{name}: a call wrote beside the foreign data"
         );
@@ -1326,7 +1326,7 @@ async fn each_count_down_applies_once_and_is_remembered_by_its_arming() {
     // A count-down on an open latch changes nothing and leaves nothing.
     let open = c.count_down_latch("open");
     open.count_down().await.expect("count_down");
-    assert!(keys(&server, "redisync:{open}:*").is_empty());
+    assert!(keys(&server, &common::keys::all("open")).is_empty());
 
     // Bounded: however many armings open, Redis keeps the latch, the last opened arming's
     // count-downs, and nothing else.

@@ -4,7 +4,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, client_with_watchdog, exists, lock_key, wake_channel};
+use common::{client, client_with_watchdog, exists, keys, lock_key, wake_channel};
+use redisync::layout::{KeySpace, LockLayout};
 use redisync::prelude::*;
 use redisync::LocalState;
 use redisync_test_harness::{wait_until, ChaosProxy, RedisServer};
@@ -366,7 +367,8 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
         .find_map(|f| f.strip_prefix("a:"))
         .expect("the hold records its acquire attempt")
         .to_owned();
-    let record = format!("redisync:{{retry}}:attempt:{attempt}");
+    let retry = keys::lock("retry");
+    let record = retry.attempt_records.of(&attempt);
     let script = redis::Script::new(concat!(
         include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
@@ -376,10 +378,10 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
     ));
     let release = |conn: &mut redis::Connection, remember_ms: u64| -> i64 {
         script
-            .key(lock_key("retry"))
-            .key("redisync:{retry}:waiters")
-            .key("redisync:{retry}:offers")
-            .key("redisync:{retry}:fence")
+            .key(&retry.hash)
+            .key(&retry.waiters)
+            .key(&retry.offers)
+            .key(&retry.fence)
             .key(&record)
             .arg(&attempt)
             .arg(remember_ms)
@@ -410,13 +412,13 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
         .find_map(|f| f.strip_prefix("a:"))
         .expect("the hold records its acquire attempt")
         .to_owned();
-    let second_record = format!("redisync:{{retry}}:attempt:{second}");
+    let second_record = retry.attempt_records.of(&second);
     let give_back = |conn: &mut redis::Connection| -> i64 {
         script
-            .key(lock_key("retry"))
-            .key("redisync:{retry}:waiters")
-            .key("redisync:{retry}:offers")
-            .key("redisync:{retry}:fence")
+            .key(&retry.hash)
+            .key(&retry.waiters)
+            .key(&retry.offers)
+            .key(&retry.fence)
             .key(&second_record)
             .arg(&second)
             .arg(10_000)
@@ -464,7 +466,7 @@ async fn an_unlock_repeated_after_a_broken_connection_reports_released() {
         .await
         .unwrap()
         .expect("the repeat of a release that ran is no NotOwner");
-    let records = server.cmd(&["KEYS", "redisync:{repeat}:attempt:*"]);
+    let records = server.cmd(&["KEYS", &keys::lock("repeat").attempt_records.of("*")]);
     assert_eq!(records, redis::Value::Array(vec![]), "no record is kept");
 }
 
@@ -543,7 +545,7 @@ async fn foreign_data_under_the_lock_key_is_wrong_type() {
     assert!(matches!(lock.try_lock().await, Err(Error::WrongType)));
     assert!(matches!(lock.is_held().await, Err(Error::WrongType)));
     server.cmd(&["DEL", &lock_key("foreign")]);
-    server.cmd(&["SET", "redisync:{foreign}:fence", "not a number"]);
+    server.cmd(&["SET", &keys::lock("foreign").fence, "not a number"]);
     assert!(matches!(lock.try_lock().await, Err(Error::WrongType)));
 }
 
@@ -554,7 +556,7 @@ async fn names_with_braces_work() {
     for name in ["a{b}c", "{x}", "x{", "a}b"] {
         let lock = a.lock(name);
         let guard = lock.lock().await.unwrap();
-        assert!(exists(&server, &format!("redisync:{{{name}}}:lock")));
+        assert!(exists(&server, &lock_key(name)));
         assert!(lock.is_held().await.unwrap());
         guard.unlock().await.unwrap();
     }
@@ -575,7 +577,12 @@ async fn password_db_and_prefix_from_the_url_are_used() {
     let in_db3: i64 = redis::cmd("SELECT")
         .arg(3)
         .query::<()>(&mut conn)
-        .and_then(|_| redis::cmd("EXISTS").arg("myapp:{db}:lock").query(&mut conn))
+        .and_then(|_| {
+            let space = KeySpace::of("myapp", "db").unwrap();
+            redis::cmd("EXISTS")
+                .arg(LockLayout::new(&space).hash)
+                .query(&mut conn)
+        })
         .unwrap();
     assert_eq!(in_db3, 1);
     guard.unlock().await.unwrap();
@@ -673,7 +680,8 @@ async fn acquire_that_times_out_but_is_granted_later_is_given_back() {
     // The acquire ran once Redis was free again, and was granted to nobody: it is given back.
     assert!(
         wait_until(Duration::from_secs(3), || {
-            server.cmd(&["GET", "redisync:{late}:fence"]) == redis::Value::BulkString(b"1".to_vec())
+            server.cmd(&["GET", &keys::lock("late").fence])
+                == redis::Value::BulkString(b"1".to_vec())
                 && !exists(&server, &lock_key("late"))
         })
         .await,

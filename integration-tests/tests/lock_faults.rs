@@ -815,7 +815,7 @@ async fn a_withdrawal_still_retrying_leaves_a_newer_wait_registered() {
         .await
         .unwrap();
     let guard = holder.lock(name).lock().await.unwrap();
-    let waiters = format!("redisync:{{{name}}}:waiters");
+    let waiters = common::keys::lock(name).waiters;
     let channel = wake_channel(name, &waiter);
     let registered = || server.cmd(&["ZSCORE", &waiters, &channel]) != Value::Nil;
 

@@ -10,7 +10,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, int, lock_key, ms, text, wake_channel};
+use common::{client, eventually, int, keys, lock_key, ms, text, wake_channel};
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
@@ -34,7 +34,7 @@ macro_rules! lock_script {
 const HAND_OVER_LEASE: Duration = Duration::from_secs(1);
 
 fn offers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:offers")
+    keys::lock(name).offers
 }
 
 /// Whether `client` offered to take lock `name` in its wake-up.
@@ -260,7 +260,7 @@ async fn a_hand_over_nobody_hears_holds_the_lock_no_longer_than_the_hand_over_le
     let name = "deaf";
     let server = RedisServer::start();
     let (released_token, task, handed_at) =
-        released_to_a_ghost(&server, name, "redisync:{deaf}:wake:gone").await;
+        released_to_a_ghost(&server, name, &keys::lock(name).wake_channels.of("gone")).await;
     let owner = task.0.clone();
     assert_eq!(holder_of(&server, name), "ghost:1", "handed to the ghost");
     let (handed, acquired_at) = guard_of(task, SETTLE).await;
@@ -286,7 +286,7 @@ async fn a_hand_over_heard_only_on_a_replica_stands() {
     let name = "replica-heard";
     let (primary, replica) = common::primary_and_replica().await;
     // The designee's subscription sits on the replica.
-    let designee = "redisync:{replica-heard}:wake:on-replica";
+    let designee = &keys::lock(name).wake_channels.of("on-replica");
     let mut listener = redis::Client::open(replica.url())
         .unwrap()
         .get_connection()
@@ -377,7 +377,7 @@ async fn a_stopped_designee_holds_the_lock_no_longer_than_the_hand_over_lease() 
     let name = "stopped";
     let server = RedisServer::start();
     // A subscriber that reads nothing: a stopped client's connection.
-    let ghost = "redisync:{stopped}:wake:stopped";
+    let ghost = &keys::lock(name).wake_channels.of("stopped");
     let listener = redis::Client::open(server.url()).unwrap();
     let mut stopped = listener.get_connection().unwrap();
     let mut stopped = stopped.as_pubsub();
@@ -418,7 +418,7 @@ fn register_ghost(server: &RedisServer, name: &str, channel: &str) {
     let time = common::strings(&server.cmd(&["TIME"]));
     let now_ms: u64 =
         time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
-    let waiters = format!("redisync:{{{name}}}:waiters");
+    let waiters = keys::lock(name).waiters;
     server.cmd(&["ZADD", &waiters, "1", channel]);
     server.cmd(&[
         "HSET",
@@ -501,20 +501,21 @@ async fn a_try_lock_never_takes_a_lock_handed_to_a_waiting_task() {
 async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
     let server = RedisServer::start();
     let acquire = lock_script!("lock_acquire.lua");
-    let hash = "redisync:{over}:lock";
+    let over = keys::lock("over");
+    let hash = over.hash.as_str();
     let mut conn = server.connection();
     // A grant answers with its token alone (an integer); busy with a table (common::is_busy).
     let mut ask = |attempt: &str| -> redis::Value {
         acquire
             .key(hash)
-            .key("redisync:{over}:fence")
-            .key(format!("redisync:{{over}}:attempt:{attempt}"))
-            .key("redisync:{over}:waiters")
-            .key("redisync:{over}:offers")
+            .key(&over.fence)
+            .key(over.attempt_records.of(attempt))
+            .key(&over.waiters)
+            .key(&over.offers)
             .arg("other")
             .arg(30_000)
             .arg(attempt)
-            .arg("redisync:{over}:wake:other")
+            .arg(over.wake_channels.of("other"))
             .arg(0)
             .arg("0")
             .arg("0")
@@ -588,15 +589,16 @@ async fn an_acquire_takes_over_only_a_hand_over_that_is_the_locks_one_hold() {
 async fn a_withdrawal_gives_back_only_a_hand_over() {
     let server = RedisServer::start();
     let withdraw = lock_script!("lock_withdraw.lua");
-    let hash = "redisync:{gone}:lock";
+    let gone = keys::lock("gone");
+    let hash = gone.hash.as_str();
     let mut conn = server.connection();
     let mut withdraw = |offered: &str| -> i64 {
         withdraw
             .key(hash)
-            .key("redisync:{gone}:waiters")
-            .key("redisync:{gone}:offers")
-            .key("redisync:{gone}:fence")
-            .arg("redisync:{gone}:wake:me")
+            .key(&gone.waiters)
+            .key(&gone.offers)
+            .key(&gone.fence)
+            .arg(gone.wake_channels.of("me"))
             .arg(offered)
             .invoke(&mut conn)
             .unwrap()

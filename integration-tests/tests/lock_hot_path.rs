@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, ms, wake_channel, wake_subscribers};
+use common::{client, eventually, keys, ms, wake_channel, wake_subscribers};
 use redisync::prelude::*;
 use redisync_test_harness::{ChaosProxy, RedisServer};
 
@@ -29,7 +29,7 @@ fn reset_stats(server: &RedisServer) {
 
 /// Whether `client` is registered as waiting for lock `name`.
 fn is_registered(server: &RedisServer, name: &str, client: &Client) -> bool {
-    let waiters = format!("redisync:{{{name}}}:waiters");
+    let waiters = keys::lock(name).waiters;
     server.cmd(&["ZSCORE", &waiters, &wake_channel(name, client)]) != redis::Value::Nil
 }
 
@@ -76,11 +76,8 @@ async fn an_uncontended_cycle_runs_two_scripts_of_six_commands_and_publishes_not
     ]);
     assert_eq!(run, expected, "commands run by 10 uncontended cycles");
     // Nothing is left but the fencing counter.
-    let keys = server.cmd(&["KEYS", "redisync:{lean}:*"]);
-    assert_eq!(
-        common::strings(&keys),
-        vec!["redisync:{lean}:fence".to_owned()]
-    );
+    let left = server.cmd(&["KEYS", &keys::all("lean")]);
+    assert_eq!(common::strings(&left), vec![keys::lock("lean").fence]);
 }
 
 /// An uncontended cycle sends only the keys and arguments its scripts read, since Redis
@@ -202,7 +199,7 @@ async fn a_release_wakes_one_waiting_client() {
         }));
     }
     eventually("six clients registered as waiting", SETTLE, || {
-        server.cmd(&["ZCARD", "redisync:{one}:waiters"]) == redis::Value::Int(6)
+        server.cmd(&["ZCARD", &keys::lock("one").waiters]) == redis::Value::Int(6)
             && clients
                 .iter()
                 .all(|c| server.numsub(&wake_channel("one", c)) == 1)
@@ -446,10 +443,11 @@ async fn a_client_whose_last_waiter_gives_up_withdraws() {
 #[tokio::test]
 async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     let server = RedisServer::start();
-    let waiters = "redisync:{pass}:waiters";
+    let pass = keys::lock("pass");
+    let waiters = pass.waiters.as_str();
     let (gone, next) = (
-        "redisync:{pass}:wake:gone-client",
-        "redisync:{pass}:wake:next-client",
+        &pass.wake_channels.of("gone-client"),
+        &pass.wake_channels.of("next-client"),
     );
     server.cmd(&["ZADD", waiters, "1", gone, "2", next]);
     let listener = redis::Client::open(server.url()).unwrap();
@@ -466,10 +464,10 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     ));
     let mut conn = server.connection();
     let woke: i64 = withdraw
-        .key("redisync:{pass}:lock")
+        .key(&pass.hash)
         .key(waiters)
-        .key("redisync:{pass}:offers")
-        .key("redisync:{pass}:fence")
+        .key(&pass.offers)
+        .key(&pass.fence)
         .arg(gone)
         .arg("")
         .invoke(&mut conn)
@@ -480,21 +478,12 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     assert_eq!(server.cmd(&["ZCARD", waiters]), redis::Value::Int(0));
     // While the lock is held, a withdrawal wakes nobody.
     server.cmd(&["ZADD", waiters, "3", next]);
-    server.cmd(&[
-        "HSET",
-        "redisync:{pass}:lock",
-        "owner",
-        "o",
-        "count",
-        "1",
-        "token",
-        "1",
-    ]);
+    server.cmd(&["HSET", &pass.hash, "owner", "o", "count", "1", "token", "1"]);
     let woke: i64 = withdraw
-        .key("redisync:{pass}:lock")
+        .key(&pass.hash)
         .key(waiters)
-        .key("redisync:{pass}:offers")
-        .key("redisync:{pass}:fence")
+        .key(&pass.offers)
+        .key(&pass.fence)
         .arg(gone)
         .arg("")
         .invoke(&mut conn)
@@ -798,7 +787,7 @@ async fn a_task_handed_the_turn_by_its_own_owner_re_enters_at_once() {
         }));
     }
     eventually("both siblings wait", SETTLE, || {
-        b.stats().contended_waits == 2 && common::zcard(&server, "redisync:{shared}:waiters") == 1
+        b.stats().contended_waits == 2 && common::zcard(&server, &keys::lock("shared").waiters) == 1
     })
     .await;
     held.unlock().await.unwrap();

@@ -168,12 +168,13 @@ async fn acquire_stalled_past_its_grace_never_leaves_a_hold_behind() {
 async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     let server = RedisServer::start();
     let mut conn = server.connection();
+    let layout = common::keys::lock("late");
     let (hash, fence, waiters) = (
-        lock_key("late"),
-        "redisync:{late}:fence",
-        "redisync:{late}:waiters",
+        layout.hash.clone(),
+        layout.fence.as_str(),
+        layout.waiters.as_str(),
     );
-    let record = "redisync:{late}:attempt:client-1:7";
+    let record = &layout.attempt_records.of("client-1:7");
     // The scripts as the lock crate embeds them: each after the shared preludes.
     let prelude = concat!(
         include_str!("../../lua/publish_prelude.lua"),
@@ -193,7 +194,7 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     let given_back: i64 = release
         .key(&hash)
         .key(waiters)
-        .key("redisync:{late}:offers")
+        .key(&layout.offers)
         .key(fence)
         .key(record)
         .arg("client-1:7")
@@ -221,7 +222,7 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     // Any other attempt still works.
     let fresh = acquire_call(
         "client-1:8",
-        "redisync:{late}:attempt:client-1:8",
+        &layout.attempt_records.of("client-1:8"),
         &mut conn,
     );
     // Granted: the reply is the fencing token alone.

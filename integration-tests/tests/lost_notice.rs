@@ -65,7 +65,7 @@ async fn a_labelled_clients_taken_hold_is_lost_at_once() {
     assert!(owner.id().starts_with("worker-3:4242@"));
 
     let guard = owner.lock("labelled").lock().await.expect("lock");
-    let holder = server.cmd(&["HGET", "redisync:{labelled}:lock", "owner"]);
+    let holder = server.cmd(&["HGET", &common::lock_key("labelled"), "owner"]);
     assert!(
         format!("{holder:?}").contains("worker-3:4242@"),
         "the hold names its client's label: {holder:?}"

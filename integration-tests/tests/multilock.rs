@@ -674,7 +674,7 @@ async fn a_multi_lock_marks_only_the_locks_clients_wait_for() {
     let now_us = redis_now_us(&server);
     server.cmd(&[
         "ZADD",
-        "redisync:{a}:waiters",
+        &common::keys::lock("a").waiters,
         &now_us.to_string(),
         &common::wake_channel("a", &waiting),
     ]);

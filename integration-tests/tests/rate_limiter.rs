@@ -28,11 +28,15 @@ const SETTLE: Duration = Duration::from_secs(10);
 const WAKE: Duration = Duration::from_secs(5);
 
 fn config_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rate")
+    common::keys::rate(name).rate
 }
 
 fn state_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rate:state")
+    common::keys::rate(name).state
+}
+
+fn changed_channel(name: &str) -> String {
+    common::keys::rate(name).changed
 }
 
 /// A connection of the test's own, to read Redis's clock.
@@ -254,7 +258,7 @@ async fn set_rate_wakes_waiters_under_the_new_rate() {
     };
     // Subscribed: the waiter sleeps for most of an hour unless woken.
     eventually("the waiter subscribed", SETTLE, || {
-        server.numsub(&format!("redisync:{{{name}}}:rate:changed")) == 1
+        server.numsub(&changed_channel(name)) == 1
     })
     .await;
     // Without a message the waiter would look again only after MAX_SLEEP (10 s).
@@ -281,7 +285,7 @@ async fn delete_wakes_waiters_who_then_find_no_rate() {
         tokio::spawn(async move { limiter.acquire(1).await })
     };
     eventually("the waiter subscribed", SETTLE, || {
-        server.numsub(&format!("redisync:{{{name}}}:rate:changed")) == 1
+        server.numsub(&changed_channel(name)) == 1
     })
     .await;
     assert!(limiter.delete().await.unwrap());
@@ -548,7 +552,7 @@ async fn works_on_the_test_cluster() {
         tokio::spawn(async move { limiter.acquire_for(1, Duration::from_secs(600)).await })
     };
     // The waiter needs an hour unless woken.
-    let channel = format!("redisync:{{{}}}:rate:changed", names[0]);
+    let channel = changed_channel(&names[0]);
     eventually("the waiter subscribed", SETTLE, || {
         (0..3)
             .map(|node| common::shard_subscribers(&cluster, node, &channel))

@@ -96,19 +96,19 @@ async fn every_primitive_rolls_back_an_unreplicated_acquire() {
     assert_eq!(semaphore.available_permits().await.expect("permits"), 1);
     eventually("the expirable permit is back", SETTLE, || {
         primary
-            .try_cmd(&["GET", "redisync:{xsem}:expirable-semaphore"])
+            .try_cmd(&["GET", &common::keys::expirable("xsem").permits])
             .ok()
             == Some(redis::Value::BulkString(b"1".to_vec()))
     })
     .await;
     for key in [
-        "redisync:{rw}:rw",
-        "redisync:{fair}:fair:lock",
-        "redisync:{m1}:lock",
-        "redisync:{m2}:lock",
-        "redisync:{elect}:election:leader",
+        common::keys::rw("rw").hash,
+        common::keys::fair_lock("fair").hash,
+        lock_key("m1"),
+        lock_key("m2"),
+        common::keys::election("elect").leader,
     ] {
-        eventually(format!("{key} is free"), SETTLE, || !exists(&primary, key)).await;
+        eventually(format!("{key} is free"), SETTLE, || !exists(&primary, &key)).await;
     }
     assert!(client
         .read_write_lock("rw")

@@ -38,11 +38,11 @@ const WELL_WITHIN_A_MARK: Duration = Duration::from_millis(1500);
 // The lock's Redis names under the default prefix, and server-side inspection.
 
 fn fence_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:fence")
+    common::keys::rw(name).fence
 }
 
 fn channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:wake")
+    common::keys::rw(name).channel
 }
 
 fn pttl(server: &RedisServer, key: &str) -> i64 {
@@ -1496,8 +1496,8 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
             .key(rw_readers_key(name))
             .key(rw_writers_key(name))
             .key(fence_key(name))
-            .key(format!("redisync:{{{name}}}:rw:attempt:{attempt}"))
-            .key(format!("redisync:{{{name}}}:rw:waiter:{waiter}"))
+            .key(common::keys::rw(name).attempt_records.of(attempt))
+            .key(common::keys::rw(name).waiter_records.of(waiter))
             .arg("owner-1")
             .arg(30_000)
             .arg(attempt)
@@ -1553,7 +1553,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
         include_str!("../../lua/publish_prelude.lua"),
         include_str!("../../lua/rwlock_withdraw.lua")
     ));
-    let waiter_record = format!("redisync:{{{name}}}:rw:waiter:w1");
+    let waiter_record = common::keys::rw(name).waiter_records.of("w1");
     // A reader holds, so the write attempt is busy and would mark.
     server.cmd(&[
         "HSET",
@@ -1585,7 +1585,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
         .key(rw_readers_key(name))
         .key(rw_writers_key(name))
         .key(fence_key(name))
-        .key(format!("redisync:{{{name}}}:rw:attempt:a1"))
+        .key(common::keys::rw(name).attempt_records.of("a1"))
         .key(&waiter_record)
         .arg("owner-1")
         .arg(30_000)

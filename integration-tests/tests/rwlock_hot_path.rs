@@ -25,7 +25,7 @@ use redisync_test_harness::RedisServer;
 const SETTLE: Duration = Duration::from_secs(10);
 
 fn drain_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:drain")
+    common::keys::rw(name).drain
 }
 
 /// Neither holds nor waiting-writer marks exist any more (the fence may stay).
@@ -131,7 +131,7 @@ async fn uncontended_cycles_cost_what_the_docs_state() {
     assert!(lock_is_gone(&server, "cycle"));
     // Nothing but the fencing counter is left: the releases kept no record.
     let keys = common::strings(&server.cmd(&["KEYS", "*"]));
-    assert_eq!(keys, vec!["redisync:{cycle}:rw:fence".to_owned()]);
+    assert_eq!(keys, vec![common::keys::rw("cycle").fence]);
     assert_idle(&[&c]);
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     assert_idle, assert_invalid, assert_wrong_type, client, client_with_watchdog, cut_after,
-    cut_at_await, eventually, exists, int, join_all, ms, strings, text, zcard,
+    cut_at_await, eventually, exists, int, join_all, keys, ms, strings, text, zcard,
 };
 use redis::Value;
 use redisync::prelude::*;
@@ -32,26 +32,26 @@ const SETTLE: Duration = Duration::from_secs(10);
 // Redis names under the default prefix, and server-side inspection.
 
 fn sem_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore")
+    keys::semaphore(name).permits
 }
 
 /// The start of the classic semaphore's wake-up channels: each waiting client listens on
 /// its own, this followed by its id.
 fn sem_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore:wake:")
+    keys::semaphore(name).wake_channels.prefix().to_owned()
 }
 
 /// The classic semaphore's registry of waiting clients.
 fn waiters_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore:waiters")
+    keys::semaphore(name).waiters
 }
 
 fn generation_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore:generation")
+    keys::semaphore(name).generation
 }
 
 fn attempt_key(name: &str, attempt: &str) -> String {
-    format!("redisync:{{{name}}}:semaphore:attempt:{attempt}")
+    keys::semaphore(name).attempt_records.of(attempt)
 }
 
 /// The classic semaphore's attempt records of `name` that say their permits are out.
@@ -81,16 +81,16 @@ fn classic_script(source: &str) -> redis::Script {
 }
 
 fn xsem_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:expirable-semaphore")
+    keys::expirable(name).permits
 }
 
 fn leases_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:expirable-semaphore:leases")
+    keys::expirable(name).leases
 }
 
 /// The start of the expirable semaphore's wake-up channels (see [`sem_channel`]).
 fn xsem_channel(name: &str) -> String {
-    format!("redisync:{{{name}}}:expirable-semaphore:wake:")
+    keys::expirable(name).wake_channels.prefix().to_owned()
 }
 
 /// Subscribers of the wake-up channels starting with `prefix`, whichever client's.
@@ -171,7 +171,7 @@ impl Kind {
     fn waiters(self, name: &str) -> String {
         match self {
             Kind::Classic => waiters_key(name),
-            Kind::Expirable => format!("redisync:{{{name}}}:expirable-semaphore:waiters"),
+            Kind::Expirable => keys::expirable(name).waiters,
         }
     }
 
@@ -1972,7 +1972,7 @@ async fn a_permit_release_is_applied_once_however_often_or_late_it_is_retried() 
     let record = {
         let mut conn = server.connection();
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("redisync:{once}:semaphore:attempt:*")
+            .arg(attempt_key("once", "*"))
             .query(&mut conn)
             .unwrap();
         assert_eq!(keys.len(), 1, "one outstanding permit record");

@@ -1,6 +1,8 @@
 //! `rediss://` URLs against a redis-server serving TLS with throw-away certificates.
 #![cfg(feature = "tls")]
 
+use redisync::core::DEFAULT_KEY_PREFIX;
+use redisync::layout::{KeySpace, LockLayout};
 use redisync::prelude::*;
 use redisync_test_harness::tls::{ClientAuth, TlsServer};
 
@@ -31,8 +33,9 @@ async fn rediss_urls_connect_and_lock() {
         assert!(lock.is_held().await.unwrap());
         guard.unlock().await.unwrap();
     }
+    let space = KeySpace::of(DEFAULT_KEY_PREFIX, "tls").unwrap();
     assert_eq!(
-        tls.server.cmd(&["GET", "redisync:{tls}:fence"]),
+        tls.server.cmd(&["GET", &LockLayout::new(&space).fence]),
         redis::Value::BulkString(b"2".to_vec())
     );
     // Without the CA, the self-signed certificate is refused.

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redisync::layout::{CountDownLatchLayout, KeySpace};
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
@@ -146,7 +147,8 @@ pub async fn latch(server: &RedisServer, waiters: usize, round: usize, out: &mut
         }));
     }
     // Every client subscribed: then the waiters are all parked on the channel.
-    let channel = format!("redisync:{{{name}}}:latch:wake");
+    let space = KeySpace::of(clients[0].key_prefix(), &name).expect("a valid latch name");
+    let channel = CountDownLatchLayout::new(&space).channel;
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.numsub(&channel) < clients.len() as u64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -34,6 +34,7 @@
 //! crate, so they are the same text; [`RawScripts::connect`] checks that Redis knows them by
 //! the SHA1 the library loaded, and stops the run otherwise.
 
+use redisync::layout::{KeyFamily, KeySpace, LockLayout};
 use redisync::prelude::*;
 
 use crate::lockers::{Contender, Locker, Section};
@@ -166,7 +167,7 @@ pub struct RawScripts {
     client: Client,
     hash: String,
     fence: String,
-    attempt_prefix: String,
+    attempt_records: KeyFamily,
     waiters: String,
     offers: String,
     owner: String,
@@ -248,17 +249,18 @@ impl RawScripts {
         scripts: RodScripts,
         name: &str,
     ) -> Self {
-        // The lock crate's key layout, with the default prefix.
-        let key = |suffix: &str| format!("redisync:{{{name}}}:{suffix}");
+        // The lock crate's key layout, under the client's prefix.
+        let space = KeySpace::of(client.key_prefix(), name).expect("a valid lock name");
+        let layout = LockLayout::new(&space);
         RawScripts {
             conn,
             scripts,
             client: client.clone(),
-            hash: key("lock"),
-            fence: key("fence"),
-            attempt_prefix: key("attempt:"),
-            waiters: key("waiters"),
-            offers: key("offers"),
+            hash: layout.hash,
+            fence: layout.fence,
+            attempt_records: layout.attempt_records,
+            waiters: layout.waiters,
+            offers: layout.offers,
             owner: format!("{}:{}", client.id(), serial()),
             lease_ms: client.watchdog_timeout().as_millis() as u64,
         }
@@ -273,7 +275,7 @@ impl RawScripts {
             .arg(4)
             .arg(&self.hash)
             .arg(&self.fence)
-            .arg([self.attempt_prefix.as_str(), attempt].concat())
+            .arg(self.attempt_records.of(attempt))
             .arg(&self.waiters)
             .arg(&self.owner)
             .arg(self.lease_ms)

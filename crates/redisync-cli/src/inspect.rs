@@ -12,7 +12,10 @@ use std::fmt::Write;
 
 use redis::aio::ConnectionLike;
 use redis::AsyncCommands;
-use redisync::core::toolkit::KeySpace;
+use redisync::layout::{
+    CountDownLatchLayout, ElectionLayout, ExpirableSemaphoreLayout, FairLockLayout, KeySpace,
+    LockLayout, RateLimiterLayout, ReadWriteLockLayout, SemaphoreLayout,
+};
 
 /// A value of a finding.
 pub enum Value {
@@ -88,7 +91,7 @@ impl Reading for LatchOpenedLately {
         conn: &mut C,
         space: &KeySpace,
     ) -> redis::RedisResult<bool> {
-        conn.exists(space.key("latch:count_down:opened")).await
+        conn.exists(CountDownLatchLayout::new(space).opened).await
     }
 }
 
@@ -98,16 +101,12 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
     space: &KeySpace,
 ) -> redis::RedisResult<Vec<Finding>> {
     let mut found = Vec::new();
-    for (kind, suffix, fence, waiters) in [
-        ("lock", "lock", "fence", "waiters"),
-        ("fair_lock", "fair:lock", "fair:fence", "fair:queue"),
+    let (lock, fair) = (LockLayout::new(space), FairLockLayout::new(space));
+    for (kind, hash, fence, waiting) in [
+        ("lock", lock.hash, lock.fence, lock.waiters),
+        ("fair_lock", fair.hash, fair.fence, fair.queue),
     ] {
-        let (hash, waiting) = (space.key(suffix), space.key(waiters));
-        let expected = [
-            (&hash, "hash"),
-            (&space.key(fence), "string"),
-            (&waiting, "zset"),
-        ];
+        let expected = [(&hash, "hash"), (&fence, "string"), (&waiting, "zset")];
         if foreign(conn, kind, &expected, &mut found).await? {
             continue;
         }
@@ -144,16 +143,18 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
         });
     }
 
-    let (rw, readers, writers) = (
-        space.key("rw"),
-        space.key("rw:readers"),
-        space.key("rw:writers"),
-    );
+    let ReadWriteLockLayout {
+        hash: rw,
+        readers,
+        writers,
+        fence,
+        ..
+    } = ReadWriteLockLayout::new(space);
     let expected = [
         (&rw, "hash"),
         (&readers, "zset"),
         (&writers, "zset"),
-        (&space.key("rw:fence"), "string"),
+        (&fence, "string"),
     ];
     if !foreign(conn, "read_write_lock", &expected, &mut found).await? {
         let hash: BTreeMap<String, String> = conn.hgetall(&rw).await?;
@@ -199,7 +200,9 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
         }
     }
 
-    let (permits, waiters) = (space.key("semaphore"), space.key("semaphore:waiters"));
+    let SemaphoreLayout {
+        permits, waiters, ..
+    } = SemaphoreLayout::new(space);
     let expected = [(&permits, "string"), (&waiters, "zset")];
     if !foreign(conn, "semaphore", &expected, &mut found).await? {
         let available: Option<String> = conn.get(&permits).await?;
@@ -216,11 +219,12 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
         }
     }
 
-    let permits = space.key("expirable-semaphore");
-    let (leases, waiters) = (
-        space.key("expirable-semaphore:leases"),
-        space.key("expirable-semaphore:waiters"),
-    );
+    let ExpirableSemaphoreLayout {
+        permits,
+        leases,
+        waiters,
+        ..
+    } = ExpirableSemaphoreLayout::new(space);
     let expected = [(&permits, "string"), (&leases, "zset"), (&waiters, "zset")];
     if !foreign(conn, "expirable_semaphore", &expected, &mut found).await? {
         let available: Option<String> = conn.get(&permits).await?;
@@ -249,7 +253,7 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
         }
     }
 
-    let (latch, waiters) = (space.key("latch"), space.key("latch:waiters"));
+    let CountDownLatchLayout { latch, waiters, .. } = CountDownLatchLayout::new(space);
     let expected = [(&latch, "hash"), (&waiters, "zset")];
     if !foreign(conn, "count_down_latch", &expected, &mut found).await? {
         let hash: BTreeMap<String, String> = conn.hgetall(&latch).await?;
@@ -272,12 +276,13 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
         }
     }
 
-    let (leader, waiters) = (space.key("election:leader"), space.key("election:waiters"));
-    let expected = [
-        (&leader, "hash"),
-        (&waiters, "zset"),
-        (&space.key("election:term"), "string"),
-    ];
+    let ElectionLayout {
+        leader,
+        waiters,
+        term,
+        ..
+    } = ElectionLayout::new(space);
+    let expected = [(&leader, "hash"), (&waiters, "zset"), (&term, "string")];
     if !foreign(conn, "election", &expected, &mut found).await? {
         let hash: BTreeMap<String, String> = conn.hgetall(&leader).await?;
         let waiting: i64 = conn.zcard(&waiters).await?;
@@ -300,7 +305,7 @@ pub async fn inspect<C: ConnectionLike + Send + Sync>(
         }
     }
 
-    let (rate, state) = (space.key("rate"), space.key("rate:state"));
+    let RateLimiterLayout { rate, state, .. } = RateLimiterLayout::new(space);
     let expected = [(&rate, "hash"), (&state, "hash")];
     if !foreign(conn, "rate_limiter", &expected, &mut found).await? {
         let hash: BTreeMap<String, String> = conn.hgetall(&rate).await?;

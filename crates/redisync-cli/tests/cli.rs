@@ -17,6 +17,38 @@ use std::time::{Duration, Instant};
 use redisync::prelude::*;
 use redisync_test_harness::RedisServer;
 
+/// The primitives' keys under the default prefix, from their layouts: a test names a key as
+/// `keys::lock(name).hash`, never by spelling it.
+mod keys {
+    use redisync::core::DEFAULT_KEY_PREFIX;
+    use redisync::layout::*;
+
+    /// The key space of the primitive called `name`.
+    pub fn space(name: &str) -> KeySpace {
+        KeySpace::of(DEFAULT_KEY_PREFIX, name).expect("a valid name")
+    }
+
+    pub fn lock(name: &str) -> LockLayout {
+        LockLayout::new(&space(name))
+    }
+
+    pub fn rw(name: &str) -> ReadWriteLockLayout {
+        ReadWriteLockLayout::new(&space(name))
+    }
+
+    pub fn expirable(name: &str) -> ExpirableSemaphoreLayout {
+        ExpirableSemaphoreLayout::new(&space(name))
+    }
+
+    pub fn latch(name: &str) -> CountDownLatchLayout {
+        CountDownLatchLayout::new(&space(name))
+    }
+
+    pub fn election(name: &str) -> ElectionLayout {
+        ElectionLayout::new(&space(name))
+    }
+}
+
 /// The binary under test.
 const BIN: &str = env!("CARGO_BIN_EXE_redisync");
 
@@ -671,7 +703,7 @@ fn lock_runs_one_command_at_a_time() {
         .flat_map(|who| (0..5).map(move |run| format!("{who}{run}")))
         .collect();
     assert_eq!(tags, expected, "every run ran once");
-    assert!(!world.key_exists("redisync:{shared}:lock"), "released");
+    assert!(!world.key_exists(&keys::lock("shared").hash), "released");
 }
 
 /// `--poll`: the command waits without pub/sub, on a server that has no `SUBSCRIBE`.
@@ -684,7 +716,7 @@ fn poll_waits_without_pub_sub() {
     ]));
     let mut holder = world.spawn(&["lock", "polled", "--", "sleep", "1"]);
     eventually(RUN_LIMIT, "the holder holds", || {
-        world.key_exists("redisync:{polled}:lock")
+        world.key_exists(&keys::lock("polled").hash)
     });
     world
         .run_line("--poll 20ms lock polled --wait 20s -- true")
@@ -694,7 +726,7 @@ fn poll_waits_without_pub_sub() {
     // The control: waiting on pub/sub fails here, within the command timeout.
     let mut holder = world.spawn(&["lock", "polled", "--", "sleep", "5"]);
     eventually(RUN_LIMIT, "the holder holds", || {
-        world.key_exists("redisync:{polled}:lock")
+        world.key_exists(&keys::lock("polled").hash)
     });
     let waited = world.run_line("--command-timeout 1s lock polled --wait 20s -- true");
     assert_ne!(waited.code(), 0, "{waited}");
@@ -724,7 +756,7 @@ fn the_commands_exit_code_passes_through() {
         .run(&sh_args("lock codes", "kill -9 $$", &[]))
         .assert_code(137);
     world.run_line("lock codes -- true").assert_code(0);
-    assert!(!world.key_exists("redisync:{codes}:lock"), "released");
+    assert!(!world.key_exists(&keys::lock("codes").hash), "released");
     let json = world.inspect_json("codes-pool");
     let semaphore = json.primitive("expirable_semaphore");
     assert_eq!(semaphore.get("available_permits").int(), 1);
@@ -789,7 +821,10 @@ fn a_command_that_cannot_run_is_127_or_126_and_the_hold_is_released() {
     world
         .run(&["lock", "nocmd", "--", &world.path("")])
         .assert_error(126, "");
-    assert!(!world.key_exists("redisync:{nocmd}:lock"), "lock released");
+    assert!(
+        !world.key_exists(&keys::lock("nocmd").hash),
+        "lock released"
+    );
     let json = world.inspect_json("nocmd-pool");
     let semaphore = json.primitive("expirable_semaphore");
     assert_eq!(semaphore.get("available_permits").int(), 1, "released");
@@ -877,49 +912,50 @@ fn foreign_data_under_a_key_is_65() {
     let world = World::new();
     let marker = world.path("marker");
     let touch = format!("-- touch {marker}");
-    world
-        .server
-        .cmd(&["SET", "redisync:{foreign}:lock", "not a hash"]);
+    let lock = keys::lock("foreign").hash;
+    world.server.cmd(&["SET", &lock, "not a hash"]);
     // Every message names the keys; inspect shows the one at fault, with its type.
     world
         .run_line(&format!("lock foreign {touch}"))
         .assert_error(65, "wrong type");
     world
         .run_line(&format!("lock foreign {touch}"))
-        .assert_error(65, "a key under redisync:{foreign}:*");
+        .assert_error(
+            65,
+            &format!("a key under {}:*", keys::space("foreign").base()),
+        );
     let shown = world.run_line("inspect foreign");
     assert_eq!(
         shown.stdout,
-        "foreign data under redisync:{foreign}:lock\n  found    a string\n  used by  lock\n"
+        format!("foreign data under {lock}\n  found    a string\n  used by  lock\n")
     );
     let lines: Vec<&str> = shown.stderr.lines().collect();
     assert_eq!(
         lines,
-        ["redisync: foreign data under redisync:{foreign}:lock"],
+        [format!("redisync: foreign data under {lock}")],
         "{shown}"
     );
     assert_eq!(shown.code(), 65);
     let json = Json::parse(&world.run_line("inspect foreign --json").stdout).expect("json");
     let foreign = &json.get("primitives").items()[0];
     assert_eq!(foreign.get("kind").str(), "foreign_data");
-    assert_eq!(foreign.get("key").str(), "redisync:{foreign}:lock");
+    assert_eq!(foreign.get("key").str(), lock);
     assert_eq!(foreign.get("fields").get("found").str(), "a string");
     assert_eq!(foreign.get("fields").get("used_by").str(), "lock");
     world
         .server
-        .cmd(&["SET", "redisync:{foreign}:latch", "not a hash"]);
+        .cmd(&["SET", &keys::latch("foreign").latch, "not a hash"]);
     world
         .run_line("latch foreign set 1")
         .assert_error(65, "wrong type");
     world
         .server
-        .cmd(&["RPUSH", "redisync:{foreign}:expirable-semaphore", "x"]);
+        .cmd(&["RPUSH", &keys::expirable("foreign").permits, "x"]);
     world
         .run_line(&format!("semaphore foreign --permits 1 {touch}"))
         .assert_error(65, "wrong type");
     assert!(!Path::new(&marker).exists(), "the command must not run");
-    let value: String =
-        redis::from_redis_value(world.server.cmd(&["GET", "redisync:{foreign}:lock"])).unwrap();
+    let value: String = redis::from_redis_value(world.server.cmd(&["GET", &lock])).unwrap();
     assert_eq!(value, "not a hash", "nothing overwritten");
 }
 
@@ -1066,7 +1102,7 @@ fn signals_to_redisync_are_passed_on() {
         let done = run.wait(Duration::from_secs(5));
         done.assert_code(3);
         assert_eq!(lines_of(&seen), [signal], "{done}");
-        assert!(!world.key_exists("redisync:{fwd}:lock"), "released");
+        assert!(!world.key_exists(&keys::lock("fwd").hash), "released");
     }
 }
 
@@ -1186,7 +1222,7 @@ fn a_lock_without_a_command_is_held_until_interrupted() {
     for signal in ["INT", "TERM"] {
         let mut run = world.spawn(&["lock", "held"]);
         eventually(RUN_LIMIT, "the lock is held", || {
-            world.key_exists("redisync:{held}:lock")
+            world.key_exists(&keys::lock("held").hash)
         });
         // Someone else cannot take it meanwhile.
         world
@@ -1209,7 +1245,7 @@ fn a_lock_without_a_command_is_held_until_interrupted() {
                 && done.stdout.contains("REDISYNC_FENCING_TOKEN="),
             "{done}"
         );
-        assert!(!world.key_exists("redisync:{held}:lock"), "released");
+        assert!(!world.key_exists(&keys::lock("held").hash), "released");
     }
 }
 
@@ -1234,7 +1270,7 @@ fn force_unlock_needs_yes_and_frees_the_lock() {
         redis::from_redis_value(
             world
                 .server
-                .cmd(&["HGET", "redisync:{stuck}:lock", "owner"]),
+                .cmd(&["HGET", &keys::lock("stuck").hash, "owner"]),
         )
         .unwrap()
     };
@@ -1949,7 +1985,7 @@ fn a_hangup_to_redisync_reaches_the_command_and_the_lock_is_released() {
     let done = run.wait(Duration::from_secs(5));
     done.assert_code(4);
     assert_eq!(lines_of(&seen), ["HUP"], "{done}");
-    assert!(!world.key_exists("redisync:{hup}:lock"), "released");
+    assert!(!world.key_exists(&keys::lock("hup").hash), "released");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2071,7 +2107,7 @@ fn elect_runs_one_leader_at_a_time_with_growing_terms() {
         last_term = term;
     }
     assert!(
-        !world.key_exists("redisync:{sched}:election:leader"),
+        !world.key_exists(&keys::election("sched").leader),
         "resigned"
     );
 }
@@ -2302,7 +2338,7 @@ fn semaphore_permits_are_checked_and_can_be_set() {
     world
         .run_line("semaphore zero --permits 0 -- true")
         .assert_code(2);
-    assert!(!world.key_exists("redisync:{zero}:expirable-semaphore"));
+    assert!(!world.key_exists(&keys::expirable("zero").permits));
     world
         .run_line("semaphore missing -- true")
         .assert_error(66, "does not exist; give --permits N");
@@ -2358,7 +2394,7 @@ fn delete_removes_state_and_stops_the_holder() {
     assert_eq!(done.stdout, "deleted semaphore \"held\"\n");
     let stopped = holder.wait(Duration::from_secs(3));
     stopped.assert_error(120, "the permit was lost while the command ran");
-    assert!(!world.key_exists("redisync:{held}:expirable-semaphore"));
+    assert!(!world.key_exists(&keys::expirable("held").permits));
 
     let done = world.run_line("delete latch nothing --yes");
     done.assert_code(0);
@@ -2384,7 +2420,7 @@ fn lock_read_fair_and_verbose() {
         done_a.elapsed < Duration::from_secs(4) && done_b.elapsed < Duration::from_secs(4),
         "the readers did not run side by side:\n{done_a}\n{done_b}"
     );
-    assert!(!world.key_exists("redisync:{shared}:rw"), "released");
+    assert!(!world.key_exists(&keys::rw("shared").hash), "released");
     world
         .run_line("lock shared --read --fair -- true")
         .assert_code(2);
@@ -2583,7 +2619,7 @@ fn tls_with_a_ca_file_and_a_client_certificate() {
     let done = with_tls(&["inspect", "secure-latch", "--json"]);
     done.assert_code(0);
     assert!(done.stdout.contains("count_down_latch"), "{done}");
-    let fence = tls.server.cmd(&["GET", "redisync:{secure}:fence"]);
+    let fence = tls.server.cmd(&["GET", &keys::lock("secure").fence]);
     assert_eq!(
         fence,
         redis::Value::BulkString(b"1".to_vec()),
@@ -2645,7 +2681,7 @@ fn sentinel_finds_the_primary() {
     via_sentinel(&["latch", "sentinel-latch", "set", "2"]).assert_code(0);
     via_sentinel(&["lock", "sentinel-lock", "--", "true"]).assert_code(0);
     assert_eq!(
-        primary.cmd(&["GET", "redisync:{sentinel-lock}:fence"]),
+        primary.cmd(&["GET", &keys::lock("sentinel-lock").fence]),
         redis::Value::BulkString(b"1".to_vec()),
         "it ran on the primary"
     );

@@ -67,6 +67,16 @@ impl KeySpace {
         }
     }
 
+    /// The key space of the primitive called `name` under the key prefix `prefix`, checked as
+    /// a client checks them ([`Error::InvalidArgument`] for a name or prefix it would refuse).
+    /// A client's own primitives get theirs from its `key_space`; this is for reading a
+    /// primitive's keys without a client (tools, tests).
+    pub fn of(prefix: &str, name: &str) -> Result<Self> {
+        validate_prefix(prefix)?;
+        validate_name(name)?;
+        Ok(KeySpace::new(prefix, name))
+    }
+
     /// The key or channel `<prefix>:{<name>}:<suffix>`.
     pub fn key(&self, suffix: &str) -> String {
         let mut key = String::with_capacity(self.base.len() + 1 + suffix.len());
@@ -74,6 +84,13 @@ impl KeySpace {
         key.push(':');
         key.push_str(suffix);
         key
+    }
+
+    /// The keys or channels `<prefix>:{<name>}:<suffix><id>`, one per id.
+    pub fn family(&self, suffix: &str) -> KeyFamily {
+        KeyFamily {
+            prefix: self.key(suffix),
+        }
     }
 
     /// `<prefix>:{<name>}`, the part every key of the primitive starts with.
@@ -84,6 +101,27 @@ impl KeySpace {
     /// The Redis Cluster slot every key and channel of the primitive hashes to.
     pub fn slot(&self) -> u16 {
         slot(&self.base)
+    }
+}
+
+/// Keys or channels of one primitive that differ only by a trailing id (one record per
+/// attempt, one wake-up channel per client...): `<prefix>:{<name>}:<suffix><id>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyFamily {
+    prefix: String,
+}
+
+impl KeyFamily {
+    /// The member for `id`.
+    pub fn of(&self, id: &str) -> String {
+        // Not `format!`: some of these are named on every acquire, and a concatenation costs
+        // a tenth.
+        [self.prefix.as_str(), id].concat()
+    }
+
+    /// What every member starts with, for a script that names members itself.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 }
 
@@ -176,5 +214,18 @@ mod tests {
         assert!(validate_prefix("a{b").is_err());
         assert!(validate_prefix("").is_err());
         assert!(validate_prefix("myapp").is_ok());
+        assert!(KeySpace::of("a{b", "x").is_err());
+        assert!(KeySpace::of("myapp", "").is_err());
+        assert_eq!(
+            KeySpace::of("myapp", "x").ok(),
+            Some(KeySpace::new("myapp", "x"))
+        );
+    }
+
+    #[test]
+    fn a_family_names_its_members_after_its_prefix() {
+        let family = KeySpace::new("redisync", "orders").family("attempt:");
+        assert_eq!(family.prefix(), "redisync:{orders}:attempt:");
+        assert_eq!(family.of("c:1"), "redisync:{orders}:attempt:c:1");
     }
 }

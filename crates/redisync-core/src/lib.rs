@@ -90,7 +90,7 @@ pub use client::{Client, LocalState};
 pub use duration::{CLOCK_MARGIN, DEFAULT_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM, MIN_LEASE};
 pub use error::{Error, Result};
 pub use in_flight::ReleasesInFlight;
-pub use keys::KeySpace;
+pub use keys::{KeyFamily, KeySpace};
 pub use primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use retry::{Confirmed, Retry};
 #[doc(hidden)]

@@ -27,7 +27,7 @@ pub use crate::duration;
 pub use crate::duration::{CLOCK_MARGIN, MIN_LEASE};
 pub use crate::error::{Error, Result};
 pub use crate::in_flight::ReleasesInFlight;
-pub use crate::keys::{self, KeySpace};
+pub use crate::keys::{self, KeyFamily, KeySpace};
 pub use crate::primitive::{granted, Acquire, DistributedPrimitive, Held, Lease, Wait};
 pub use crate::pubsub::{self, ChannelState, Subscription};
 pub use crate::retry::{self, Confirmed, Retry};

@@ -7,11 +7,12 @@ use futures_util::Stream;
 use redisync_core::toolkit::duration::{lease_millis, redis_millis, wait_deadline};
 use redisync_core::toolkit::{
     async_trait, granted, registration_for, Acquire, Attempt, Client, ClientRegistration,
-    DistributedPrimitive, Error, Hold, LateOutcome, Lease, OnGrant, Result, ScriptCall, Toolkit,
-    Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
+    DistributedPrimitive, Error, Hold, KeyFamily, LateOutcome, Lease, OnGrant, Result, ScriptCall,
+    Toolkit, Wait, WaitSpec, Waitlist, Withdraw, MAX_SLEEP,
 };
 use tracing::Instrument;
 
+use crate::layout::ElectionLayout;
 use crate::leadership::Leadership;
 use crate::scripts::{self, decode_leader, CampaignReply};
 
@@ -107,7 +108,7 @@ pub struct LeaderElection {
 pub(crate) struct ElectionKeys {
     pub(crate) leader: String,
     term: String,
-    attempt_prefix: String,
+    attempt_records: KeyFamily,
     waiters: String,
     /// This client's wake-up channel for the election.
     channel: String,
@@ -116,7 +117,7 @@ pub(crate) struct ElectionKeys {
 
 impl ElectionKeys {
     fn attempt_record(&self, attempt: &str) -> String {
-        [self.attempt_prefix.as_str(), attempt].concat()
+        self.attempt_records.of(attempt)
     }
 }
 
@@ -144,17 +145,17 @@ impl LeaderElection {
         let name = name.into();
         let names = match client.key_space(&name) {
             Ok(space) => {
-                let leader = space.key("election:leader");
-                let registration = ClientRegistration::of(client, &leader);
-                client.local_cell_with(&leader.clone(), || ElectionNames {
+                let layout = ElectionLayout::new(&space);
+                let registration = ClientRegistration::of(client, &layout.leader);
+                client.local_cell_with(&layout.leader.clone(), || ElectionNames {
                     name,
                     keys: Ok(ElectionKeys {
-                        leader,
-                        term: space.key("election:term"),
-                        attempt_prefix: space.key("election:attempt:"),
-                        waiters: space.key("election:waiters"),
-                        channel: space.key(&format!("election:wake:{}", client.id())),
-                        changes: space.key("election:changes"),
+                        channel: layout.wake_channels.of(client.id()),
+                        leader: layout.leader,
+                        term: layout.term,
+                        attempt_records: layout.attempt_records,
+                        waiters: layout.waiters,
+                        changes: layout.changes,
                     }),
                     registration,
                 })

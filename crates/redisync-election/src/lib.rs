@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 
 mod election;
+#[doc(hidden)]
+pub mod layout;
 mod leadership;
 mod observe;
 mod scripts;

@@ -13,6 +13,7 @@ use redisync_core::toolkit::{
 };
 use tracing::Instrument;
 
+use crate::layout::CountDownLatchLayout;
 use crate::scripts;
 
 /// How long Redis remembers the count-downs applied to an arming after it opened, so that a
@@ -283,12 +284,15 @@ impl CountDownLatch {
     /// [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client.key_space(&name).map(|space| LatchKeys {
-            latch: space.key("latch"),
-            opened: space.key("latch:count_down:opened"),
-            registry: space.key("latch:waiters"),
-            channel: space.key("latch:wake"),
-            queue: space.key("latch:queue"),
+        let keys = client.key_space(&name).map(|space| {
+            let layout = CountDownLatchLayout::new(&space);
+            LatchKeys {
+                latch: layout.latch,
+                opened: layout.opened,
+                registry: layout.waiters,
+                channel: layout.channel,
+                queue: layout.local_queue,
+            }
         });
         let (openings, registration) = match &keys {
             Ok(keys) => (

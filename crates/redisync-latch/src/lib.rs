@@ -5,6 +5,8 @@
 #![deny(missing_docs)]
 
 mod latch;
+#[doc(hidden)]
+pub mod layout;
 mod scripts;
 
 pub use latch::{CountDownLatch, COUNT_DOWN_MEMORY, MAX_COUNT, RECHECK};

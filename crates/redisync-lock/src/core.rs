@@ -3,7 +3,7 @@
 //! [`FairLock`](crate::FairLock) differ only in whether a waiting queue is passed to the
 //! scripts.
 
-use redisync_core::toolkit::Toolkit;
+use redisync_core::toolkit::{KeyFamily, Toolkit};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use tracing::Instrument;
 
 use crate::guard::LockGuard;
 use crate::handover::{hand_over_lease, Claimed, Offers, OFFER_STANDS};
+use crate::layout::{FairLockLayout, LockLayout};
 use crate::scripts::{self, decode_acquire_all, decode_status, AcquireReply};
 
 /// A fair waiter that misses this many heartbeats in a row loses its place...
@@ -36,7 +37,7 @@ pub(crate) fn place_lifetime(heartbeat: Duration, command_timeout: Duration) -> 
 pub(crate) struct LockKeys {
     pub(crate) hash: String,
     pub(crate) fence: String,
-    attempt_prefix: String,
+    attempt_records: KeyFamily,
     /// Where its waiters wait.
     pub(crate) waiting: Waiting,
 }
@@ -56,11 +57,11 @@ pub(crate) enum Waiting {
         channel: String,
     },
     /// The fair lock: every waiting task has a place in Redis's queue (layout in
-    /// `lua/fair_lock_prelude.lua`) and a channel of its own, `<wake prefix><waiter id>`.
+    /// `lua/fair_lock_prelude.lua`) and a channel of its own, by its waiter id.
     Queue {
         queue: String,
         deadlines: String,
-        wake_prefix: String,
+        wake_channels: KeyFamily,
     },
 }
 
@@ -68,8 +69,7 @@ impl LockKeys {
     /// The record of acquire attempt `attempt`: written when its hold is given back on a path
     /// where the acquire's outcome was unknown.
     pub(crate) fn attempt_record(&self, attempt: &str) -> String {
-        // Not `format!`: this is on every acquire's path, and a concatenation costs a tenth.
-        [self.attempt_prefix.as_str(), attempt].concat()
+        self.attempt_records.of(attempt)
     }
 }
 
@@ -126,48 +126,48 @@ impl LockCore {
     pub(crate) fn new(client: &Client, name: String, kind: Kind) -> Self {
         let names = match client.key_space(&name) {
             Ok(space) => {
-                let hash = space.key(match kind {
-                    Kind::Reentrant => "lock",
-                    Kind::Fair { .. } => "fair:lock",
-                });
+                let keys = match kind {
+                    Kind::Reentrant => {
+                        let layout = LockLayout::new(&space);
+                        LockKeys {
+                            hash: layout.hash,
+                            fence: layout.fence,
+                            attempt_records: layout.attempt_records,
+                            waiting: Waiting::Clients {
+                                waiters: layout.waiters,
+                                offers: layout.offers,
+                                channel: layout.wake_channels.of(client.id()),
+                            },
+                        }
+                    }
+                    Kind::Fair { .. } => {
+                        let layout = FairLockLayout::new(&space);
+                        LockKeys {
+                            hash: layout.hash,
+                            fence: layout.fence,
+                            attempt_records: layout.attempt_records,
+                            waiting: Waiting::Queue {
+                                queue: layout.queue,
+                                deadlines: layout.deadlines,
+                                wake_channels: layout.wake_channels,
+                            },
+                        }
+                    }
+                };
                 let registration = match kind {
-                    Kind::Reentrant => ClientRegistration::of(client, &hash),
+                    Kind::Reentrant => ClientRegistration::of(client, &keys.hash),
                     // Its waiters each have their place in Redis, never the client.
                     Kind::Fair { .. } => Arc::default(),
                 };
                 // Keyed by the lock's hash, which differs by kind and name.
-                client.local_cell_with(&hash.clone(), || {
-                    let keys = match kind {
-                        Kind::Reentrant => LockKeys {
-                            hash,
-                            fence: space.key("fence"),
-                            attempt_prefix: space.key("attempt:"),
-                            waiting: Waiting::Clients {
-                                waiters: space.key("waiters"),
-                                offers: space.key("offers"),
-                                channel: space.key(&format!("wake:{}", client.id())),
-                            },
-                        },
-                        Kind::Fair { .. } => LockKeys {
-                            hash,
-                            fence: space.key("fair:fence"),
-                            attempt_prefix: space.key("fair:attempt:"),
-                            waiting: Waiting::Queue {
-                                queue: space.key("fair:queue"),
-                                deadlines: space.key("fair:deadlines"),
-                                wake_prefix: space.key("fair:wake:"),
-                            },
-                        },
-                    };
-                    LockNames {
-                        name,
-                        keys: Ok(keys),
-                        registration,
-                        handed_over_hold_lapses: Mutex::default(),
-                        found_busy: AtomicBool::new(false),
-                        offers: Offers::default(),
-                        releases: ReleasesInFlight::new(),
-                    }
+                client.local_cell_with(&keys.hash.clone(), || LockNames {
+                    name,
+                    keys: Ok(keys),
+                    registration,
+                    handed_over_hold_lapses: Mutex::default(),
+                    found_busy: AtomicBool::new(false),
+                    offers: Offers::default(),
+                    releases: ReleasesInFlight::new(),
                 })
             }
             Err(err) => Arc::new(LockNames {
@@ -234,14 +234,14 @@ impl LockCore {
             Waiting::Queue {
                 queue,
                 deadlines,
-                wake_prefix,
+                wake_channels,
             } => scripts::FairRelease {
                 hash: &keys.hash,
                 attempt_record: &record,
                 queue,
                 deadlines,
                 waiter: attempt,
-                wake_prefix,
+                wake_prefix: wake_channels.prefix(),
                 remember_ms: remember,
             }
             .call(),
@@ -308,12 +308,12 @@ impl LockCore {
             Waiting::Queue {
                 queue,
                 deadlines,
-                wake_prefix,
+                wake_channels,
             } => scripts::FairForceUnlock {
                 hash: &keys.hash,
                 queue,
                 deadlines,
-                wake_prefix,
+                wake_prefix: wake_channels.prefix(),
                 lost_notices,
             }
             .call(),
@@ -511,7 +511,7 @@ impl LockCore {
         heartbeat: Duration,
     ) -> Result<Option<Granted>> {
         self.settle_releases().await;
-        let Waiting::Queue { wake_prefix, .. } = &self.keys()?.waiting else {
+        let Waiting::Queue { wake_channels, .. } = &self.keys()?.waiting else {
             return Err(Error::invalid("a plain lock has no waiting queue"));
         };
         lease_millis(heartbeat).map_err(|_| {
@@ -521,7 +521,7 @@ impl LockCore {
         })?;
         // One id for every attempt of this call: it is the waiter's place in the queue.
         let waiter = self.client.unique_id();
-        let channel = format!("{wake_prefix}{waiter}");
+        let channel = wake_channels.of(&waiter);
         let queues = wait != Some(Duration::ZERO);
         let place = queues.then(|| place_lifetime(heartbeat, self.client.command_timeout()));
         let give_back = self.release_call(&waiter, lease.saturating_add(self.retry_window()))?;
@@ -823,7 +823,7 @@ impl LockCore {
             let Waiting::Queue {
                 queue,
                 deadlines,
-                wake_prefix,
+                wake_channels,
             } = &keys.waiting
             else {
                 return Err(Error::invalid("a plain lock has no waiting queue"));
@@ -838,7 +838,7 @@ impl LockCore {
                 lease_ms: redis_millis(lease),
                 waiter: &waiter,
                 place_ms: place.map_or(0, redis_millis),
-                wake_prefix,
+                wake_prefix: wake_channels.prefix(),
             }
             .call()
             .counted_in(&self.names.releases);

@@ -19,6 +19,8 @@ mod core;
 mod fair;
 mod guard;
 mod handover;
+#[doc(hidden)]
+pub mod layout;
 mod lock;
 mod scripts;
 

@@ -4,6 +4,8 @@
 
 #![deny(missing_docs)]
 
+#[doc(hidden)]
+pub mod layout;
 mod limiter;
 mod rate;
 mod scripts;

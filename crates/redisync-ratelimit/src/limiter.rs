@@ -11,6 +11,7 @@ use redisync_core::toolkit::{
 };
 use tracing::Instrument;
 
+use crate::layout::RateLimiterLayout;
 use crate::rate::{Rate, MAX_PRODUCT};
 use crate::scripts::{self, AcquireReply};
 
@@ -193,11 +194,14 @@ impl RateLimiter {
     /// [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client.key_space(&name).map(|space| Keys {
-            config: space.key("rate"),
-            state: space.key("rate:state"),
-            channel: space.key("rate:changed"),
-            queue: space.key("rate:queue"),
+        let keys = client.key_space(&name).map(|space| {
+            let layout = RateLimiterLayout::new(&space);
+            Keys {
+                config: layout.rate,
+                state: layout.state,
+                channel: layout.changed,
+                queue: layout.local_queue,
+            }
         });
         RateLimiter {
             core: Arc::new(Core {

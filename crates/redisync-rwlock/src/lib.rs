@@ -10,6 +10,8 @@
 #![deny(missing_docs)]
 
 mod guard;
+#[doc(hidden)]
+pub mod layout;
 mod rwlock;
 mod scripts;
 mod shared;

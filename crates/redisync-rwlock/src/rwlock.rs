@@ -14,6 +14,7 @@ use redisync_core::toolkit::{
 use tracing::Instrument;
 
 use crate::guard::{ReadGuard, WriteGuard};
+use crate::layout::ReadWriteLockLayout;
 use crate::scripts::{self, AcquireReply};
 use crate::shared::{CheckKeys, Coalescer, DrainWatch, Join, Road, Share};
 
@@ -24,30 +25,7 @@ const WRITER_MARK_REFRESH: Duration = Duration::from_secs(1);
 const WRITER_MARK_LIFETIME: Duration = Duration::from_secs(3);
 
 /// The Redis names of one read-write lock.
-#[derive(Debug)]
-pub(crate) struct RwKeys {
-    pub(crate) hash: String,
-    pub(crate) readers: String,
-    pub(crate) writers: String,
-    pub(crate) fence: String,
-    pub(crate) channel: String,
-    /// Where clients sharing a read hold hear that a writer waits or the holds went.
-    pub(crate) drain: String,
-    read_queue: String,
-    write_queue: String,
-    attempt_prefix: String,
-    waiter_prefix: String,
-}
-
-impl RwKeys {
-    fn attempt_record(&self, attempt: &str) -> String {
-        [self.attempt_prefix.as_str(), attempt].concat()
-    }
-
-    fn waiter_record(&self, waiter: &str) -> String {
-        [self.waiter_prefix.as_str(), waiter].concat()
-    }
-}
+pub(crate) type RwKeys = ReadWriteLockLayout;
 
 /// Everything a handle and its guards share.
 #[derive(Debug)]
@@ -104,8 +82,8 @@ impl RwCore {
         // script's declaration).
         let (attempt_record, record_ms) = match remember.is_zero() {
             true if waiter.is_empty() => (String::new(), 0),
-            true => (keys.attempt_record(attempt), 0),
-            false => (keys.attempt_record(attempt), redis_millis(remember)),
+            true => (keys.attempt_records.of(attempt), 0),
+            false => (keys.attempt_records.of(attempt), redis_millis(remember)),
         };
         Ok(scripts::Release {
             hash: &keys.hash,
@@ -324,18 +302,9 @@ impl ReadWriteLock {
     /// [`Error::InvalidArgument`] by every call.
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
-        let keys = client.key_space(&name).map(|space| RwKeys {
-            hash: space.key("rw"),
-            readers: space.key("rw:readers"),
-            writers: space.key("rw:writers"),
-            fence: space.key("rw:fence"),
-            channel: space.key("rw:wake"),
-            drain: space.key("rw:drain"),
-            read_queue: space.key("rw:read-queue"),
-            write_queue: space.key("rw:write-queue"),
-            attempt_prefix: space.key("rw:attempt:"),
-            waiter_prefix: space.key("rw:waiter:"),
-        });
+        let keys = client
+            .key_space(&name)
+            .map(|space| ReadWriteLockLayout::new(&space));
         let coalescer = keys
             .as_ref()
             .ok()
@@ -835,7 +804,7 @@ impl ReadWriteLock {
                     hash: &keys.hash,
                     readers: &keys.readers,
                     waiting_writers: &keys.writers,
-                    attempt_record: &keys.attempt_record(&attempt),
+                    attempt_record: &keys.attempt_records.of(&attempt),
                     owner: &request.owner,
                     lease_ms: redis_millis(lease),
                     attempt: &attempt,
@@ -856,8 +825,8 @@ impl ReadWriteLock {
                         readers: &keys.readers,
                         waiting_writers: &keys.writers,
                         fence: &keys.fence,
-                        attempt_record: &keys.attempt_record(&attempt),
-                        waiter_record: &keys.waiter_record(&mark.waiter),
+                        attempt_record: &keys.attempt_records.of(&attempt),
+                        waiter_record: &keys.waiter_records.of(&mark.waiter),
                         owner: &request.owner,
                         lease_ms: redis_millis(lease),
                         attempt: &attempt,
@@ -985,7 +954,7 @@ impl WaiterMark {
     fn call(&self, keys: &RwKeys) -> ScriptCall {
         scripts::Withdraw {
             waiting_writers: &keys.writers,
-            waiter_record: &keys.waiter_record(&self.waiter),
+            waiter_record: &keys.waiter_records.of(&self.waiter),
             hash: &keys.hash,
             waiter: &self.waiter,
             channel: &keys.channel,

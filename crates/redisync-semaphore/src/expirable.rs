@@ -1,6 +1,6 @@
 //! [`ExpirableSemaphore`]: permits with ids and leases, which come back by themselves.
 
-use redisync_core::toolkit::Toolkit;
+use redisync_core::toolkit::{KeyFamily, Toolkit};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use redisync_core::toolkit::{
 };
 use tracing::Instrument;
 
+use crate::layout::ExpirableSemaphoreLayout;
 use crate::scripts::{self, initial_count, permit_change, PermitReply};
 use crate::semaphore::RECHECK;
 use crate::waiters::{self, LocalWaiters, Turn, Waited};
@@ -27,12 +28,12 @@ struct XKeys {
     /// This client's wake-up channel.
     channel: String,
     queue: String,
-    record_prefix: String,
+    permit_records: KeyFamily,
 }
 
 impl XKeys {
     fn record(&self, id: &str) -> String {
-        [self.record_prefix.as_str(), id].concat()
+        self.permit_records.of(id)
     }
 }
 
@@ -223,14 +224,14 @@ impl ExpirableSemaphore {
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
         let keys = client.key_space(&name).map(|space| {
-            let permits = space.key("expirable-semaphore");
-            client.local_cell_with(&permits.clone(), || XKeys {
-                permits,
-                deadlines: space.key("expirable-semaphore:leases"),
-                waiters: space.key("expirable-semaphore:waiters"),
-                channel: waiters::client_channel(&space.key("expirable-semaphore:wake:"), client),
-                queue: space.key("expirable-semaphore:queue"),
-                record_prefix: space.key("expirable-semaphore:permit:"),
+            let layout = ExpirableSemaphoreLayout::new(&space);
+            client.local_cell_with(&layout.permits.clone(), || XKeys {
+                channel: layout.wake_channels.of(client.id()),
+                permits: layout.permits,
+                deadlines: layout.leases,
+                waiters: layout.waiters,
+                queue: layout.local_queue,
+                permit_records: layout.permit_records,
             })
         });
         let (local, registration) = match &keys {

@@ -39,6 +39,8 @@
 #![deny(missing_docs)]
 
 mod expirable;
+#[doc(hidden)]
+pub mod layout;
 mod scripts;
 mod semaphore;
 mod waiters;

@@ -1,6 +1,6 @@
 //! [`Semaphore`]: a classic counting semaphore whose permits live in Redis.
 
-use redisync_core::toolkit::Toolkit;
+use redisync_core::toolkit::{KeyFamily, Toolkit};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use redisync_core::toolkit::{
 };
 use tracing::Instrument;
 
+use crate::layout::SemaphoreLayout;
 use crate::scripts::{self, initial_count, permit_change, permit_count};
 use crate::waiters::{self, LocalWaiters, Turn, Waited};
 use redisync_core::toolkit::{ClientRegistration, Waitlist};
@@ -28,8 +29,8 @@ struct SemKeys {
     waiters: String,
     /// This client's wake-up channel.
     channel: String,
-    queue: String,
-    attempt_prefix: String,
+    queues: KeyFamily,
+    attempt_records: KeyFamily,
 }
 
 #[derive(Debug)]
@@ -218,14 +219,14 @@ impl Semaphore {
     pub fn new(client: &Client, name: impl Into<String>) -> Self {
         let name = name.into();
         let keys = client.key_space(&name).map(|space| {
-            let permits = space.key("semaphore");
-            client.local_cell_with(&permits.clone(), || SemKeys {
-                permits,
-                generation: space.key("semaphore:generation"),
-                waiters: space.key("semaphore:waiters"),
-                channel: waiters::client_channel(&space.key("semaphore:wake:"), client),
-                queue: space.key("semaphore:queue"),
-                attempt_prefix: space.key("semaphore:attempt:"),
+            let layout = SemaphoreLayout::new(&space);
+            client.local_cell_with(&layout.permits.clone(), || SemKeys {
+                channel: layout.wake_channels.of(client.id()),
+                permits: layout.permits,
+                generation: layout.generation,
+                waiters: layout.waiters,
+                queues: layout.local_queues,
+                attempt_records: layout.attempt_records,
             })
         });
         let (local, registration) = match &keys {
@@ -389,7 +390,7 @@ impl Semaphore {
         let deadline = wait.deadline()?;
         // One local queue per size: a waiter for many permits must not hold back waiters for
         // fewer while enough for them are free.
-        let queue = format!("{}:{n}", keys.queue);
+        let queue = keys.queues.of(&n.to_string());
         // The client's own channel: a release wakes one client, not every client's head.
         let spec = WaitSpec {
             kind: "semaphore",
@@ -406,7 +407,7 @@ impl Semaphore {
         let Some(attempt) = granted else {
             return Ok(None);
         };
-        let record = format!("{}{attempt}", keys.attempt_prefix);
+        let record = keys.attempt_records.of(&attempt);
         let release = scripts::Release {
             permits: &keys.permits,
             attempt_record: &record,
@@ -439,7 +440,7 @@ impl Semaphore {
         let core = self.core.clone();
         let attempt = core.client.unique_id();
         let request = core.keys().map(|keys| {
-            let record = format!("{}{attempt}", keys.attempt_prefix);
+            let record = keys.attempt_records.of(&attempt);
             let call = scripts::Acquire {
                 permits: &keys.permits,
                 attempt_record: &record,

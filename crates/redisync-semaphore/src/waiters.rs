@@ -210,11 +210,6 @@ pub(crate) fn withdraw_late_registration(core: &impl Waited) {
     withdraw(core);
 }
 
-/// The client's wake-up channel for a semaphore whose channels start with `prefix`.
-pub(crate) fn client_channel(prefix: &str, client: &Client) -> String {
-    format!("{prefix}{}", client.id())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

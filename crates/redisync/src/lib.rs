@@ -139,6 +139,27 @@ pub use redisync_rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteL
 #[cfg(feature = "semaphore")]
 pub use redisync_semaphore::{ExpirablePermit, ExpirableSemaphore, Semaphore, SemaphorePermit};
 
+/// Where each enabled primitive keeps its state in Redis: one type per primitive naming its
+/// keys and channels, for tools that read them (`redisync inspect`) and for tests. Not part
+/// of the supported API: a primitive's documentation describes its keys.
+#[doc(hidden)]
+pub mod layout {
+    pub use redisync_core::{KeyFamily, KeySpace};
+
+    #[cfg(feature = "election")]
+    pub use redisync_election::layout::ElectionLayout;
+    #[cfg(feature = "latch")]
+    pub use redisync_latch::layout::CountDownLatchLayout;
+    #[cfg(feature = "lock")]
+    pub use redisync_lock::layout::{FairLockLayout, LockLayout};
+    #[cfg(feature = "ratelimit")]
+    pub use redisync_ratelimit::layout::RateLimiterLayout;
+    #[cfg(feature = "rwlock")]
+    pub use redisync_rwlock::layout::ReadWriteLockLayout;
+    #[cfg(feature = "semaphore")]
+    pub use redisync_semaphore::layout::{ExpirableSemaphoreLayout, SemaphoreLayout};
+}
+
 /// Constructors of every enabled primitive, as methods on [`Client`].
 pub trait ClientExt {
     /// A handle to the reentrant lock called `name` (see [`ReentrantLock`]). Each call returns

@@ -10,36 +10,94 @@ use std::time::{Duration, Instant};
 use redisync::prelude::*;
 use redisync_test_harness::{wait_until, RedisCluster, RedisServer};
 
+/// The primitives' keys and channels under the default prefix, from their layouts: a test
+/// names a primitive's key as `keys::lock(name).hash`, never by spelling it.
+pub mod keys {
+    use redisync::core::DEFAULT_KEY_PREFIX;
+    use redisync::layout::*;
+
+    /// The key space of the primitive called `name`.
+    pub fn space(name: &str) -> KeySpace {
+        KeySpace::of(DEFAULT_KEY_PREFIX, name).expect("a valid name")
+    }
+
+    /// `<prefix>:{<name>}:*`: every key (or channel) of every primitive called `name`, as a
+    /// `KEYS` or `PUBSUB CHANNELS` pattern.
+    pub fn all(name: &str) -> String {
+        format!("{}:*", space(name).base())
+    }
+
+    /// The layout of the reentrant lock called `name`.
+    pub fn lock(name: &str) -> LockLayout {
+        LockLayout::new(&space(name))
+    }
+
+    /// The layout of the fair lock called `name`.
+    pub fn fair_lock(name: &str) -> FairLockLayout {
+        FairLockLayout::new(&space(name))
+    }
+
+    /// The layout of the read-write lock called `name`.
+    pub fn rw(name: &str) -> ReadWriteLockLayout {
+        ReadWriteLockLayout::new(&space(name))
+    }
+
+    /// The layout of the semaphore called `name`.
+    pub fn semaphore(name: &str) -> SemaphoreLayout {
+        SemaphoreLayout::new(&space(name))
+    }
+
+    /// The layout of the expirable semaphore called `name`.
+    pub fn expirable(name: &str) -> ExpirableSemaphoreLayout {
+        ExpirableSemaphoreLayout::new(&space(name))
+    }
+
+    /// The layout of the count-down latch called `name`.
+    pub fn latch(name: &str) -> CountDownLatchLayout {
+        CountDownLatchLayout::new(&space(name))
+    }
+
+    /// The layout of the election called `name`.
+    pub fn election(name: &str) -> ElectionLayout {
+        ElectionLayout::new(&space(name))
+    }
+
+    /// The layout of the rate limiter called `name`.
+    pub fn rate(name: &str) -> RateLimiterLayout {
+        RateLimiterLayout::new(&space(name))
+    }
+}
+
 /// The lock's hash key for the default prefix.
 pub fn lock_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:lock")
+    keys::lock(name).hash
 }
 
 /// The read-write lock's hash key for the default prefix.
 pub fn rw_hash_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw")
+    keys::rw(name).hash
 }
 
 /// The read-write lock's sorted set of read holds for the default prefix.
 pub fn rw_readers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:readers")
+    keys::rw(name).readers
 }
 
 /// The read-write lock's waiting writers for the default prefix.
 pub fn rw_writers_key(name: &str) -> String {
-    format!("redisync:{{{name}}}:rw:writers")
+    keys::rw(name).writers
 }
 
 /// The wake-up channel of `client` for the plain lock `name`, for the default prefix: each
 /// waiting client listens on its own.
 pub fn wake_channel(name: &str, client: &Client) -> String {
-    format!("redisync:{{{name}}}:wake:{}", client.id())
+    keys::lock(name).wake_channels.of(client.id())
 }
 
 /// How many subscribers the wake-up channels of the plain lock `name` have, over every
 /// client (for the default prefix).
 pub fn wake_subscribers(server: &RedisServer, name: &str) -> u64 {
-    let pattern = format!("redisync:{{{name}}}:wake:*");
+    let pattern = keys::lock(name).wake_channels.of("*");
     strings(&server.cmd(&["PUBSUB", "CHANNELS", &pattern]))
         .iter()
         .map(|channel| server.numsub(channel))
