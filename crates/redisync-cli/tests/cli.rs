@@ -36,6 +36,14 @@ mod keys {
         ReadWriteLockLayout::new(&space(name))
     }
 
+    pub fn semaphore(name: &str) -> SemaphoreLayout {
+        SemaphoreLayout::new(&space(name))
+    }
+
+    pub fn rate(name: &str) -> RateLimiterLayout {
+        RateLimiterLayout::new(&space(name))
+    }
+
     pub fn expirable(name: &str) -> ExpirableSemaphoreLayout {
         ExpirableSemaphoreLayout::new(&space(name))
     }
@@ -1171,7 +1179,7 @@ fn a_signal_right_after_the_acquire_is_not_lost() {
     // The hold exists in Redis before its reply reaches redisync, which then checks (slowly)
     // that the name is not another kind's before it starts the command.
     eventually(RUN_LIMIT, "the lock is taken", || {
-        world.key_exists("redisync:{signalled}:lock") || !run.is_running()
+        world.key_exists(&keys::lock("signalled").hash) || !run.is_running()
     });
     assert!(run.is_running(), "{}", run.wait(RUN_LIMIT));
     // The reply is on its way for one delay; the check makes dozens of round trips.
@@ -1541,8 +1549,8 @@ fn classic_semaphore_runs_on_the_librarys_semaphore() {
     world
         .run_line("semaphore-set nothing --add -2")
         .assert_error(66, "does not exist");
-    assert!(!world.key_exists("redisync:{nothing}:semaphore"));
-    assert!(!world.key_exists("redisync:{nothing}:expirable-semaphore"));
+    assert!(!world.key_exists(&keys::semaphore("nothing").permits));
+    assert!(!world.key_exists(&keys::expirable("nothing").permits));
 
     // One name, one kind; the message names the flag that reaches the other semaphore.
     world.run_line("semaphore jobs -- true").assert_error(
@@ -1567,7 +1575,7 @@ fn classic_semaphore_runs_on_the_librarys_semaphore() {
     world
         .run_line("delete classic-semaphore jobs --yes")
         .assert_code(0);
-    assert!(!world.key_exists("redisync:{jobs}:semaphore"));
+    assert!(!world.key_exists(&keys::semaphore("jobs").permits));
     world.run_line("lock jobs -- true").assert_code(0);
 }
 
@@ -1602,7 +1610,7 @@ fn racing_kinds_never_both_run_and_leave_nothing_behind() {
     }
     if semaphore.code() != 0 {
         assert!(
-            !world.key_exists("redisync:{race}:expirable-semaphore"),
+            !world.key_exists(&keys::expirable("race").permits),
             "the refused run's semaphore is left: {semaphore}"
         );
         world.run_line("lock race -- true").assert_code(0);
@@ -2290,7 +2298,7 @@ fn rate_exit_codes() {
         world.run_line(line).assert_error(2, needle);
     }
     // A run refused for its arguments takes back the limiter it created for them.
-    assert!(!world.key_exists("redisync:{big}:rate"), "left behind");
+    assert!(!world.key_exists(&keys::rate("big").rate), "left behind");
     // Text that is no rate: clap's own usage error (2), naming what is accepted.
     for bad in ["10", "x/s", "10/5y"] {
         let done = world.run(&["rate", "text", "--rate", bad, "--", "true"]);
