@@ -15,6 +15,10 @@
 //!
 //! The server is `redis-server` from `PATH` (or `REDIS_SERVER_BIN`) unless `--server-bin`
 //! names another binary; `scripts/servers.sh` installs Redis 8.2 and Valkey 8.1.
+//!
+//! The peers in other languages (redis-semaphore on Node.js, python-redis-lock on Python) run
+//! as driver processes; `scripts/bench-peers.sh` installs them. A peer that is not installed
+//! is skipped with one line saying why, and its rows show "–".
 
 mod charts;
 mod commands;
@@ -22,6 +26,7 @@ mod compare;
 mod floor_scripts;
 mod lockers;
 mod monitor;
+mod peers;
 mod primitives;
 mod ratelimit;
 mod raw_scripts;
@@ -522,9 +527,16 @@ async fn main() {
     }
     all.push(memory);
 
+    // What the peers' drivers ran on: their library, client and runtime versions.
+    let mut machine = machine;
+    machine.extend(peers::versions());
+    let skipped = peers::skipped();
     println!("## Machine\n");
     for (key, value) in &machine {
         println!("- {key}: {value}");
+    }
+    for (contender, reason) in &skipped {
+        println!("- skipped: {contender} ({reason})");
     }
     println!(
         "- rounds: {}, run per contender and round: {:?}, uncontended cycles: {}, hand-offs per round: {}",
@@ -569,6 +581,7 @@ async fn main() {
         },
         "total_s": started.elapsed().as_secs_f64(),
         "scenarios": all.iter().map(Scenario::json).collect::<Vec<_>>(),
+        "skipped": skipped.iter().map(|(c, r)| (c.clone(), serde_json::Value::from(r.as_str()))).collect::<serde_json::Map<_, _>>(),
         "compare": comparison,
         "charts": charts,
     });
