@@ -14,8 +14,11 @@ use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// Tableau 10, then black, seven of Tableau 20's light colours and four dark ones: one colour
-/// for each contender and the EVALSHA ceiling, distinct, and readable on white.
+/// Tableau 10, then black, six of Tableau 20's light colours, four dark ones and one more
+/// light one: one colour for each contender and the EVALSHA ceiling, distinct, and readable
+/// on white. The dark ones go to the last contenders of `Contender::ALL` (the peers listed
+/// last), the light one after them to the EVALSHA ceiling: everyone else keeps the colour it
+/// has in charts drawn before those peers were measured.
 const COLOURS: [RGBColor; 22] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -34,11 +37,11 @@ const COLOURS: [RGBColor; 22] = [
     RGBColor(197, 176, 213),
     RGBColor(196, 156, 148),
     RGBColor(247, 182, 210),
-    RGBColor(219, 219, 141),
     RGBColor(128, 0, 0),
     RGBColor(0, 0, 128),
     RGBColor(128, 128, 0),
     RGBColor(0, 128, 128),
+    RGBColor(219, 219, 141),
 ];
 
 // More colours than `Contender::ALL` lists contenders, one more for the EVALSHA ceiling: a

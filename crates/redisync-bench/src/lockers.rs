@@ -133,14 +133,15 @@ impl Contender {
         Contender::RslockBest,
         Contender::RedisLockDefault,
         Contender::RedisLockBest,
-        Contender::DistributedLockRedis,
-        Contender::RedisSemaphoreDefault,
-        Contender::RedisSemaphoreBest,
-        Contender::PythonRedisLock,
         Contender::PollingFloor,
         Contender::PubSubFloor,
         Contender::BlockingFloor,
         Contender::RedisyncElection,
+        // Last, so that the others keep their colours from earlier runs' charts.
+        Contender::DistributedLockRedis,
+        Contender::RedisSemaphoreDefault,
+        Contender::RedisSemaphoreBest,
+        Contender::PythonRedisLock,
     ];
 
     /// Scenario 2 (contended): waiting matters, so the floor that spins is left out.

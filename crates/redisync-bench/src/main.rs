@@ -24,6 +24,7 @@ mod charts;
 mod commands;
 mod compare;
 mod floor_scripts;
+mod headline;
 mod lockers;
 mod monitor;
 mod peers;
@@ -536,7 +537,7 @@ async fn main() {
         println!("- {key}: {value}");
     }
     for (contender, reason) in &skipped {
-        println!("- skipped: {contender} ({reason})");
+        println!("- skipped {contender}: {reason}");
     }
     println!(
         "- rounds: {}, run per contender and round: {:?}, uncontended cycles: {}, hand-offs per round: {}",
@@ -544,6 +545,9 @@ async fn main() {
     );
     println!("- total time: {:.0} s\n", started.elapsed().as_secs_f64());
     all.retain(|scenario| !scenario.contenders.is_empty());
+    if let Some(table) = headline::markdown(&all) {
+        println!("{table}");
+    }
     for scenario in &all {
         println!("{}", scenario.markdown());
     }

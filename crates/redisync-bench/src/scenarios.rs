@@ -40,7 +40,7 @@ const UNCONTENDED_BLOCK: usize = 100;
 /// cycles itself.
 enum Cycler {
     Local(Box<dyn Locker>),
-    Peer(Driver),
+    Peer(Box<Driver>),
 }
 
 impl Cycler {
@@ -59,7 +59,7 @@ impl Cycler {
             return Driver::start(contender, url, &shape)
                 .await
                 .ok()
-                .map(Cycler::Peer);
+                .map(|driver| Cycler::Peer(Box::new(driver)));
         }
         let mut locker = lockers(contender, url, 1, 1, |_| key.clone())
             .await
@@ -406,7 +406,7 @@ pub async fn contended(
         let key = format!("bench:contended:{i}");
         let tasks = if peers::is_external(contender) {
             match contended_driver(contender, &url, load, key).await {
-                Some(driver) => Tasks::Peer(driver),
+                Some(driver) => Tasks::Peer(Box::new(driver)),
                 None => continue,
             }
         } else {
@@ -454,7 +454,7 @@ enum Tasks {
         shared: Arc<Contention>,
     },
     /// A peer's driver, which runs its tasks itself.
-    Peer(Driver),
+    Peer(Box<Driver>),
     /// A peer that failed in this round: skipped, its figures left out.
     Gone,
 }
@@ -652,7 +652,7 @@ enum Side {
     Local(LocalHandoff),
     /// A peer's driver, which runs both clients and times the hand-off itself; `None` once
     /// it failed (it is skipped, and its figures of this round left out).
-    Peer(Option<Driver>),
+    Peer(Option<Box<Driver>>),
 }
 
 /// What one hand-off came to.
@@ -692,7 +692,9 @@ impl HandoffRig {
                 tasks: 1,
                 hold: HANDOFF_HOLD,
             };
-            Side::Peer(Some(Driver::start(contender, &url, &shape).await.ok()?))
+            Side::Peer(Some(Box::new(
+                Driver::start(contender, &url, &shape).await.ok()?,
+            )))
         } else {
             Side::Local(LocalHandoff::start(&url, contender, key).await?)
         };
