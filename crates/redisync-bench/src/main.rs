@@ -230,7 +230,9 @@ async fn main() {
          running scripts (`usec` of `EVALSHA` and its kin, their commands included; a command \
          a client sends directly, such as the floor's `SET`, is not in it), over 200 more \
          cycles without MONITOR, one contender after another rather than in turns. The timed \
-         cycles: the contenders take turns in blocks of 100 cycles, each on a lock of its own.",
+         cycles: the contenders take turns in blocks of 100 cycles, each on a lock of its own. \
+         redis-semaphore (Node.js) and python-redis-lock (Python) run in a driver process of \
+         their own, which times each cycle itself and takes its turns with the others.",
     );
     let mut ops = Scenario::new(
         "primitive-ops",
@@ -252,7 +254,12 @@ async fn main() {
          commands and PUBLISH: `INFO commandstats` over the timed run (every acquisition is \
          released once, so PUBLISH/release = PUBLISH per acquisition). Requests include every \
          retry and subscription command, counted with MONITOR in a 1 s pass of their own. \
-         The contenders take turns in three slices of the run, each on a lock of its own.",
+         The contenders take turns in three slices of the run, each on a lock of its own. \
+         redis-semaphore's tasks are async functions of one Node.js process, with one ioredis \
+         connection per client; python-redis-lock's are threads of one Python process, with \
+         one redis-py client per client, since the library is synchronous; their drivers time \
+         the holds and hand-offs themselves. distributed-lock-redis does not wait for a held \
+         lock: its tasks try again every 1 ms.",
     );
     let mut handoff = Scenario::new(
         "handoff",
@@ -263,7 +270,9 @@ async fn main() {
          the waiter's acquire returning. The contenders take turns hand-off by hand-off, \
          each on a lock of its own. p50 vs pub/sub floor: this p50 ÷ the pub/sub \
          floor's, in the same round. Taken before the release: the waiter got the lock \
-         while the holder still ran its 50 ms (a lease shorter than the hold ran out).",
+         while the holder still ran its 50 ms (a lease shorter than the hold ran out). \
+         redis-semaphore and python-redis-lock run both clients in their driver process and \
+         time the hand-off there.",
     );
     let mut many = Scenario::new(
         "many-locks",
@@ -272,7 +281,10 @@ async fn main() {
          round. The EVALSHA ceiling is a trivial script over 4 multiplexed connections \
          (redisync's default pool), measured in the same run. Redis keys + and used_memory +: \
          `DBSIZE` and `INFO memory` at the end of the run minus before it (the server is \
-         flushed before each run): what the library leaves in Redis at that throughput.",
+         flushed before each run): what the library leaves in Redis at that throughput. \
+         redis-semaphore runs 64 async functions over one ioredis connection; \
+         python-redis-lock 64 threads over one redis-py client, whose pool holds a connection \
+         per thread.",
     );
     for round in 0..settings.rounds {
         eprintln!("round {}/{}", round + 1, settings.rounds);
