@@ -14,9 +14,12 @@ use crate::report::{format_value, median, percentile, Scenario};
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// Tableau 10, then black and seven of Tableau 20's light colours: one colour for each
-/// contender and the EVALSHA ceiling, distinct, and readable on white.
-const COLOURS: [RGBColor; 18] = [
+/// Tableau 10, then black, six of Tableau 20's light colours, four dark ones and one more
+/// light one: one colour for each contender and the EVALSHA ceiling, distinct, and readable
+/// on white. The dark ones go to the last contenders of `Contender::ALL` (the peers listed
+/// last), the light one after them to the EVALSHA ceiling: everyone else keeps the colour it
+/// has in charts drawn before those peers were measured.
+const COLOURS: [RGBColor; 22] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -34,6 +37,10 @@ const COLOURS: [RGBColor; 18] = [
     RGBColor(197, 176, 213),
     RGBColor(196, 156, 148),
     RGBColor(247, 182, 210),
+    RGBColor(128, 0, 0),
+    RGBColor(0, 0, 128),
+    RGBColor(128, 128, 0),
+    RGBColor(0, 128, 128),
     RGBColor(219, 219, 141),
 ];
 
@@ -404,6 +411,15 @@ fn fairness(path: &Path, scenario: &Scenario, palette: &Palette) -> Result<bool,
     Ok(true)
 }
 
+/// How the peers' contender names start: the commands chart gives them one colour.
+const PEERS: [&str; 5] = [
+    "rslock",
+    "redis-lock",
+    "distributed-lock-redis",
+    "redis-semaphore",
+    "python-redis-lock",
+];
+
 /// Commands Redis runs per uncontended cycle (scripts' own commands included), one bar per
 /// lock contender and primitive operation.
 fn commands(path: &Path, scenarios: &[&Scenario]) -> Result<bool, String> {
@@ -422,7 +438,7 @@ fn commands(path: &Path, scenarios: &[&Scenario]) -> Result<bool, String> {
                 COLOURS[7]
             } else if name.starts_with("redisync") {
                 COLOURS[0]
-            } else if name.starts_with("rslock") || name.starts_with("redis-lock") {
+            } else if PEERS.iter().any(|peer| name.starts_with(peer)) {
                 COLOURS[1]
             } else {
                 COLOURS[2]

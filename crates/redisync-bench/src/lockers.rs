@@ -78,11 +78,24 @@ pub enum Contender {
     RedisLockDefault,
     /// redis-lock tuned for speed: 1 ms between tries, 10 s lease.
     RedisLockBest,
+    /// distributed-lock-redis with its defaults (30 s lease, renewed every 10 s). Its
+    /// `acquire` makes one try and fails at once if the lock is held, timeout or not, and it
+    /// has no retry setting: the caller tries again every 1 ms, as the polling floor does.
+    DistributedLockRedis,
+    /// redis-semaphore's `Mutex` (Node.js, ioredis) with its defaults: 10 s lease, 10 ms
+    /// between tries. Measured through a driver process (see [`crate::peers`]).
+    RedisSemaphoreDefault,
+    /// redis-semaphore's `Mutex` tuned for speed: 1 ms between tries.
+    RedisSemaphoreBest,
+    /// python-redis-lock's `Lock` (redis-py, one thread per task) with a 10 s lease; a waiter
+    /// blocks on `BLPOP` until a release pushes to the lock's signal list. Measured through
+    /// a driver process (see [`crate::peers`]).
+    PythonRedisLock,
 }
 
 impl Contender {
     /// Scenario 1 (uncontended) and, without the FairLock, scenario 3 (many locks).
-    pub const LOCKS: [Contender; 13] = [
+    pub const LOCKS: [Contender; 17] = [
         Contender::Floor,
         Contender::ScriptedFloor,
         Contender::Redisync,
@@ -96,13 +109,17 @@ impl Contender {
         Contender::RslockBest,
         Contender::RedisLockDefault,
         Contender::RedisLockBest,
+        Contender::DistributedLockRedis,
+        Contender::RedisSemaphoreDefault,
+        Contender::RedisSemaphoreBest,
+        Contender::PythonRedisLock,
     ];
 
     /// Scenario 7 (leader election hand-over) and the floor it is held against.
     pub const ELECTION: [Contender; 2] = [Contender::PubSubFloor, Contender::RedisyncElection];
 
     /// Every contender, in the order the charts give out colours.
-    pub const ALL: [Contender; 17] = [
+    pub const ALL: [Contender; 21] = [
         Contender::Floor,
         Contender::ScriptedFloor,
         Contender::Redisync,
@@ -120,10 +137,15 @@ impl Contender {
         Contender::PubSubFloor,
         Contender::BlockingFloor,
         Contender::RedisyncElection,
+        // Last, so that the others keep their colours from earlier runs' charts.
+        Contender::DistributedLockRedis,
+        Contender::RedisSemaphoreDefault,
+        Contender::RedisSemaphoreBest,
+        Contender::PythonRedisLock,
     ];
 
     /// Scenario 2 (contended): waiting matters, so the floor that spins is left out.
-    pub const CONTENDED: [Contender; 7] = [
+    pub const CONTENDED: [Contender; 11] = [
         Contender::PollingFloor,
         Contender::Redisync,
         Contender::RedisyncFair,
@@ -131,10 +153,14 @@ impl Contender {
         Contender::RslockBest,
         Contender::RedisLockDefault,
         Contender::RedisLockBest,
+        Contender::DistributedLockRedis,
+        Contender::RedisSemaphoreDefault,
+        Contender::RedisSemaphoreBest,
+        Contender::PythonRedisLock,
     ];
 
     /// Scenario 2b (hand-off with one waiter).
-    pub const HANDOFF: [Contender; 9] = [
+    pub const HANDOFF: [Contender; 13] = [
         Contender::PubSubFloor,
         Contender::BlockingFloor,
         Contender::PollingFloor,
@@ -144,6 +170,10 @@ impl Contender {
         Contender::RslockBest,
         Contender::RedisLockDefault,
         Contender::RedisLockBest,
+        Contender::DistributedLockRedis,
+        Contender::RedisSemaphoreDefault,
+        Contender::RedisSemaphoreBest,
+        Contender::PythonRedisLock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -165,12 +195,16 @@ impl Contender {
             Contender::RslockBest => "rslock 0.10 (1 ms retry)",
             Contender::RedisLockDefault => "redis-lock 0.5 (defaults)",
             Contender::RedisLockBest => "redis-lock 0.5 (1 ms retry)",
+            Contender::DistributedLockRedis => "distributed-lock-redis 0.2 (caller retries, 1 ms)",
+            Contender::RedisSemaphoreDefault => "redis-semaphore 5.8 (defaults)",
+            Contender::RedisSemaphoreBest => "redis-semaphore 5.8 (1 ms retry)",
+            Contender::PythonRedisLock => "python-redis-lock 4.0 (10 s lease)",
         }
     }
 }
 
 /// Lease the contenders that need one use: far longer than any critical section here.
-const LEASE: Duration = Duration::from_secs(10);
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
 
 /// Builds `clients × per_client` lockers of `contender`; task `t` of client `c` locks
 /// `name(c * per_client + t)`. Tasks of one client share its connections, as an application
@@ -321,6 +355,24 @@ pub async fn lockers(
                     }));
                 }
             }
+            Contender::DistributedLockRedis => {
+                use distributed_lock_core::traits::LockProvider;
+                // One provider per client: it holds one fred connection, which the tasks of
+                // the client share.
+                let provider = distributed_lock_redis::RedisLockProvider::new(url)
+                    .await
+                    .expect("connect");
+                for t in 0..per_client {
+                    lockers.push(Box::new(DistributedLockRedisLocker {
+                        lock: provider.create_lock(&name(c * per_client + t)),
+                    }));
+                }
+            }
+            // These run in driver processes of their own (see `crate::peers`); the scenarios
+            // never ask for their lockers.
+            Contender::RedisSemaphoreDefault
+            | Contender::RedisSemaphoreBest
+            | Contender::PythonRedisLock => {}
         }
     }
     lockers
@@ -594,5 +646,31 @@ impl Locker for RedisLockLocker {
         )
         .await
         .map_err(|e| format!("{e:?}"))
+    }
+}
+
+/// How long a distributed-lock-redis task waits between tries: the library's `acquire` does
+/// not wait, so a caller must, and 1 ms is the polling floor's pause.
+const DISTRIBUTED_LOCK_REDIS_RETRY: Duration = Duration::from_millis(1);
+
+struct DistributedLockRedisLocker {
+    lock: distributed_lock_redis::RedisDistributedLock,
+}
+
+#[async_trait::async_trait]
+impl Locker for DistributedLockRedisLocker {
+    async fn with_lock(&mut self, section: Section) -> Result<(), String> {
+        use distributed_lock_core::traits::{DistributedLock, LockHandle};
+        // `try_acquire` sends what `acquire` sends (one `SET NX PX`) and tells a held lock
+        // (`None`) from a failure (`Err`), which `acquire` reports alike as a timeout.
+        let handle = loop {
+            match self.lock.try_acquire().await {
+                Ok(Some(handle)) => break handle,
+                Ok(None) => tokio::time::sleep(DISTRIBUTED_LOCK_REDIS_RETRY).await,
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        section.await;
+        handle.release().await.map_err(|e| e.to_string())
     }
 }

@@ -15,13 +15,19 @@
 //!
 //! The server is `redis-server` from `PATH` (or `REDIS_SERVER_BIN`) unless `--server-bin`
 //! names another binary; `scripts/servers.sh` installs Redis 8.2 and Valkey 8.1.
+//!
+//! The peers in other languages (redis-semaphore on Node.js, python-redis-lock on Python) run
+//! as driver processes; `scripts/bench-peers.sh` installs them. A peer that is not installed
+//! is skipped with one line saying why, and its rows show "–".
 
 mod charts;
 mod commands;
 mod compare;
 mod floor_scripts;
+mod headline;
 mod lockers;
 mod monitor;
+mod peers;
 mod primitives;
 mod ratelimit;
 mod raw_scripts;
@@ -224,7 +230,9 @@ async fn main() {
          running scripts (`usec` of `EVALSHA` and its kin, their commands included; a command \
          a client sends directly, such as the floor's `SET`, is not in it), over 200 more \
          cycles without MONITOR, one contender after another rather than in turns. The timed \
-         cycles: the contenders take turns in blocks of 100 cycles, each on a lock of its own.",
+         cycles: the contenders take turns in blocks of 100 cycles, each on a lock of its own. \
+         redis-semaphore (Node.js) and python-redis-lock (Python) run in a driver process of \
+         their own, which times each cycle itself and takes its turns with the others.",
     );
     let mut ops = Scenario::new(
         "primitive-ops",
@@ -246,7 +254,12 @@ async fn main() {
          commands and PUBLISH: `INFO commandstats` over the timed run (every acquisition is \
          released once, so PUBLISH/release = PUBLISH per acquisition). Requests include every \
          retry and subscription command, counted with MONITOR in a 1 s pass of their own. \
-         The contenders take turns in three slices of the run, each on a lock of its own.",
+         The contenders take turns in three slices of the run, each on a lock of its own. \
+         redis-semaphore's tasks are async functions of one Node.js process, with one ioredis \
+         connection per client; python-redis-lock's are threads of one Python process, with \
+         one redis-py client per client, since the library is synchronous; their drivers time \
+         the holds and hand-offs themselves. distributed-lock-redis does not wait for a held \
+         lock: its tasks try again every 1 ms.",
     );
     let mut handoff = Scenario::new(
         "handoff",
@@ -257,7 +270,9 @@ async fn main() {
          the waiter's acquire returning. The contenders take turns hand-off by hand-off, \
          each on a lock of its own. p50 vs pub/sub floor: this p50 ÷ the pub/sub \
          floor's, in the same round. Taken before the release: the waiter got the lock \
-         while the holder still ran its 50 ms (a lease shorter than the hold ran out).",
+         while the holder still ran its 50 ms (a lease shorter than the hold ran out). \
+         redis-semaphore and python-redis-lock run both clients in their driver process and \
+         time the hand-off there.",
     );
     let mut many = Scenario::new(
         "many-locks",
@@ -266,7 +281,10 @@ async fn main() {
          round. The EVALSHA ceiling is a trivial script over 4 multiplexed connections \
          (redisync's default pool), measured in the same run. Redis keys + and used_memory +: \
          `DBSIZE` and `INFO memory` at the end of the run minus before it (the server is \
-         flushed before each run): what the library leaves in Redis at that throughput.",
+         flushed before each run): what the library leaves in Redis at that throughput. \
+         redis-semaphore runs 64 async functions over one ioredis connection; \
+         python-redis-lock 64 threads over one redis-py client, whose pool holds a connection \
+         per thread.",
     );
     for round in 0..settings.rounds {
         eprintln!("round {}/{}", round + 1, settings.rounds);
@@ -522,9 +540,16 @@ async fn main() {
     }
     all.push(memory);
 
+    // What the peers' drivers ran on: their library, client and runtime versions.
+    let mut machine = machine;
+    machine.extend(peers::versions());
+    let skipped = peers::skipped();
     println!("## Machine\n");
     for (key, value) in &machine {
         println!("- {key}: {value}");
+    }
+    for (contender, reason) in &skipped {
+        println!("- skipped {contender}: {reason}");
     }
     println!(
         "- rounds: {}, run per contender and round: {:?}, uncontended cycles: {}, hand-offs per round: {}",
@@ -532,6 +557,9 @@ async fn main() {
     );
     println!("- total time: {:.0} s\n", started.elapsed().as_secs_f64());
     all.retain(|scenario| !scenario.contenders.is_empty());
+    if let Some(table) = headline::markdown(&all) {
+        println!("{table}");
+    }
     for scenario in &all {
         println!("{}", scenario.markdown());
     }
@@ -569,6 +597,7 @@ async fn main() {
         },
         "total_s": started.elapsed().as_secs_f64(),
         "scenarios": all.iter().map(Scenario::json).collect::<Vec<_>>(),
+        "skipped": skipped.iter().map(|(c, r)| (c.clone(), serde_json::Value::from(r.as_str()))).collect::<serde_json::Map<_, _>>(),
         "compare": comparison,
         "charts": charts,
     });

@@ -10,6 +10,7 @@ use redisync_test_harness::RedisServer;
 use crate::commands::{Commands, Pass};
 use crate::lockers::{lockers, Contender, Locker, Section};
 use crate::monitor::CommandCounter;
+use crate::peers::{self, Driver};
 use crate::report::{percentile, Figures, Scenario};
 
 fn micros(d: Duration) -> f64 {
@@ -35,24 +36,32 @@ fn shuffle(order: &mut [usize], seed: &mut u64) {
 /// Cycles a contender of scenario 1 runs in one go before the next takes its turn.
 const UNCONTENDED_BLOCK: usize = 100;
 
-/// Scenario 1: for every contender of `contenders`, one task locks and unlocks one free lock
-/// of its own, `cycles` times. The contenders take turns in blocks of [`UNCONTENDED_BLOCK`]
-/// cycles, in a new order every pass, so that each samples the same seconds: a machine can
-/// slip now and then into a state where every cycle takes about twice as long, and a ratio
-/// between contenders run one after another would catch it for one and not the other. Each
-/// contender's figures go to its row of `scenario`.
-pub async fn uncontended(
-    server: &RedisServer,
-    contenders: &[Contender],
-    cycles: usize,
-    scenario: &mut Scenario,
-) {
-    // An empty server: keys an earlier pass left to expire must not expire during this one.
-    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
-    let url = server.url();
-    let mut lockers_of = Vec::new();
-    for (i, &contender) in contenders.iter().enumerate() {
-        let mut locker = lockers(contender, &url, 1, 1, |_| format!("bench:uncontended:{i}"))
+/// One contender of scenario 1: a locker of this process, or a peer's driver, which times its
+/// cycles itself.
+enum Cycler {
+    Local(Box<dyn Locker>),
+    Peer(Box<Driver>),
+}
+
+impl Cycler {
+    /// `contender`'s cycler on the free lock `key`, warmed up; `None` if it is a peer that
+    /// could not start (it is skipped, and said so).
+    async fn start(contender: Contender, url: &str, key: String) -> Option<Cycler> {
+        if peers::is_external(contender) {
+            let shape = peers::Shape {
+                kind: peers::Kind::Uncontended,
+                key,
+                clients: 1,
+                tasks: 1,
+                hold: Duration::ZERO,
+            };
+            // The driver warms up as below before it says it is ready.
+            return Driver::start(contender, url, &shape)
+                .await
+                .ok()
+                .map(|driver| Cycler::Peer(Box::new(driver)));
+        }
+        let mut locker = lockers(contender, url, 1, 1, |_| key.clone())
             .await
             .remove(0);
         // Warm up: connections, script caches.
@@ -62,28 +71,93 @@ pub async fn uncontended(
                 .await
                 .expect("warm-up cycle");
         }
-        lockers_of.push(locker);
+        Some(Cycler::Local(locker))
     }
-    let mut samples = vec![Vec::with_capacity(cycles); lockers_of.len()];
-    let mut order: Vec<usize> = (0..lockers_of.len()).collect();
+
+    /// Runs `n` lock + unlock cycles; the latency of each, in µs. A peer that fails is
+    /// skipped for the rest of the run.
+    async fn cycles(&mut self, contender: Contender, n: usize) -> Result<Vec<f64>, String> {
+        match self {
+            Cycler::Local(locker) => {
+                let mut samples = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let start = Instant::now();
+                    locker.with_lock(Box::pin(async {})).await.expect("cycle");
+                    samples.push(micros(start.elapsed()));
+                }
+                Ok(samples)
+            }
+            Cycler::Peer(driver) => {
+                // Far more than a cycle takes: the bound is for a driver that hangs.
+                let work = Duration::from_millis(100) * n as u32;
+                let answer = driver.turn(&format!("cycles {n}"), work).await?;
+                peers::check(
+                    contender,
+                    peers::numbers(&answer, "samples_us").and_then(|samples| {
+                        if samples.len() == n {
+                            Ok(samples)
+                        } else {
+                            Err(format!("driver: {} samples for {n} cycles", samples.len()))
+                        }
+                    }),
+                )
+            }
+        }
+    }
+
+    async fn finish(self) {
+        if let Cycler::Peer(driver) = self {
+            driver.finish().await;
+        }
+    }
+}
+
+/// Scenario 1: for every contender of `contenders`, one task locks and unlocks one free lock
+/// of its own, `cycles` times. The contenders take turns in blocks of [`UNCONTENDED_BLOCK`]
+/// cycles, in a new order every pass, so that each samples the same seconds: a machine can
+/// slip now and then into a state where every cycle takes about twice as long, and a ratio
+/// between contenders run one after another would catch it for one and not the other. Each
+/// contender's figures go to its row of `scenario`; a peer that cannot run keeps its row, and
+/// its figures of this round are left out.
+pub async fn uncontended(
+    server: &RedisServer,
+    contenders: &[Contender],
+    cycles: usize,
+    scenario: &mut Scenario,
+) {
+    // An empty server: keys an earlier pass left to expire must not expire during this one.
+    let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
+    let url = server.url();
+    let mut cyclers = Vec::new();
+    for (i, &contender) in contenders.iter().enumerate() {
+        // Every contender has its row, in this order, even if it cannot run.
+        scenario.figures(contender.name());
+        let cycler = Cycler::start(contender, &url, format!("bench:uncontended:{i}")).await;
+        cyclers.push(cycler);
+    }
+    let mut samples = vec![Vec::with_capacity(cycles); cyclers.len()];
+    let mut order: Vec<usize> = (0..cyclers.len()).collect();
     let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
     let mut done = 0;
     while done < cycles {
         let block = UNCONTENDED_BLOCK.min(cycles - done);
         shuffle(&mut order, &mut seed);
         for &r in &order {
-            for _ in 0..block {
-                let start = Instant::now();
-                lockers_of[r]
-                    .with_lock(Box::pin(async {}))
-                    .await
-                    .expect("cycle");
-                samples[r].push(micros(start.elapsed()));
+            let Some(cycler) = &mut cyclers[r] else {
+                continue;
+            };
+            match cycler.cycles(contenders[r], block).await {
+                Ok(block_samples) => samples[r].extend(block_samples),
+                // Skipped (and said so): its figures of this round are left out.
+                Err(_) => cyclers[r] = None,
             }
         }
         done += block;
     }
-    for ((contender, mut locker), samples) in contenders.iter().zip(lockers_of).zip(samples) {
+    for ((&contender, cycler), samples) in contenders.iter().zip(cyclers).zip(samples) {
+        let Some(mut cycler) = cycler else {
+            continue;
+        };
         let out = scenario.figures(contender.name());
         out.add("p50 µs", percentile(&samples, 50.0));
         out.add("p99 µs", percentile(&samples, 99.0));
@@ -93,20 +167,25 @@ pub async fn uncontended(
         let counted = 200;
         let (keys_before, _) = redis_footprint(server);
         let pass = Pass::start(server, true);
-        for _ in 0..counted {
-            locker.with_lock(Box::pin(async {})).await.expect("cycle");
-        }
+        let ran = cycler.cycles(contender, counted).await;
         let (keys_after, _) = redis_footprint(server);
+        if ran.is_err() {
+            let _ = pass.finish();
+            cycler.finish().await;
+            continue;
+        }
         out.add(
             "Redis keys + per 1k cycles",
             (keys_after - keys_before) * 1000.0 / counted as f64,
         );
-        add_counts(out, pass, counted, "cycle");
+        add_counts(out, pass, counted as u64, "cycle");
         let pass = Pass::start(server, false);
-        for _ in 0..counted {
-            locker.with_lock(Box::pin(async {})).await.expect("cycle");
+        if cycler.cycles(contender, counted).await.is_ok() {
+            add_script_time(out, pass, counted as u64, "cycle");
+        } else {
+            let _ = pass.finish();
         }
-        add_script_time(out, pass, counted, "cycle");
+        cycler.finish().await;
     }
 }
 
@@ -236,6 +315,29 @@ fn spawn_contending(
         .collect()
 }
 
+/// A peer's driver for scenario 2's `load`, on the lock `key`; `None` if it could not start
+/// (it is skipped, and said so).
+async fn contended_driver(
+    contender: Contender,
+    url: &str,
+    load: &Load,
+    key: String,
+) -> Option<Driver> {
+    let shape = peers::Shape {
+        kind: peers::Kind::Contended,
+        key,
+        clients: load.clients,
+        tasks: load.per_client,
+        hold: load.hold,
+    };
+    Driver::start(contender, url, &shape).await.ok()
+}
+
+/// The turn that runs a peer's tasks for `duration`.
+fn run_turn(duration: Duration) -> String {
+    format!("run {}", duration.as_secs_f64())
+}
+
 /// Scenario 2, counting requests: `contender`'s `clients × per_client` tasks on one lock,
 /// each holding it for `hold`, for `duration`, with MONITOR on (which slows Redis, so this
 /// pass reports only requests per acquisition).
@@ -246,6 +348,22 @@ pub async fn contended_requests(
     out: &mut Figures,
 ) {
     let url = server.url();
+    if peers::is_external(contender) {
+        let key = "bench:contended".to_owned();
+        let Some(mut driver) = contended_driver(contender, &url, load, key).await else {
+            return;
+        };
+        let counter = CommandCounter::start(server);
+        let answer = driver.turn(&run_turn(load.duration), load.duration).await;
+        let requests = counter.stop(server);
+        let counts = answer.and_then(|answer| peers::numbers(&answer, "counts"));
+        if let Ok(counts) = peers::check(contender, counts) {
+            let total: f64 = counts.iter().sum();
+            out.add("requests/acquisition", requests as f64 / total.max(1.0));
+        }
+        driver.finish().await;
+        return;
+    }
     let lockers = lockers(contender, &url, load.clients, load.per_client, |_| {
         "bench:contended".to_owned()
     })
@@ -271,7 +389,8 @@ pub async fn contended_requests(
 /// take turns in `slices` slices of the duration, in a new order every pass, so that each
 /// runs in the same seconds as the others (see [`uncontended`]). Scripts, commands and
 /// PUBLISH come from `INFO commandstats` over each slice, which costs Redis nothing while it
-/// runs. Each contender's figures go to its row of `scenario`.
+/// runs. Each contender's figures go to its row of `scenario`; a peer that cannot run keeps
+/// its row, and its figures of this round are left out.
 pub async fn contended(
     server: &RedisServer,
     contenders: &[Contender],
@@ -282,18 +401,33 @@ pub async fn contended(
     let url = server.url();
     let mut rigs = Vec::new();
     for (i, &contender) in contenders.iter().enumerate() {
-        let lockers = lockers(contender, &url, load.clients, load.per_client, |_| {
-            format!("bench:contended:{i}")
-        })
-        .await;
+        // Every contender has its row, in this order, even if it cannot run.
+        scenario.figures(contender.name());
+        let key = format!("bench:contended:{i}");
+        let tasks = if peers::is_external(contender) {
+            match contended_driver(contender, &url, load, key).await {
+                Some(driver) => Tasks::Peer(Box::new(driver)),
+                None => continue,
+            }
+        } else {
+            let lockers = lockers(contender, &url, load.clients, load.per_client, |_| {
+                key.clone()
+            })
+            .await;
+            Tasks::Local {
+                lockers,
+                shared: Arc::default(),
+            }
+        };
         rigs.push(ContendedRig {
             contender,
-            counts: vec![0; lockers.len()],
-            lockers,
-            shared: Arc::default(),
+            tasks,
+            counts: vec![0; load.clients * load.per_client],
             failures: 0,
             elapsed: 0.0,
             commands: Commands::default(),
+            handoffs: Vec::new(),
+            violations: 0,
         });
     }
     let slice = load.duration / slices.max(1);
@@ -308,22 +442,62 @@ pub async fn contended(
     }
     for rig in rigs {
         let name = rig.contender.name();
-        rig.finish(scenario.figures(name));
+        rig.finish(scenario.figures(name)).await;
+    }
+}
+
+/// Whose tasks a contended rig runs.
+enum Tasks {
+    /// Tasks of this process: their lockers between slices, and what they record together.
+    Local {
+        lockers: Vec<Box<dyn Locker>>,
+        shared: Arc<Contention>,
+    },
+    /// A peer's driver, which runs its tasks itself.
+    Peer(Box<Driver>),
+    /// A peer that failed in this round: skipped, its figures left out.
+    Gone,
+}
+
+/// What a peer's driver reports of one slice.
+struct PeerSlice {
+    counts: Vec<f64>,
+    handoffs: Vec<f64>,
+    violations: f64,
+    failures: f64,
+    elapsed: f64,
+}
+
+impl PeerSlice {
+    /// Reads a driver's answer to a slice of `tasks` tasks.
+    fn read(answer: &serde_json::Value, tasks: usize) -> Result<PeerSlice, String> {
+        let counts = peers::numbers(answer, "counts")?;
+        if counts.len() != tasks {
+            return Err(format!("driver: {} counts for {tasks} tasks", counts.len()));
+        }
+        Ok(PeerSlice {
+            counts,
+            handoffs: peers::numbers(answer, "handoffs_us")?,
+            violations: peers::number(answer, "violations")?,
+            failures: peers::number(answer, "failures")?,
+            elapsed: peers::number(answer, "elapsed_s")?,
+        })
     }
 }
 
 /// One contender's tasks of a contended run taken in slices, and what they added up to.
 struct ContendedRig {
     contender: Contender,
-    /// The tasks' lockers, between slices.
-    lockers: Vec<Box<dyn Locker>>,
-    shared: Arc<Contention>,
+    tasks: Tasks,
     /// Acquisitions per task, over every slice.
     counts: Vec<u64>,
     failures: u64,
     /// Seconds, over every slice.
     elapsed: f64,
     commands: Commands,
+    /// Hand-offs (µs) and exclusion violations, over every slice.
+    handoffs: Vec<f64>,
+    violations: u64,
 }
 
 impl ContendedRig {
@@ -335,30 +509,63 @@ impl ContendedRig {
         duration: Duration,
         origin: Instant,
     ) {
-        // A hand-off from the last release of the previous slice would span the other
-        // contenders' turns.
-        self.shared.last_release.store(0, Ordering::SeqCst);
-        let stop = Arc::new(AtomicBool::new(false));
-        let pass = Pass::start(server, false);
-        let lockers = std::mem::take(&mut self.lockers);
-        let tasks = spawn_contending(lockers, &self.shared, &stop, hold, origin);
-        let started = Instant::now();
-        tokio::time::sleep(duration).await;
-        stop.store(true, Ordering::Relaxed);
-        for (i, task) in tasks.into_iter().enumerate() {
-            let (locker, count, failures) = task.await.expect("task");
-            self.lockers.push(locker);
-            self.counts[i] += count;
-            self.failures += failures;
+        if matches!(self.tasks, Tasks::Gone) {
+            return;
         }
-        self.elapsed += started.elapsed().as_secs_f64();
+        let pass = Pass::start(server, false);
+        match &mut self.tasks {
+            Tasks::Local { lockers, shared } => {
+                // A hand-off from the last release of the previous slice would span the other
+                // contenders' turns.
+                shared.last_release.store(0, Ordering::SeqCst);
+                let stop = Arc::new(AtomicBool::new(false));
+                let tasks = spawn_contending(std::mem::take(lockers), shared, &stop, hold, origin);
+                let started = Instant::now();
+                tokio::time::sleep(duration).await;
+                stop.store(true, Ordering::Relaxed);
+                for (i, task) in tasks.into_iter().enumerate() {
+                    let (locker, count, failures) = task.await.expect("task");
+                    lockers.push(locker);
+                    self.counts[i] += count;
+                    self.failures += failures;
+                }
+                self.elapsed += started.elapsed().as_secs_f64();
+                self.handoffs
+                    .append(&mut shared.handoffs.lock().expect("handoffs"));
+                self.violations += shared.violations.swap(0, Ordering::Relaxed);
+            }
+            Tasks::Peer(driver) => {
+                // The driver starts each slice afresh, as above: no hand-off spans two slices.
+                let answer = driver.turn(&run_turn(duration), duration).await;
+                let tasks = self.counts.len();
+                let read = answer.and_then(|answer| PeerSlice::read(&answer, tasks));
+                match peers::check(self.contender, read) {
+                    Ok(slice) => {
+                        for (total, count) in self.counts.iter_mut().zip(&slice.counts) {
+                            *total += *count as u64;
+                        }
+                        self.failures += slice.failures as u64;
+                        self.elapsed += slice.elapsed;
+                        self.handoffs.extend(slice.handoffs);
+                        self.violations += slice.violations as u64;
+                    }
+                    Err(_) => self.tasks = Tasks::Gone,
+                }
+            }
+            Tasks::Gone => {}
+        }
         let (commands, _) = pass.finish();
         self.commands.merge(commands);
     }
 
-    fn finish(self, out: &mut Figures) {
+    async fn finish(self, out: &mut Figures) {
+        match self.tasks {
+            Tasks::Gone => return,
+            Tasks::Peer(driver) => driver.finish().await,
+            Tasks::Local { .. } => {}
+        }
         let total: u64 = self.counts.iter().sum();
-        let handoffs = self.shared.handoffs.lock().expect("handoffs").clone();
+        let handoffs = self.handoffs;
         let min = *self.counts.iter().min().unwrap_or(&0) as f64;
         let max = *self.counts.iter().max().unwrap_or(&0) as f64;
         out.add(
@@ -371,10 +578,7 @@ impl ContendedRig {
         out.add("max/task", max);
         out.add("min/max", if max > 0.0 { min / max } else { 0.0 });
         out.add("failed acquires", self.failures as f64);
-        out.add(
-            "exclusion violations",
-            self.shared.violations.load(Ordering::Relaxed) as f64,
-        );
+        out.add("exclusion violations", self.violations as f64);
         let mut sorted: Vec<f64> = self.counts.iter().map(|&c| c as f64).collect();
         sorted.sort_by(f64::total_cmp);
         out.series.push(sorted);
@@ -406,6 +610,8 @@ pub async fn handoff(
 ) {
     let mut rigs = Vec::new();
     for (i, &contender) in contenders.iter().enumerate() {
+        // Every contender has its row, in this order, even if it cannot run.
+        scenario.figures(contender.name());
         // A lock of its own: no contender finds another's key.
         if let Some(rig) = HandoffRig::start(server, contender, format!("bench:handoff:{i}")).await
         {
@@ -429,9 +635,40 @@ pub async fn handoff(
     }
 }
 
+/// How long the holder of scenario 2b holds the lock, before a pseudo-random 0–1000 µs more.
+const HANDOFF_HOLD: Duration = Duration::from_millis(50);
+
 /// One contender's two clients of scenario 2b, ready to hand the lock over on demand.
 struct HandoffRig {
     contender: Contender,
+    side: Side,
+    samples: Vec<f64>,
+    failures: u64,
+    early: u64,
+}
+
+/// Who hands the lock over in a rig of scenario 2b.
+enum Side {
+    Local(LocalHandoff),
+    /// A peer's driver, which runs both clients and times the hand-off itself; `None` once
+    /// it failed (it is skipped, and its figures of this round left out).
+    Peer(Option<Box<Driver>>),
+}
+
+/// What one hand-off came to.
+enum Outcome {
+    /// Microseconds from the release's start to the waiter holding the lock.
+    Handoff(f64),
+    /// The waiter held the lock before the holder let go.
+    Early,
+    /// The waiter gave up.
+    Failed,
+    /// The rig cannot go on.
+    Gone,
+}
+
+/// The two tasks of a rig of this process.
+struct LocalHandoff {
     /// Nanoseconds since `origin`: when `a` started releasing, when `b` held the lock.
     released: Arc<AtomicU64>,
     acquired: Arc<AtomicU64>,
@@ -442,16 +679,95 @@ struct HandoffRig {
     done: tokio::sync::mpsc::Receiver<bool>,
     holder: tokio::task::JoinHandle<()>,
     waiter: tokio::task::JoinHandle<()>,
-    samples: Vec<f64>,
-    failures: u64,
-    early: u64,
 }
 
 impl HandoffRig {
     async fn start(server: &RedisServer, contender: Contender, key: String) -> Option<Self> {
-        const HOLD: Duration = Duration::from_millis(50);
         let url = server.url();
-        let mut both = lockers(contender, &url, 2, 1, |_| key.clone()).await;
+        let side = if peers::is_external(contender) {
+            let shape = peers::Shape {
+                kind: peers::Kind::Handoff,
+                key,
+                clients: 2,
+                tasks: 1,
+                hold: HANDOFF_HOLD,
+            };
+            Side::Peer(Some(Box::new(
+                Driver::start(contender, &url, &shape).await.ok()?,
+            )))
+        } else {
+            Side::Local(LocalHandoff::start(&url, contender, key).await?)
+        };
+        Some(HandoffRig {
+            contender,
+            side,
+            samples: Vec::new(),
+            failures: 0,
+            early: 0,
+        })
+    }
+
+    /// One hand-off; its time is a sample if `counted`.
+    async fn one(&mut self, counted: bool) {
+        let outcome = match &mut self.side {
+            Side::Local(local) => local.one().await,
+            Side::Peer(slot) => match slot {
+                Some(driver) => {
+                    let outcome = peer_handoff(self.contender, driver).await;
+                    if matches!(outcome, Outcome::Gone) {
+                        *slot = None;
+                    }
+                    outcome
+                }
+                None => Outcome::Gone,
+            },
+        };
+        match outcome {
+            Outcome::Gone => {}
+            Outcome::Failed => self.failures += 1,
+            Outcome::Early if counted => self.early += 1,
+            Outcome::Handoff(us) if counted => self.samples.push(us),
+            Outcome::Early | Outcome::Handoff(_) => {}
+        }
+    }
+
+    async fn finish(self, out: &mut Figures) {
+        match self.side {
+            Side::Local(local) => local.finish().await,
+            Side::Peer(Some(driver)) => driver.finish().await,
+            // Skipped in this round: no figures.
+            Side::Peer(None) => return,
+        }
+        out.add("handoff p50 µs", percentile(&self.samples, 50.0));
+        out.add("handoff p99 µs", percentile(&self.samples, 99.0));
+        out.add("hand-offs", self.samples.len() as f64);
+        out.add("taken before the release", self.early as f64);
+        out.add("failed acquires", self.failures as f64);
+        out.samples.extend(self.samples);
+    }
+}
+
+/// One hand-off of a peer's driver.
+async fn peer_handoff(contender: Contender, driver: &mut Driver) -> Outcome {
+    // The hold, and as long again for the waiter: the bound is for a driver that hangs.
+    let Ok(answer) = driver.turn("handoff", HANDOFF_HOLD * 2).await else {
+        return Outcome::Gone;
+    };
+    if peers::flag(&answer, "failed") {
+        return Outcome::Failed;
+    }
+    if peers::flag(&answer, "early") {
+        return Outcome::Early;
+    }
+    match peers::check(contender, peers::number(&answer, "handoff_us")) {
+        Ok(us) => Outcome::Handoff(us),
+        Err(_) => Outcome::Gone,
+    }
+}
+
+impl LocalHandoff {
+    async fn start(url: &str, contender: Contender, key: String) -> Option<Self> {
+        let mut both = lockers(contender, url, 2, 1, |_| key.clone()).await;
         let (Some(mut b), Some(mut a)) = (both.pop(), both.pop()) else {
             return None;
         };
@@ -471,7 +787,7 @@ impl HandoffRig {
                     // The hold is timed by the OS (see `os_sleep`) and lasts a pseudo-random
                     // 0–1000 µs more (xorshift), so that the release falls anywhere between a
                     // polling waiter's ticks, as it does between processes.
-                    let hold = HOLD + Duration::from_micros(xorshift(&mut seed) % 1000);
+                    let hold = HANDOFF_HOLD + Duration::from_micros(xorshift(&mut seed) % 1000);
                     // A take that failed before holding (a peer giving up after its tries) is
                     // tried again: the waiter waits for this hold.
                     while !held.load(Ordering::SeqCst) {
@@ -512,8 +828,7 @@ impl HandoffRig {
                 }
             })
         };
-        Some(HandoffRig {
-            contender,
+        Some(LocalHandoff {
             released,
             acquired,
             go_a,
@@ -521,58 +836,42 @@ impl HandoffRig {
             done,
             holder,
             waiter,
-            samples: Vec::new(),
-            failures: 0,
-            early: 0,
         })
     }
 
-    /// One hand-off; its time is a sample if `counted`.
-    async fn one(&mut self, counted: bool) {
+    async fn one(&mut self) -> Outcome {
         if self.go_a.send(()).await.is_err() {
-            return;
+            return Outcome::Gone;
         }
         let taken = self.done.recv().await;
         // Both have let go before the next rig's turn, and `released` is this hold's.
         if self.a_done.recv().await.is_none() {
-            return;
+            return Outcome::Gone;
         }
         match taken {
             Some(true) => {}
-            Some(false) => {
-                self.failures += 1;
-                return;
-            }
-            None => return,
+            Some(false) => return Outcome::Failed,
+            None => return Outcome::Gone,
         }
         let (r, q) = (
             self.released.load(Ordering::SeqCst),
             self.acquired.load(Ordering::SeqCst),
         );
-        if !counted {
-            return;
-        }
         if q < r {
             // The waiter held the lock before the holder let go: a lease shorter than the
             // hold (redis-lock's default 10 ms lease) ran out.
-            self.early += 1;
+            Outcome::Early
         } else {
-            self.samples.push((q - r) as f64 / 1e3);
+            Outcome::Handoff((q - r) as f64 / 1e3)
         }
     }
 
-    async fn finish(self, out: &mut Figures) {
+    async fn finish(self) {
         drop(self.go_a);
         drop(self.a_done);
         let _ = self.holder.await;
         drop(self.done);
         let _ = self.waiter.await;
-        out.add("handoff p50 µs", percentile(&self.samples, 50.0));
-        out.add("handoff p99 µs", percentile(&self.samples, 99.0));
-        out.add("hand-offs", self.samples.len() as f64);
-        out.add("taken before the release", self.early as f64);
-        out.add("failed acquires", self.failures as f64);
-        out.samples.extend(self.samples);
     }
 }
 
@@ -602,6 +901,10 @@ pub async fn many_locks(
     // expire during this run and hide what this one adds.
     let _ = server.try_cmd(&["FLUSHALL", "SYNC"]);
     let url = server.url();
+    if peers::is_external(contender) {
+        many_locks_peer(server, contender, tasks, duration, out).await;
+        return;
+    }
     let lockers = lockers(contender, &url, 1, tasks, |i| format!("bench:many:{i}")).await;
     let (keys_before, memory_before) = redis_footprint(server);
     let stop = Arc::new(AtomicBool::new(false));
@@ -629,16 +932,65 @@ pub async fn many_locks(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let (keys_after, memory_after) = redis_footprint(server);
-    out.add("acquisitions/s", total as f64 / elapsed);
-    out.add("Redis keys +", keys_after - keys_before);
-    out.add(
-        "Redis keys + per 1k cycles",
-        (keys_after - keys_before) * 1000.0 / total.max(1) as f64,
+    add_many_locks(
+        out,
+        total as f64,
+        elapsed,
+        (keys_after - keys_before, memory_after - memory_before),
     );
-    out.add(
-        "Redis used_memory + MiB",
-        (memory_after - memory_before) / (1024.0 * 1024.0),
-    );
+}
+
+/// Scenario 3's figures: `total` cycles over `elapsed` seconds, which left `footprint` (keys
+/// and bytes) in Redis.
+fn add_many_locks(out: &mut Figures, total: f64, elapsed: f64, footprint: (f64, f64)) {
+    let (keys, memory) = footprint;
+    out.add("acquisitions/s", total / elapsed.max(f64::EPSILON));
+    out.add("Redis keys +", keys);
+    out.add("Redis keys + per 1k cycles", keys * 1000.0 / total.max(1.0));
+    out.add("Redis used_memory + MiB", memory / (1024.0 * 1024.0));
+}
+
+/// Scenario 3 for a peer's driver, as [`many_locks`] does it in this process: the footprint is
+/// taken once the driver has connected, as it is once the lockers here have.
+async fn many_locks_peer(
+    server: &RedisServer,
+    contender: Contender,
+    tasks: usize,
+    duration: Duration,
+    out: &mut Figures,
+) {
+    let shape = peers::Shape {
+        kind: peers::Kind::Many,
+        key: "bench:many".to_owned(),
+        clients: 1,
+        tasks,
+        hold: Duration::ZERO,
+    };
+    let Ok(mut driver) = Driver::start(contender, &server.url(), &shape).await else {
+        return;
+    };
+    let (keys_before, memory_before) = redis_footprint(server);
+    let answer = driver.turn(&run_turn(duration), duration).await;
+    let (keys_after, memory_after) = redis_footprint(server);
+    let read = answer.and_then(|answer| {
+        let counts = peers::numbers(&answer, "counts")?;
+        if counts.len() != tasks {
+            return Err(format!("driver: {} counts for {tasks} tasks", counts.len()));
+        }
+        Ok((
+            counts.iter().sum::<f64>(),
+            peers::number(&answer, "elapsed_s")?,
+        ))
+    });
+    if let Ok((total, elapsed)) = peers::check(contender, read) {
+        add_many_locks(
+            out,
+            total,
+            elapsed,
+            (keys_after - keys_before, memory_after - memory_before),
+        );
+    }
+    driver.finish().await;
 }
 
 /// `n` multiplexed redis-rs connections to `server`, for the floors and ceilings that talk to
