@@ -1,5 +1,6 @@
--- rwlock_prelude: helpers shared by every rwlock script; prepended to each of them when the
--- crate embeds it, so the layout logic lives once. Not an operation of its own.
+-- rwlock_prelude: helpers shared by the rwlock scripts that work on holds; prepended to each
+-- of them (after clock_prelude.lua where a script reads the clock), so the layout logic lives
+-- once. Not an operation of its own.
 --
 -- Layout (KEYS[1] and KEYS[2] of every rwlock script that touches holds):
 --   hash     mode = 'read' | 'write'; present whenever the hash exists, so a hash without it
@@ -129,7 +130,8 @@ end
 -- Takes `waiter`'s registration out of the hash, if it has one: its field `w:<waiter>`, and
 -- one less in `w` (which goes at 0).
 local function remove_waiter_field(hash, waiter)
-    if redis.call('HDEL', hash, 'w:' .. waiter) == 1 and redis.call('HINCRBY', hash, 'w', -1) <= 0 then
+    if redis.call('HDEL', hash, 'w:' .. waiter) == 1
+        and redis.call('HINCRBY', hash, 'w', -1) <= 0 then
         redis.call('HDEL', hash, 'w')
     end
 end
