@@ -28,7 +28,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 if election_leader(KEYS[1]) then
     if ARGV[5] ~= '0' then
-        register_waiter(KEYS[4], ARGV[4], ARGV[5])
+        add_to_registry(KEYS[4], ARGV[4], ARGV[5])
     end
     return {0, redis.call('PTTL', KEYS[1])}
 end
@@ -41,8 +41,8 @@ publish(ARGV[7], term_text)
 -- Won. The client waits no more, unless other campaigners of it wait: it then goes to the
 -- back, so that other clients' campaigners get their turn first.
 if ARGV[6] == '1' then
-    unregister_waiter(KEYS[4], ARGV[4])
+    remove_from_registry(KEYS[4], ARGV[4])
 elseif ARGV[6] == '2' and ARGV[5] ~= '0' then
-    requeue_waiter(KEYS[4], ARGV[4], ARGV[5])
+    requeue_in_registry(KEYS[4], ARGV[4], ARGV[5])
 end
 return {1, term}

@@ -6,8 +6,8 @@
 -- Returns {} when nobody leads, else {value, term, pttl} as strings (pttl: the leader's
 -- remaining lease in ms; an observer re-reads when it ends, since an expiry announces nothing).
 
-local leader = election_leader(KEYS[1])
-if not leader then
+local owner, value, term = election_leader(KEYS[1])
+if not owner then
     return {}
 end
-return {leader[2], leader[3], string.format('%d', redis.call('PTTL', KEYS[1]))}
+return {value, term, string.format('%d', redis.call('PTTL', KEYS[1]))}

@@ -6,15 +6,17 @@
 -- expires with the leader's lease, and a resignation deletes it. The term counter is a key of
 -- its own that never expires, so terms keep increasing across leaders that crashed.
 
--- Reads who leads `hash`: nil when nobody does, else {owner, value, term}. HLEN fails with
--- WRONGTYPE on a key of another type, and a hash without an owner or a term is foreign data.
+-- Reads who leads `hash`: nil when nobody does, else its owner, value and term. HLEN fails
+-- with WRONGTYPE on a key of another type, and a hash without an owner or a term is foreign
+-- data.
 local function election_leader(hash)
     if redis.call('HLEN', hash) == 0 then
         return nil
     end
-    local leader = redis.call('HMGET', hash, 'owner', 'value', 'term')
-    if not leader[1] or not leader[3] then
+    local h = redis.call('HMGET', hash, 'owner', 'value', 'term')
+    local owner, value, term = h[1], h[2], h[3]
+    if not owner or not term then
         error({err = 'WRONGTYPE the leader key holds foreign data'})
     end
-    return leader
+    return owner, value, term
 end

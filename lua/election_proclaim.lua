@@ -10,12 +10,12 @@
 -- Returns 1 when the leadership is still the caller's (the value is now ARGV[3]), 0 when it is
 -- gone (nothing changed).
 
-local leader = election_leader(KEYS[1])
-if not leader or leader[1] ~= ARGV[1] or leader[3] ~= ARGV[2] then
+local owner, value, term = election_leader(KEYS[1])
+if owner ~= ARGV[1] or term ~= ARGV[2] then
     return 0
 end
-if leader[2] ~= ARGV[3] then
+if value ~= ARGV[3] then
     redis.call('HSET', KEYS[1], 'value', ARGV[3])
-    publish(ARGV[4], leader[3])
+    publish(ARGV[4], term)
 end
 return 1

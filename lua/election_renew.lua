@@ -14,8 +14,10 @@
 local results = {}
 for i, key in ipairs(KEYS) do
     local at = 4 + (i - 1) * tonumber(ARGV[3])
-    local leader = redis.pcall('HMGET', key, 'owner', 'term')
-    if leader.err ~= nil or leader[1] ~= ARGV[at] or leader[2] ~= ARGV[at + 1] then
+    -- An error reply (foreign data under the key) is a table with `err`, and none of these.
+    local h = redis.pcall('HMGET', key, 'owner', 'term')
+    local owner, term = h[1], h[2]
+    if h.err ~= nil or owner ~= ARGV[at] or term ~= ARGV[at + 1] then
         results[i] = 0
     else
         redis.call('PEXPIRE', key, ARGV[1], 'GT')

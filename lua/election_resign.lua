@@ -26,10 +26,10 @@ if ARGV[2] ~= '0' then
     end
 end
 local result = -1
-local leader = election_leader(KEYS[1])
-if leader and leader[1] == ARGV[1] then
+local owner, _, term = election_leader(KEYS[1])
+if owner == ARGV[1] then
     redis.call('DEL', KEYS[1])
-    publish(ARGV[3], leader[3])
+    publish(ARGV[3], term)
     wake_next_waiter(KEYS[3], 16)
     result = 1
 end

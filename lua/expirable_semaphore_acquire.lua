@@ -1,5 +1,6 @@
 -- expirable_semaphore_acquire: take one permit with an id and a lease. (Prefixed with
--- wake_prelude.lua, semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
+-- publish_prelude.lua, clock_prelude.lua, wake_prelude.lua, semaphore_wake_prelude.lua and
+-- expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines
@@ -23,11 +24,12 @@
 
 local channel = ARGV[3] or ''
 local values = redis.call('MGET', KEYS[1], KEYS[3])
-if values[2] then
+local count, given_back = values[1], values[2]
+if given_back then
     return {-1}
 end
 local now = now_ms()
-local available = tonumber(values[1])
+local available = tonumber(count)
 -- The common case: a permit is free, and this is a first try, which leaves the registry of
 -- waiting clients alone (see after_attempt).
 if channel == '' and available and not (available < 1) then

@@ -1,6 +1,6 @@
 -- expirable_semaphore_add_permits: add (or remove, with a negative count) permits to the pool.
--- (Prefixed with wake_prelude.lua, semaphore_wake_prelude.lua and
--- expirable_semaphore_prelude.lua.)
+-- (Prefixed with publish_prelude.lua, clock_prelude.lua, wake_prelude.lua,
+-- semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines

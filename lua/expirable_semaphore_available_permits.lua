@@ -1,5 +1,6 @@
--- expirable_semaphore_available_permits: the number of available permits, counting those
--- whose lease ended as available. (Prefixed with expirable_semaphore_prelude.lua.)
+-- expirable_semaphore_available_permits: the number of available permits, counting those whose
+-- lease ended as available. (Prefixed with clock_prelude.lua and
+-- expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines

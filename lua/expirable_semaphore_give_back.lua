@@ -1,8 +1,8 @@
 -- expirable_semaphore_give_back: undo an acquire attempt whose caller went away: return its
--- permit if it took one, or forbid it from taking one if Redis has not run it yet; and, if
--- the attempt's client has no task waiting any more, take the client out of the waiters,
--- passing on a wake-up it may have been sent. Idempotent. (Prefixed with wake_prelude.lua,
--- semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
+-- permit if it took one, or forbid it from taking one if Redis has not run it yet; and, if the
+-- attempt's client has no task waiting any more, take the client out of the waiters, passing on
+-- a wake-up it may have been sent. Idempotent. (Prefixed with publish_prelude.lua,
+-- wake_prelude.lua, semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines
@@ -28,7 +28,7 @@ else
     redis.call('SET', KEYS[3], 'given back', 'PX', ARGV[2])
 end
 if ARGV[3] ~= '' then
-    unregister_waiter(KEYS[4], ARGV[3])
+    remove_from_registry(KEYS[4], ARGV[3])
     freed = freed + 1
 end
 wake_waiters(KEYS[4], freed, available)

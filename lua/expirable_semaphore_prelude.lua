@@ -13,12 +13,6 @@
 -- empty, when permits are added, and when it is released or given back itself; so a crashed
 -- holder's permits come back without anyone releasing them.
 
--- Server time in milliseconds: leases are judged by Redis's clock, never a client's.
-local function now_ms()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- The number of available permits (0 when the pool does not exist). Foreign data under the
 -- key is a WRONGTYPE error: a string that is not a count would otherwise read as nil.
 local function pool(permits)

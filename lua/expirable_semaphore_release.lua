@@ -1,6 +1,7 @@
 -- expirable_semaphore_release: return a permit by id. Keeps no record: a repeat finds the
 -- permit gone and answers 0, and nothing is ever returned twice. (Prefixed with
--- wake_prelude.lua, semaphore_wake_prelude.lua and expirable_semaphore_prelude.lua.)
+-- publish_prelude.lua, clock_prelude.lua, wake_prelude.lua, semaphore_wake_prelude.lua and
+-- expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  deadlines

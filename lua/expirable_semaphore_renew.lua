@@ -1,5 +1,5 @@
 -- expirable_semaphore_renew: extend many watchdog-held permits at once (the watchdog's batch
--- convention). (Prefixed with expirable_semaphore_prelude.lua.)
+-- convention). (Prefixed with clock_prelude.lua and expirable_semaphore_prelude.lua.)
 --
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  keys per hold (1)

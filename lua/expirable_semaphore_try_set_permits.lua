@@ -1,5 +1,5 @@
 -- expirable_semaphore_try_set_permits: initialise the pool, only if it does not exist yet.
--- (Prefixed with wake_prelude.lua, semaphore_wake_prelude.lua and
+-- (Prefixed with publish_prelude.lua, wake_prelude.lua, semaphore_wake_prelude.lua and
 -- expirable_semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits

@@ -1,5 +1,5 @@
 -- fair_lock_acquire: take a fair lock in arrival order, or re-enter it if the caller already
--- holds it. (Prefixed with lock_prelude.lua and fair_lock_prelude.lua.)
+-- holds it. (Prefixed with publish_prelude.lua, lock_prelude.lua and fair_lock_prelude.lua.)
 --
 -- KEYS[1]  lock hash (layout in lock_prelude)
 -- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted

@@ -1,5 +1,6 @@
--- fair_lock_force_unlock: free a fair lock whoever holds it, tell its holder, and wake the
--- head waiter. (Prefixed with publish_prelude.lua, lock_prelude.lua and fair_lock_prelude.lua.)
+-- fair_lock_force_unlock: free a fair lock whoever holds it, tell its holder, and wake the head
+-- waiter. (Prefixed with publish_prelude.lua, clock_prelude.lua, lock_prelude.lua and
+-- fair_lock_prelude.lua.)
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue of waiters, see fair_lock_prelude
@@ -13,7 +14,7 @@
 -- may be new, and nobody has told it yet; see fair_lock_acquire).
 
 local held = lock_holder(KEYS[1])
-local tidied = tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+local tidied = tidy_queue(KEYS[2], KEYS[3], now_ms())
 if not held then
     if tidied then
         wake_head(KEYS[2], ARGV[1])

@@ -23,11 +23,12 @@ end
 -- and release whenever either key exists (where neither does there is nothing to tidy and no
 -- foreign data), before they change the lock or the queue: it fails with WRONGTYPE on foreign
 -- data under either key first. (Only the caller's own heartbeat, in fair_lock_acquire, is
--- written before it.) Returns whether it removed any waiter.
-local function tidy_queue(queue, deadlines, now_ms)
+-- written before it.) `time_ms` is the server's time in ms. Returns whether it removed any
+-- waiter.
+local function tidy_queue(queue, deadlines, time_ms)
     -- Numbers go to Redis as text: Redis 7.0 turns a number argument into text with a costly
     -- floating-point format.
-    local now_text = string.format('%d', now_ms)
+    local now_text = string.format('%d', time_ms)
     local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_text)
     for first = 1, #dead, 1000 do
         redis.call('ZREM', queue, unpack(dead, first, math.min(first + 999, #dead)))

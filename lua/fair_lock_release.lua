@@ -1,5 +1,6 @@
 -- fair_lock_release: give back the hold one waiter got, if it got one, and take the waiter out
--- of the queue. (Prefixed with lock_prelude.lua and fair_lock_prelude.lua.)
+-- of the queue. (Prefixed with publish_prelude.lua, clock_prelude.lua, lock_prelude.lua and
+-- fair_lock_prelude.lua.)
 --
 -- Used by unlock and by a dropped guard (with no record: ARGV[3] = 0), and by a waiter whose
 -- caller went away, whether or not Redis has run its attempts yet (with a record).
@@ -38,7 +39,7 @@ end
 
 -- @uncommon: waiters queue. The prelude functions only this path calls are defined here, so
 -- a release that returned above never makes them (see `script::arrange` in redisync-core).
-tidy_queue(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+tidy_queue(KEYS[2], KEYS[3], now_ms())
 local result = release_hold(KEYS[1], ARGV[1])
 leave_queue(KEYS[2], KEYS[3], ARGV[1])
 if result == 1 or redis.call('EXISTS', KEYS[1]) == 0 then

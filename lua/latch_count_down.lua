@@ -1,7 +1,7 @@
 -- latch_count_down: count the latch down by one; at zero it opens and wakes every waiter.
--- Applied once however often it is retried: the latch remembers the count-downs applied to
--- its arming (see latch_prelude.lua), for as long as it is armed and for a while after it
--- opened.
+-- Applied once however often it is retried: the latch remembers the count-downs applied to its
+-- arming (see latch_prelude.lua), for as long as it is armed and for a while after it opened.
+-- (Prefixed with publish_prelude.lua and latch_prelude.lua.)
 --
 -- KEYS[1]  latch hash (see latch_prelude)
 -- KEYS[2]  opened: the count-downs of the arming that opened last

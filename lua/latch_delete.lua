@@ -1,5 +1,6 @@
--- latch_delete: remove the latch, which opens it: every waiter returns. The count-downs
--- applied to it are remembered as for an opening, so that their retries change nothing.
+-- latch_delete: remove the latch, which opens it: every waiter returns. The count-downs applied
+-- to it are remembered as for an opening, so that their retries change nothing. (Prefixed with
+-- publish_prelude.lua and latch_prelude.lua.)
 --
 -- KEYS[1]  latch hash (see latch_prelude)
 -- KEYS[2]  opened: the count-downs of the arming that opened last

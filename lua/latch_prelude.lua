@@ -32,8 +32,9 @@ local function read_latch(key, request)
     else
         fields = redis.call('HMGET', key, 'count', 'arming')
     end
-    if fields[1] and fields[2] and tonumber(fields[1]) then
-        return fields[1], fields[2], fields[3], fields[4]
+    local count, arming, outcome, prior = fields[1], fields[2], fields[3], fields[4]
+    if count and arming and tonumber(count) then
+        return count, arming, outcome, prior
     end
     if redis.call('EXISTS', key) == 1 then
         error({err = 'WRONGTYPE the latch key holds foreign data'})

@@ -1,5 +1,5 @@
 -- latch_status: read the count and arming of a latch (read-only): a waiter's first look, and
--- count().
+-- count(). (Prefixed with publish_prelude.lua and latch_prelude.lua.)
 --
 -- KEYS[1]  latch hash (see latch_prelude)
 --

@@ -1,4 +1,5 @@
--- latch_try_set_count: arm a latch with a count, only if it is open.
+-- latch_try_set_count: arm a latch with a count, only if it is open. (Prefixed with
+-- publish_prelude.lua and latch_prelude.lua.)
 --
 -- KEYS[1]  latch hash (see latch_prelude)
 -- KEYS[2]  opened: the count-downs of the arming that opened last

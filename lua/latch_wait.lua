@@ -1,7 +1,7 @@
--- latch_wait: read the count and arming of a latch, as latch_status does, for a waiter that
--- is subscribed to the latch's channel: while the latch is still armed with the arming it
--- waits on, its client is registered among the waiters, so that the opening publishes.
--- (Prefixed with wake_prelude.lua and latch_prelude.lua.)
+-- latch_wait: read the count and arming of a latch, as latch_status does, for a waiter that is
+-- subscribed to the latch's channel: while the latch is still armed with the arming it waits
+-- on, its client is registered among the waiters, so that the opening publishes. (Prefixed with
+-- publish_prelude.lua, wake_prelude.lua and latch_prelude.lua.)
 --
 -- KEYS[1]  latch hash (see latch_prelude)
 -- KEYS[2]  waiters (see wake_prelude.lua)
@@ -16,6 +16,6 @@ if not count then
     return {'0', ''}
 end
 if ARGV[3] == '' or ARGV[3] == arming then
-    register_waiter(KEYS[2], ARGV[1], ARGV[2])
+    add_to_registry(KEYS[2], ARGV[1], ARGV[2])
 end
 return {count, arming}

@@ -1,5 +1,6 @@
 -- lock_acquire: take a lock, or re-enter it if the caller already holds it. (Prefixed with
--- lock_prelude.lua, wake_prelude.lua and lock_hand_over_prelude.lua.)
+-- publish_prelude.lua, clock_prelude.lua, lock_prelude.lua, wake_prelude.lua and
+-- lock_hand_over_prelude.lua.)
 --
 -- KEYS[1]  lock hash (layout in lock_prelude)
 -- KEYS[2]  fence       counter of fencing tokens; never expires, never deleted
@@ -79,7 +80,7 @@ elseif holder[1] == ARGV[1] then
     end
 else
     if registration_ms ~= '0' then
-        register_waiter(KEYS[4], ARGV[4], registration_ms)
+        add_to_registry(KEYS[4], ARGV[4], registration_ms)
         redis.call('HSET', KEYS[1], 'w', '1')
         local offer = hand_over_ms ~= '0' and ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. hand_over_ms
         offer_hand_over(KEYS[5], ARGV[4], offer, registration_ms)
@@ -89,9 +90,9 @@ end
 -- Got it. The client waits no more, unless other tasks of it wait; an offer an earlier
 -- attempt made is moot either way (the next task to wait makes its own).
 if on_grant == '1' then
-    unregister_waiter(KEYS[4], ARGV[4])
+    remove_from_registry(KEYS[4], ARGV[4])
 elseif requeue then
-    requeue_waiter(KEYS[4], ARGV[4], registration_ms)
+    requeue_in_registry(KEYS[4], ARGV[4], registration_ms)
 end
 if on_grant ~= '0' then
     offer_hand_over(KEYS[5], ARGV[4], false)

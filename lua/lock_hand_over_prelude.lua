@@ -1,7 +1,7 @@
 -- lock_hand_over_prelude: a release that hands the plain lock to the next waiting client in
 -- the wake-up itself, so that the woken task holds it without asking Redis; prepended (after
--- lock_prelude and wake_prelude) to the plain lock's scripts that register, wake or withdraw
--- waiting clients. Not an operation of its own.
+-- clock_prelude, lock_prelude and wake_prelude) to the plain lock's scripts that register,
+-- wake or withdraw waiting clients. Not an operation of its own.
 --
 --   offers  hash: wake-up channel of a registered client ->
 --           '<owner> <attempt> <lease ms> <stands ms> <server ms>': the waiting task at the
@@ -35,12 +35,6 @@
 -- hold the lock beside the next client. Only a message Redis refused (a releasing client
 -- without channel rights, which waits by polling) has its grant taken back, and the next
 -- client is tried.
-
--- The server clock in milliseconds.
-local function now_ms()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- Records that the client listening on `channel` offers to take the lock in its wake-up for
 -- the waiting task `offer` ('<owner> <attempt> <lease ms> <stands ms>'), or withdraws its

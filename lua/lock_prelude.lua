@@ -81,13 +81,14 @@ end
 -- clients may be registered as waiting (see the layout).
 local function release_hold(hash, attempt)
     local field = 'a:' .. attempt
-    local hold = redis.call('HMGET', hash, field, 'count', 'w')
-    if not hold[1] then
+    local h = redis.call('HMGET', hash, field, 'count', 'w')
+    local held, count, waiting = h[1], h[2], h[3]
+    if not held then
         return -1
     end
-    if tonumber(hold[2]) <= 1 then
+    if tonumber(count) <= 1 then
         redis.call('DEL', hash)
-        return 1, hold[3] ~= false
+        return 1, waiting ~= false
     end
     redis.call('HDEL', hash, field)
     redis.call('HINCRBY', hash, 'count', '-1')

@@ -1,5 +1,6 @@
 -- lock_release: give back the hold one acquire attempt got, if it got one. (Prefixed with
--- lock_prelude.lua, wake_prelude.lua and lock_hand_over_prelude.lua.)
+-- publish_prelude.lua, clock_prelude.lua, lock_prelude.lua, wake_prelude.lua and
+-- lock_hand_over_prelude.lua.)
 --
 -- Used by unlock and by a dropped guard (with no record: ARGV[2] = 0), and by an acquire whose
 -- caller went away, whether or not Redis has run that acquire yet (with a record).

@@ -16,10 +16,12 @@
 local results = {}
 for i, key in ipairs(KEYS) do
     local at = 4 + (i - 1) * tonumber(ARGV[3])
-    local holder = redis.pcall('HMGET', key, 'owner', 'token', 'a:' .. ARGV[at + 2])
-    if holder.err ~= nil or holder[1] ~= ARGV[at] or holder[2] ~= ARGV[at + 1] or not holder[3] then
+    -- An error reply (foreign data under the key) is a table with `err`, and none of these.
+    local h = redis.pcall('HMGET', key, 'owner', 'token', 'a:' .. ARGV[at + 2])
+    local owner, token, hold = h[1], h[2], h[3]
+    if h.err ~= nil or owner ~= ARGV[at] or token ~= ARGV[at + 1] or not hold then
         results[i] = 0
-    elseif holder[3] == 'fixed' then
+    elseif hold == 'fixed' then
         results[i] = -1 - math.max(redis.call('PTTL', key), 0)
     else
         redis.call('PEXPIRE', key, ARGV[1], 'GT')

@@ -14,12 +14,13 @@
 -- past the fixed lease (see lock_renew).
 
 local attempt_field = 'a:' .. ARGV[4]
-local holder = redis.call('HMGET', KEYS[1], 'owner', 'token', 'count', attempt_field)
-if holder[1] ~= ARGV[1] or holder[2] ~= ARGV[2] or not holder[4] then
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'count', attempt_field)
+local owner, token, count, hold = h[1], h[2], h[3], h[4]
+if owner ~= ARGV[1] or token ~= ARGV[2] or not hold then
     return 0
 end
 redis.call('HSET', KEYS[1], attempt_field, 'fixed')
-if tonumber(holder[3]) == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+if tonumber(count) == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 return 1

@@ -10,8 +10,9 @@ local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
     return {-2, 0}
 end
-local holder = redis.call('HMGET', KEYS[1], 'owner', 'count')
-if holder[1] == ARGV[1] then
-    return {pttl, tonumber(holder[2])}
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count')
+local owner, count = h[1], h[2]
+if owner == ARGV[1] then
+    return {pttl, tonumber(count)}
 end
 return {pttl, 0}

@@ -1,7 +1,7 @@
--- lock_withdraw: take a client out of a lock's waiters when its last waiting task gave up,
--- and pass on a wake-up it may have swallowed, or a hold handed over to it that none of its
--- tasks took. (Prefixed with lock_prelude.lua, wake_prelude.lua and
--- lock_hand_over_prelude.lua.)
+-- lock_withdraw: take a client out of a lock's waiters when its last waiting task gave up, and
+-- pass on a wake-up it may have swallowed, or a hold handed over to it that none of its tasks
+-- took. (Prefixed with publish_prelude.lua, clock_prelude.lua, lock_prelude.lua,
+-- wake_prelude.lua and lock_hand_over_prelude.lua.)
 --
 -- KEYS[1]  lock hash (layout in lock_prelude)
 -- KEYS[2]  waiting clients (see wake_prelude)
@@ -15,7 +15,7 @@
 -- Returns 1 if another client was woken or handed the lock (it was free and someone waits),
 -- else 0.
 
-unregister_waiter(KEYS[2], ARGV[1])
+remove_from_registry(KEYS[2], ARGV[1])
 offer_hand_over(KEYS[3], ARGV[1], false)
 local held = lock_holder(KEYS[1]) and not give_back_handed_over(KEYS[1], ARGV[2])
 if held then

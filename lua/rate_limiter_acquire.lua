@@ -1,4 +1,5 @@
 -- rate_limiter_acquire: one decision: take n units now if the rate allows it (GCRA).
+-- (Prefixed with rate_limiter_prelude.lua.)
 --
 -- KEYS[1]  config hash (see rate_limiter_prelude)
 -- KEYS[2]  state hash
@@ -23,10 +24,11 @@ if n > cfg.burst + 1 then
 end
 local now = now_us()
 local state = redis.call('HMGET', KEYS[2], 'tat', 'rem')
+local tat, rem = state[1], state[2]
 -- start = max(tat, now): an absent (expired) state is a full bucket.
 local sq, sr = now, 0
-if state[1] then
-    local q, r = tonumber(state[1]), tonumber(state[2])
+if tat then
+    local q, r = tonumber(tat), tonumber(rem)
     if not le(q, r, now, 0) then
         sq, sr = q, r
     end

@@ -1,5 +1,5 @@
--- rate_limiter_delete: remove the limiter's rate and state, and wake its waiters (who then
--- find no rate and fail).
+-- rate_limiter_delete: remove the limiter's rate and state, and wake its waiters (who then find
+-- no rate and fail). (Prefixed with publish_prelude.lua.)
 --
 -- KEYS[1]  config hash (see rate_limiter_prelude)
 -- KEYS[2]  state hash

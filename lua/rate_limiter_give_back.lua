@@ -8,9 +8,10 @@
 -- Returns 1 if the units were given back, 0 if not.
 
 local state = redis.call('HMGET', KEYS[1], 'last', 'ptat', 'prem')
-if state[1] ~= ARGV[1] then
+local last, ptat, prem = state[1], state[2], state[3]
+if last ~= ARGV[1] then
     return 0
 end
-redis.call('HSET', KEYS[1], 'tat', state[2], 'rem', state[3])
+redis.call('HSET', KEYS[1], 'tat', ptat, 'rem', prem)
 redis.call('HDEL', KEYS[1], 'last', 'ptat', 'prem')
 return 1

@@ -1,5 +1,6 @@
 -- rate_limiter_set_rate: set the limiter's rate, replacing any, and wake its waiters so that
--- they decide again under the new rate.
+-- they decide again under the new rate. (Prefixed with publish_prelude.lua and
+-- rate_limiter_prelude.lua.)
 --
 -- KEYS[1]  config hash (see rate_limiter_prelude)
 -- KEYS[2]  state hash
@@ -20,9 +21,10 @@
 local old = read_rate(KEYS[1])
 write_rate(KEYS[1], ARGV)
 local state = redis.call('HMGET', KEYS[2], 'tat', 'rem')
-if old and state[1] then
+local tat, rem = state[1], state[2]
+if old and tat then
     local now = now_us()
-    local backlog = tonumber(state[1]) - now + tonumber(state[2]) / old.rate
+    local backlog = tonumber(tat) - now + tonumber(rem) / old.rate
     if backlog > 0 then
         local carried = math.ceil(backlog * old.rate / old.per
             * tonumber(ARGV[2]) / tonumber(ARGV[1])) + 1

@@ -1,4 +1,5 @@
--- rate_limiter_try_set_rate: set the limiter's rate, only if none is set.
+-- rate_limiter_try_set_rate: set the limiter's rate, only if none is set. (Prefixed with
+-- rate_limiter_prelude.lua.)
 --
 -- KEYS[1]  config hash (see rate_limiter_prelude)
 -- ARGV[1]  rate: units per period (>= 1)

@@ -1,5 +1,5 @@
 -- rwlock_acquire_read: take a read hold (shared), re-enter one, or downgrade from the write
--- hold. (Prefixed with rwlock_prelude.lua.)
+-- hold. (Prefixed with clock_prelude.lua and rwlock_prelude.lua.)
 --
 -- KEYS[1]  lock hash      (see the prelude)
 -- KEYS[2]  readers        (see the prelude)
@@ -51,20 +51,23 @@ if ARGV[6] == '1' then
     shared = {'sh', 1}
 end
 
+-- The hash's fields (see the layout in the prelude): `holds` are the owner's read holds,
+-- `waiters` the registered waiters as read, `registered` this read() call's registration.
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wexp', owner_field, 'exp', 'rc', 'w',
     'w:' .. ARGV[5])
-local marks = marks_besides_hash(present, KEYS[1], h[1], KEYS[4])
+local mode, writer, wexp = h[1], h[2], tonumber(h[3] or 0)
+local holds, exp, rc = tonumber(h[4] or 0), tonumber(h[5] or 0), tonumber(h[6] or 0)
+local waiters, registered = h[7], h[8]
+local marks = marks_besides_hash(present, KEYS[1], mode, KEYS[4])
 if marks == nil then
     return {-1}
 end
-local writer, wexp = h[2], tonumber(h[3] or 0)
-local holds, exp, rc = tonumber(h[4] or 0), tonumber(h[5] or 0), tonumber(h[6] or 0)
 
 local function busy(wait_ms)
     -- Registered only where a release will look: in the hash, which exists while anything
     -- holds. (Behind a writer's mark on a free lock, that writer's grant notes it: `wm`.)
-    if h[1] and ARGV[5] ~= '' and not h[8] then
-        register_waiter(KEYS[1], ARGV[5], h[7])
+    if mode and ARGV[5] ~= '' and not registered then
+        add_waiter_field(KEYS[1], ARGV[5], waiters)
     end
     return {0, math.max(1, wait_ms)}
 end
@@ -96,15 +99,15 @@ if not writer and ARGV[4] == '1' and marks then
 end
 
 redis.call('ZADD', KEYS[2], lease_end, ARGV[3])
-if h[8] then
-    unregister_waiter(KEYS[1], ARGV[5])
+if registered then
+    remove_waiter_field(KEYS[1], ARGV[5])
 end
 local fields = {owner_field, holds + 1, attempt_field, 'r' .. ARGV[1], 'rc', rc + 1,
     unpack(shared)}
-local mode = writer and 'write' or 'read'
-if h[1] ~= mode then
+local held_as = writer and 'write' or 'read'
+if mode ~= held_as then
     table.insert(fields, 'mode')
-    table.insert(fields, mode)
+    table.insert(fields, held_as)
 end
 if lease_end > exp then
     table.insert(fields, 'exp')

@@ -1,5 +1,5 @@
 -- rwlock_acquire_write: take the write hold (exclusive), or re-enter it. (Prefixed with
--- rwlock_prelude.lua.)
+-- publish_prelude.lua, clock_prelude.lua and rwlock_prelude.lua.)
 --
 -- KEYS[1]  lock hash      (see the prelude)
 -- KEYS[2]  readers        (see the prelude)
@@ -43,14 +43,18 @@ end
 -- functions only these paths call are defined here, so a call that returned above never
 -- makes them (see `script::arrange` in redisync-core).
 
+-- The hash's fields (see the layout in the prelude): `holds` are the owner's read holds,
+-- `waiters` the registered waiters as read, `shared` whether a shared read hold was taken,
+-- `registered` this write() call's registration.
 local h = redis.call('HMGET', KEYS[1], 'mode', 'writer', 'wcount', 'wtoken', 'wexp',
     'r:' .. ARGV[1], 'exp', 'rc', 'w', 'sh', 'w:' .. ARGV[4])
-local marks = marks_besides_hash(present, KEYS[1], h[1], KEYS[5])
+local mode, writer, wcount, wtoken, wexp = h[1], h[2], h[3], h[4], tonumber(h[5] or 0)
+local holds, exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0), tonumber(h[8] or 0)
+local waiters, shared, registered = h[9], h[10], h[11]
+local marks = marks_besides_hash(present, KEYS[1], mode, KEYS[5])
 if marks == nil then
     return {-1}
 end
-local writer, wexp = h[2], tonumber(h[5] or 0)
-local holds, exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0), tonumber(h[8] or 0)
 
 if writer and wexp <= now then
     drop_write_hold(KEYS[1])
@@ -61,14 +65,14 @@ local function stop_waiting()
     if marks then
         redis.call('ZREM', KEYS[3], ARGV[4])
     end
-    if h[11] then
-        unregister_waiter(KEYS[1], ARGV[4])
+    if registered then
+        remove_waiter_field(KEYS[1], ARGV[4])
     end
 end
 
 if writer == ARGV[1] then
     stop_waiting()
-    local fields = {'wcount', tonumber(h[3]) + 1, attempt_field, 'w' .. h[4]}
+    local fields = {'wcount', tonumber(wcount) + 1, attempt_field, 'w' .. wtoken}
     if write_end > wexp then
         table.insert(fields, 'wexp')
         table.insert(fields, write_end)
@@ -83,7 +87,7 @@ if writer == ARGV[1] then
         end
     end
     hset(KEYS[1], fields)
-    return tonumber(h[4])
+    return tonumber(wtoken)
 end
 if rc > 0 then
     local pruned = prune_readers(KEYS[1], KEYS[2], now)
@@ -101,10 +105,10 @@ if writer or rc > 0 then
         local added = redis.call('ZADD', KEYS[3], now + mark_ms, ARGV[4])
         -- Every mark lasts mark_ms from when it was set, so this one lapses last.
         redis.call('PEXPIREAT', KEYS[3], now + mark_ms)
-        if not h[11] then
-            register_waiter(KEYS[1], ARGV[4], h[9])
+        if not registered then
+            add_waiter_field(KEYS[1], ARGV[4], waiters)
         end
-        if added == 1 and h[10] then
+        if added == 1 and shared then
             publish(ARGV[6], 'writer waits')
         end
     end

@@ -1,7 +1,7 @@
 -- rwlock_check_shared: what a client whose local readers share read holds must know after a
 -- message on the drain channel (or once its subscription to it is confirmed): whether a writer
 -- waits, and whether its shared holds are still there (read-only). (Prefixed with
--- rwlock_prelude.lua.)
+-- clock_prelude.lua and rwlock_prelude.lua.)
 --
 -- KEYS[1]  readers        (see the prelude)
 -- KEYS[2]  waiting writers

@@ -1,5 +1,6 @@
--- rwlock_prelude: helpers shared by every rwlock script; prepended to each of them when the
--- crate embeds it, so the layout logic lives once. Not an operation of its own.
+-- rwlock_prelude: helpers shared by the rwlock scripts that work on holds; prepended to each
+-- of them (after clock_prelude.lua where a script reads the clock), so the layout logic lives
+-- once. Not an operation of its own.
 --
 -- Layout (KEYS[1] and KEYS[2] of every rwlock script that touches holds):
 --   hash     mode = 'read' | 'write'; present whenever the hash exists, so a hash without it
@@ -71,12 +72,6 @@ local function check_rwlock_keys(hash, readers, writers)
     end
 end
 
--- Server time in milliseconds: leases are judged by Redis's clock, never a client's.
-local function now_ms()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Forgets the read holds whose lease ended by `now` (their owners' counts and attempt fields
 -- too). Returns how many there were.
 local function prune_readers(hash, readers, now)
@@ -126,14 +121,17 @@ local function expire_keys(hash, readers, until_ms)
     redis.call('PEXPIREAT', readers, until_ms)
 end
 
--- Registers `waiter` as waiting (`count`: the registered waiters as read). The hash must exist.
-local function register_waiter(hash, waiter, count)
+-- Registers `waiter` as waiting, in the hash: its field `w:<waiter>`, and one more in `w`
+-- (`count`: `w` as read). The hash must exist.
+local function add_waiter_field(hash, waiter, count)
     redis.call('HSET', hash, 'w:' .. waiter, 1, 'w', tonumber(count or 0) + 1)
 end
 
--- Takes `waiter`'s registration out, if it has one.
-local function unregister_waiter(hash, waiter)
-    if redis.call('HDEL', hash, 'w:' .. waiter) == 1 and redis.call('HINCRBY', hash, 'w', -1) <= 0 then
+-- Takes `waiter`'s registration out of the hash, if it has one: its field `w:<waiter>`, and
+-- one less in `w` (which goes at 0).
+local function remove_waiter_field(hash, waiter)
+    if redis.call('HDEL', hash, 'w:' .. waiter) == 1
+        and redis.call('HINCRBY', hash, 'w', -1) <= 0 then
         redis.call('HDEL', hash, 'w')
     end
 end

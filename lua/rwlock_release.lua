@@ -1,5 +1,5 @@
 -- rwlock_release: give back the hold (read or write) one acquire attempt got, if it got one.
--- (Prefixed with rwlock_prelude.lua.)
+-- (Prefixed with publish_prelude.lua, clock_prelude.lua and rwlock_prelude.lua.)
 --
 -- Used by unlock, by a dropped guard, and by an acquire whose caller went away (whether or not
 -- Redis has run that acquire yet). Only the last needs a record: a late acquire of a
@@ -30,21 +30,27 @@
 local record_ms = ARGV[3] or '0'
 local waiter = ARGV[4] or ''
 local attempt_field = 'a:' .. ARGV[1]
+-- The hash's fields (see the layout in the prelude): `kind` is the attempt's hold ('w' ..
+-- token or 'r' .. owner, false if it holds nothing), `waiters` the registered waiters as read,
+-- `held_back` the `wm` of a write hold granted over waiting writers' marks, `registered` the
+-- waiter's registration.
 local h = redis.call('HMGET', KEYS[1], attempt_field, 'writer', 'wcount', 'wtoken', 'wexp',
     'exp', 'rc', 'w', 'wm', 'w:' .. waiter)
-local kind, writer = h[1], h[2]
+local kind, writer, wcount, wtoken, wexp = h[1], h[2], h[3], h[4], h[5]
 local exp, rc = tonumber(h[6] or 0), tonumber(h[7] or 0)
+local waiters, held_back, registered = h[8], h[9], h[10]
 -- The common cases: the lock's only hold, read or write, given back while nobody waits or
 -- is registered (no `w`, `wm` or registration of the caller): its keys go, the readers set
 -- only with a read hold in it, and nobody is told. (A read hold that is the only one ends at
 -- `exp`, and the hash still exists: it is live; a write hold that ends last needs no look at
 -- the clock either.)
-if kind and not h[8] and not h[9] and not h[10] then
+if kind and not waiters and not held_back and not registered then
     if rc == 1 and not writer and string.sub(kind, 1, 1) == 'r' then
         redis.call('DEL', KEYS[1], KEYS[2])
         return 1
     end
-    if rc == 0 and h[3] == '1' and kind == 'w' .. (h[4] or '') and tonumber(h[5] or 0) >= exp then
+    if rc == 0 and wcount == '1' and kind == 'w' .. (wtoken or '')
+        and tonumber(wexp or 0) >= exp then
         redis.call('DEL', KEYS[1])
         return 1
     end
@@ -53,10 +59,10 @@ end
 -- @uncommon: other holds remain, someone waits, or the attempt holds nothing. The prelude
 -- functions only these paths call are defined here, so a release that returned above never
 -- makes them (see `script::arrange` in redisync-core).
-local waiters = tonumber(h[8] or 0)
-if h[10] then
-    unregister_waiter(KEYS[1], waiter)
-    waiters = waiters - 1
+local waiter_count = tonumber(waiters or 0)
+if registered then
+    remove_waiter_field(KEYS[1], waiter)
+    waiter_count = waiter_count - 1
 end
 
 local function nothing_held()
@@ -74,7 +80,7 @@ local function freed()
     else
         redis.call('DEL', KEYS[1])
     end
-    if waiters > 0 or h[9] then
+    if waiter_count > 0 or held_back then
         publish(ARGV[2], 'released')
     end
     return 1
@@ -120,25 +126,25 @@ if string.sub(kind, 1, 1) == 'r' then
         redis.call('HDEL', KEYS[1], attempt_field)
     end
     local fields = {'rc', rc - 1}
-    if ends == exp and not shrink(fields, h[5]) then
+    if ends == exp and not shrink(fields, wexp) then
         return 1
     end
     hset(KEYS[1], fields)
     return 0
 end
-local wexp = tonumber(h[5] or 0)
-if kind ~= 'w' .. (h[4] or '') then
+local write_ends = tonumber(wexp or 0)
+if kind ~= 'w' .. (wtoken or '') then
     return nothing_held() -- an earlier write hold's attempt
 end
-if wexp < exp and wexp <= now_ms() then
+if write_ends < exp and write_ends <= now_ms() then
     -- Its lease ended: forget it. The owner's read hold ending at `exp` is live, so the lock
     -- stays read-locked.
     drop_write_hold(KEYS[1])
     redis.call('HSET', KEYS[1], 'mode', 'read')
     return nothing_held()
 end
-if tonumber(h[3]) > 1 then
-    redis.call('HSET', KEYS[1], 'wcount', tonumber(h[3]) - 1)
+if tonumber(wcount) > 1 then
+    redis.call('HSET', KEYS[1], 'wcount', tonumber(wcount) - 1)
     redis.call('HDEL', KEYS[1], attempt_field)
     return 0
 end
@@ -149,11 +155,11 @@ end
 -- behind the write hold may get in.
 redis.call('HDEL', KEYS[1], 'writer', 'wcount', 'wtoken', 'wexp', attempt_field, 'wm')
 local fields = {'mode', 'read'}
-if wexp == exp and not shrink(fields, nil) then
+if write_ends == exp and not shrink(fields, nil) then
     return 1
 end
 hset(KEYS[1], fields)
-if waiters > 0 or h[9] then
+if waiter_count > 0 or held_back then
     publish(ARGV[2], 'released')
 end
 return 0

@@ -1,5 +1,5 @@
 -- rwlock_renew: extend many watchdog-held read and write holds at once (the watchdog's batch
--- convention). (Prefixed with rwlock_prelude.lua.)
+-- convention). (Prefixed with clock_prelude.lua and rwlock_prelude.lua.)
 --
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  keys per hold (2)
@@ -21,13 +21,15 @@ local results = {}
 for i = 1, #KEYS / per_hold do
     local hash, readers = KEYS[(i - 1) * per_hold + 1], KEYS[(i - 1) * per_hold + 2]
     local attempt = ARGV[3 + i]
+    -- An error reply (foreign data under the hash) is a table with `err`, and none of these.
     local h = redis.pcall('HMGET', hash, 'a:' .. attempt, 'wtoken', 'wexp', 'exp')
+    local kind, wtoken, wexp, exp = h[1], h[2], h[3], h[4]
     local readers_type = redis.call('TYPE', readers)['ok']
     local live = 0
-    if type(h) == 'table' and not h.err and h[1]
+    if type(h) == 'table' and not h.err and kind
         and (readers_type == 'zset' or readers_type == 'none') then
         local fields = {}
-        if string.sub(h[1], 1, 1) == 'r' then
+        if string.sub(kind, 1, 1) == 'r' then
             local ends = redis.call('ZSCORE', readers, attempt)
             if ends and tonumber(ends) > now then
                 if tonumber(ends) < renewed_end then
@@ -35,13 +37,13 @@ for i = 1, #KEYS / per_hold do
                 end
                 live = 1
             end
-        elseif h[1] == 'w' .. (h[2] or '') and tonumber(h[3]) > now then
-            if tonumber(h[3]) < renewed_end then
+        elseif kind == 'w' .. (wtoken or '') and tonumber(wexp) > now then
+            if tonumber(wexp) < renewed_end then
                 fields = {'wexp', renewed_text}
             end
             live = 1
         end
-        if live == 1 and renewed_end > tonumber(h[4] or 0) then
+        if live == 1 and renewed_end > tonumber(exp or 0) then
             table.insert(fields, 'exp')
             table.insert(fields, renewed_text)
             expire_keys(hash, readers, renewed_text)

@@ -1,5 +1,5 @@
--- rwlock_status: how the lock is held right now (read-only). (Prefixed with
--- rwlock_prelude.lua.)
+-- rwlock_status: how the lock is held right now (read-only). (Prefixed with clock_prelude.lua
+-- and rwlock_prelude.lua.)
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  readers

@@ -1,6 +1,7 @@
 -- rwlock_withdraw: an acquire call stops waiting (it gave up, failed or was cancelled): a
 -- writer's mark goes, so new readers stop giving way to it (they are woken), and the call's
--- registration as a waiter goes, so releases stop publishing for it.
+-- registration as a waiter goes, so releases stop publishing for it. (Prefixed with
+-- publish_prelude.lua.)
 --
 -- KEYS[1]  waiting writers: sorted set <waiter id> -> when that mark lapses
 -- KEYS[2]  waiter record: kept as long as a late attempt of this waiter could still run, so

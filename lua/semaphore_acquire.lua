@@ -1,5 +1,5 @@
--- semaphore_acquire: take n permits at once, or none. (Prefixed with wake_prelude.lua,
--- semaphore_wake_prelude.lua and semaphore_prelude.lua.)
+-- semaphore_acquire: take n permits at once, or none. (Prefixed with publish_prelude.lua,
+-- wake_prelude.lua, semaphore_wake_prelude.lua and semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  attempt record of this attempt: 'granted:<generation>' from here until the permits

@@ -1,6 +1,7 @@
 -- semaphore_add_permits: add (or, with a negative count, remove) permits; also the raw release
--- of permits taken without a permit object. Creates the semaphore, with a new generation, if
--- it does not exist. (Prefixed with wake_prelude.lua and semaphore_wake_prelude.lua.)
+-- of permits taken without a permit object. Creates the semaphore, with a new generation, if it
+-- does not exist. (Prefixed with publish_prelude.lua, wake_prelude.lua and
+-- semaphore_wake_prelude.lua.)
 --
 -- KEYS[1]  permits: the number of available permits (may go negative)
 -- KEYS[2]  generation: a unique id of this incarnation of the semaphore (see

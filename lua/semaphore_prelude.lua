@@ -30,12 +30,12 @@ local function read_semaphore(permits, generation, record)
     else
         values = redis.call('MGET', permits, generation)
     end
-    local count, current = values[1], values[2]
+    local count, current, state = values[1], values[2], values[3]
     if not count then
         if current or redis.call('EXISTS', permits, generation) > 0 then
             error(redis.error_reply('WRONGTYPE the semaphore keys hold foreign data'))
         end
-        return nil, '', values[3]
+        return nil, '', state
     end
     local available = tonumber(count)
     if not available then
@@ -44,7 +44,7 @@ local function read_semaphore(permits, generation, record)
     if not current and redis.call('EXISTS', generation) == 1 then
         error(redis.error_reply('WRONGTYPE the generation key holds foreign data'))
     end
-    return available, current or '', values[3]
+    return available, current or '', state
 end
 
 -- The generation the permits of a record in `state` were taken from; nil unless they are out.

@@ -1,7 +1,7 @@
 -- semaphore_release: give back the n permits a permit object holds. Safe to repeat any number
--- of times, at any later point: only a 'granted' record returns permits, and the first
--- release deletes it, so a repeat finds nothing to give back. (So the client can retry a
--- release until Redis confirms it, and Redis keeps nothing per release.) (Prefixed with
+-- of times, at any later point: only a 'granted' record returns permits, and the first release
+-- deletes it, so a repeat finds nothing to give back. (So the client can retry a release until
+-- Redis confirms it, and Redis keeps nothing per release.) (Prefixed with publish_prelude.lua,
 -- wake_prelude.lua, semaphore_wake_prelude.lua and semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits

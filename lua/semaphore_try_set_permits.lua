@@ -1,5 +1,6 @@
 -- semaphore_try_set_permits: initialise a semaphore's permits, only if it has none yet; this
--- starts a new generation. (Prefixed with wake_prelude.lua and semaphore_wake_prelude.lua.)
+-- starts a new generation. (Prefixed with publish_prelude.lua, wake_prelude.lua and
+-- semaphore_wake_prelude.lua.)
 --
 -- KEYS[1]  permits: the number of available permits (may be negative)
 -- KEYS[2]  generation: a unique id of this incarnation of the semaphore (see

@@ -31,11 +31,11 @@ local function after_attempt(waiters, channel, requeue, ttl_ms, granted)
         return
     end
     if not granted then
-        register_waiter(waiters, channel, ttl_ms)
+        add_to_registry(waiters, channel, ttl_ms)
     elseif requeue == '1' then
-        requeue_waiter(waiters, channel, ttl_ms)
+        requeue_in_registry(waiters, channel, ttl_ms)
     else
-        unregister_waiter(waiters, channel)
+        remove_from_registry(waiters, channel)
     end
 end
 

@@ -1,7 +1,7 @@
 -- semaphore_withdraw: a client whose last waiting task gave up (its wait ran out, its future
--- was dropped, or it failed) leaves the waiters; if permits are free, the wake-up it may
--- have been sent meanwhile is passed on to the next client. (Prefixed with wake_prelude.lua,
--- semaphore_wake_prelude.lua and semaphore_prelude.lua.)
+-- was dropped, or it failed) leaves the waiters; if permits are free, the wake-up it may have
+-- been sent meanwhile is passed on to the next client. (Prefixed with publish_prelude.lua,
+-- wake_prelude.lua, semaphore_wake_prelude.lua and semaphore_prelude.lua.)
 --
 -- KEYS[1]  permits
 -- KEYS[2]  generation
@@ -10,7 +10,7 @@
 --
 -- Returns 1 if a wake-up was passed on, 0 otherwise.
 
-unregister_waiter(KEYS[3], ARGV[1])
+remove_from_registry(KEYS[3], ARGV[1])
 local available = read_semaphore(KEYS[1], KEYS[2])
 if available and available > 0 then
     return wake_next_waiter(KEYS[3], WAKE_TRIES)

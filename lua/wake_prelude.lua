@@ -21,10 +21,11 @@
 -- (the holder's remaining lease, at most the client's longest sleep), as for any lost
 -- message.
 
--- Registers the client listening on `channel` as waiting, keeping its place if it has one.
--- The registry lasts at least `ttl_ms` more: a live waiter registers again at least that
--- often, so the entries of vanished clients leave nothing behind for long.
-local function register_waiter(waiters, channel, ttl_ms)
+-- Registers the client listening on `channel` as waiting: adds its entry (the channel) at the
+-- back of the registry, or keeps its place if it has one. The registry lasts at least `ttl_ms`
+-- more: a live waiter registers again at least that often, so the entries of vanished clients
+-- leave nothing behind for long.
+local function add_to_registry(waiters, channel, ttl_ms)
     if not redis.call('ZSCORE', waiters, channel) then
         local t = redis.call('TIME')
         local order = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -39,18 +40,18 @@ local function register_waiter(waiters, channel, ttl_ms)
     end
 end
 
--- Takes the client listening on `channel` out of the registry (it got what it waited for, or
--- gave up).
-local function unregister_waiter(waiters, channel)
+-- Takes the entry of the client listening on `channel` out of the registry (it got what it
+-- waited for, or gave up).
+local function remove_from_registry(waiters, channel)
     redis.call('ZREM', waiters, channel)
 end
 
--- Sends the client listening on `channel` to the back of the registry, registering it if it
--- had no place: one of its tasks got what it waited for while more of them wait, and clients
+-- Moves the entry of the client listening on `channel` to the back of the registry, adding it
+-- if it had none: one of its tasks got what it waited for while more of them wait, and clients
 -- take turns.
-local function requeue_waiter(waiters, channel, ttl_ms)
-    unregister_waiter(waiters, channel)
-    register_waiter(waiters, channel, ttl_ms)
+local function requeue_in_registry(waiters, channel, ttl_ms)
+    remove_from_registry(waiters, channel)
+    add_to_registry(waiters, channel, ttl_ms)
 end
 
 -- Wakes the client that has waited longest and is still listening, taking it out of the

@@ -371,6 +371,7 @@ async fn a_repeated_release_never_releases_twice_and_only_a_give_back_keeps_a_re
     let record = retry.attempt_records.of(&attempt);
     let script = redis::Script::new(concat!(
         include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/clock_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
         include_str!("../../lua/lock_hand_over_prelude.lua"),

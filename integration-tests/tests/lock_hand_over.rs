@@ -21,6 +21,7 @@ macro_rules! lock_script {
     ($file:literal) => {
         redis::Script::new(concat!(
             include_str!("../../lua/publish_prelude.lua"),
+            include_str!("../../lua/clock_prelude.lua"),
             include_str!("../../lua/lock_prelude.lua"),
             include_str!("../../lua/wake_prelude.lua"),
             include_str!("../../lua/lock_hand_over_prelude.lua"),

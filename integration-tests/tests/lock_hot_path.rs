@@ -457,6 +457,7 @@ async fn a_withdrawal_from_a_free_lock_wakes_the_next_client() {
     pubsub.set_read_timeout(Some(ms(2000))).unwrap();
     let withdraw = redis::Script::new(concat!(
         include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/clock_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
         include_str!("../../lua/lock_hand_over_prelude.lua"),

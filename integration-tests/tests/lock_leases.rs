@@ -178,6 +178,7 @@ async fn an_attempt_given_back_before_it_ran_can_no_longer_grant() {
     // The scripts as the lock crate embeds them: each after the shared preludes.
     let prelude = concat!(
         include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/clock_prelude.lua"),
         include_str!("../../lua/lock_prelude.lua"),
         include_str!("../../lua/wake_prelude.lua"),
         include_str!("../../lua/lock_hand_over_prelude.lua")

@@ -1484,8 +1484,9 @@ async fn a_reentrant_write_grant_removes_its_waiting_mark() {
     let mut conn = server.connection();
     let name = "reentry-mark";
     let acquire = redis::Script::new(&format!(
-        "{}{}{}",
+        "{}{}{}{}",
         include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/clock_prelude.lua"),
         include_str!("../../lua/rwlock_prelude.lua"),
         include_str!("../../lua/rwlock_acquire_write.lua")
     ));
@@ -1543,6 +1544,7 @@ async fn a_withdrawn_waiter_cannot_mark_again_when_a_late_attempt_runs() {
     let name = "late-mark";
     let prelude = concat!(
         include_str!("../../lua/publish_prelude.lua"),
+        include_str!("../../lua/clock_prelude.lua"),
         include_str!("../../lua/rwlock_prelude.lua")
     );
     let acquire = redis::Script::new(&format!(

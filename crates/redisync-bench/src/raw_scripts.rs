@@ -42,12 +42,14 @@ use crate::report::Scenario;
 
 redisync::core::lua_script! {
     static ACQUIRE = new "lock_acquire" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"];
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "wake_prelude",
+            "lock_hand_over_prelude"];
 }
 
 redisync::core::lua_script! {
     static RELEASE = new "lock_release" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"];
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "wake_prelude",
+            "lock_hand_over_prelude"];
 }
 
 /// The acquire of [`Rod::BareCommands`]: the commands `lua/lock_acquire.lua` runs on a free
@@ -94,8 +96,9 @@ const STRING_HOLD_RELEASE: &str = "local hold = redis.call('GET', KEYS[1]) \
      return -1";
 
 /// The lock's preludes, as `lua_script!` puts them in front of the lock's scripts.
-const LOCK_PRELUDES: [&str; 4] = [
+const LOCK_PRELUDES: [&str; 5] = [
     include_str!("../lua/publish_prelude.lua"),
+    include_str!("../lua/clock_prelude.lua"),
     include_str!("../lua/lock_prelude.lua"),
     include_str!("../lua/wake_prelude.lua"),
     include_str!("../lua/lock_hand_over_prelude.lua"),

@@ -8,7 +8,8 @@ redisync_core::toolkit::lua_script! {
     /// Takes a lock, or re-enters it, or registers the client as waiting
     /// (`lua/lock_acquire.lua`).
     pub(crate) struct Acquire = new "lock_acquire" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "wake_prelude",
+            "lock_hand_over_prelude"] {
         keys { hash, fence, attempt_record, waiters }
         args { owner: &'a str, lease_ms: u64, attempt: &'a str }
         // A first try's: no registration, no offer, nothing to take over.
@@ -35,7 +36,8 @@ redisync_core::toolkit::lua_script! {
     /// Gives back one attempt's hold and wakes the next waiting client, or hands it the lock
     /// (`lua/lock_release.lua`).
     pub(crate) struct Release = new "lock_release" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "wake_prelude",
+            "lock_hand_over_prelude"] {
         keys { hash, waiters, offers, fence }
         args { attempt: &'a str }
         // A guard's release keeps no record.
@@ -50,7 +52,8 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes a client out of the lock's waiters (`lua/lock_withdraw.lua`).
     pub(crate) struct Withdraw = new "lock_withdraw" for "lock"
-        after ["publish_prelude", "lock_prelude", "wake_prelude", "lock_hand_over_prelude"] {
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "wake_prelude",
+            "lock_hand_over_prelude"] {
         keys { hash, waiters, offers, fence }
         args { channel: &'a str, offered: &'a str }
     }
@@ -84,7 +87,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Gives back a fair waiter's hold and place (`lua/fair_lock_release.lua`).
     pub(crate) struct FairRelease = new "fair_lock_release" for "fair_lock"
-        after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "fair_lock_prelude"] {
         keys { hash, queue, deadlines }
         args { waiter: &'a str, wake_prefix: &'a str }
         // A guard's release keeps no record.
@@ -99,7 +102,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Frees the fair lock whoever holds it (`lua/fair_lock_force_unlock.lua`).
     pub(crate) struct FairForceUnlock = new "fair_lock_force_unlock" for "fair_lock"
-        after ["publish_prelude", "lock_prelude", "fair_lock_prelude"] {
+        after ["publish_prelude", "clock_prelude", "lock_prelude", "fair_lock_prelude"] {
         keys { hash, queue, deadlines }
         args { wake_prefix: &'a str, lost_notices: &'a str }
     }

@@ -12,7 +12,7 @@ redisync_core::toolkit::lua_script! {
     /// Takes a read hold, re-enters one, or downgrades from the write hold
     /// (`lua/rwlock_acquire_read.lua`).
     pub(crate) struct AcquireRead = new "rwlock_acquire_read" for "rwlock"
-        after ["rwlock_prelude"] {
+        after ["clock_prelude", "rwlock_prelude"] {
         keys { hash, readers, waiting_writers, attempt_record }
         args {
             owner: &'a str,
@@ -28,7 +28,7 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes the write hold or re-enters it (`lua/rwlock_acquire_write.lua`).
     pub(crate) struct AcquireWrite = new "rwlock_acquire_write" for "rwlock"
-        after ["publish_prelude", "rwlock_prelude"] {
+        after ["publish_prelude", "clock_prelude", "rwlock_prelude"] {
         keys { hash, readers, waiting_writers, fence, attempt_record, waiter_record }
         args {
             owner: &'a str,
@@ -44,7 +44,8 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Gives back the hold one acquire attempt got, if it got one
     /// (`lua/rwlock_release.lua`).
-    pub(crate) struct Release = new "rwlock_release" for "rwlock" after ["publish_prelude", "rwlock_prelude"] {
+    pub(crate) struct Release = new "rwlock_release" for "rwlock"
+        after ["publish_prelude", "clock_prelude", "rwlock_prelude"] {
         keys { hash, readers }
         args { attempt: &'a str, channel: &'a str }
         // An unlock's: it keeps no record and names no waiter.
@@ -59,7 +60,8 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// How the lock is held; reads only, so it never waits for replicas
     /// (`lua/rwlock_status.lua`).
-    pub(crate) struct Status = read_only "rwlock_status" for "rwlock" after ["rwlock_prelude"] {
+    pub(crate) struct Status = read_only "rwlock_status" for "rwlock"
+        after ["clock_prelude", "rwlock_prelude"] {
         keys { hash, readers }
         args {}
     }
@@ -94,7 +96,8 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Renews many watchdog-held read and write holds at once, in the watchdog's batch
     /// convention (`lua/rwlock_renew.lua`); each hold's part is a [`RenewedHold`].
-    pub(crate) static RENEW = new "rwlock_renew" for "rwlock" after ["rwlock_prelude"];
+    pub(crate) static RENEW = new "rwlock_renew" for "rwlock"
+        after ["clock_prelude", "rwlock_prelude"];
 }
 
 /// One hold's part of a [`RENEW`] batch, as the watchdog registers it
@@ -125,7 +128,7 @@ redisync_core::toolkit::lua_script! {
     /// Whether a writer waits and which of a client's shared read holds are live; reads only
     /// (`lua/rwlock_check_shared.lua`). One argument per hold: built by [`check_shared`].
     pub(crate) static CHECK_SHARED = read_only "rwlock_check_shared" for "rwlock"
-        after ["rwlock_prelude"];
+        after ["clock_prelude", "rwlock_prelude"];
 }
 
 /// The [`CHECK_SHARED`] request for the shared read holds of `attempts` (one `ARGV[i]` each,

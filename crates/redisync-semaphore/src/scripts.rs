@@ -123,7 +123,8 @@ redisync_core::toolkit::lua_script! {
     /// Adds (or removes) permits to the pool (`lua/expirable_semaphore_add_permits.lua`).
     pub(crate) struct XAddPermits = new "expirable_semaphore_add_permits"
         for "expirable_semaphore"
-        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "clock_prelude", "wake_prelude", "semaphore_wake_prelude",
+            "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { added: i64 }
     }
@@ -133,7 +134,7 @@ redisync_core::toolkit::lua_script! {
     /// The available permits, expired ones included
     /// (`lua/expirable_semaphore_available_permits.lua`).
     pub(crate) struct XAvailablePermits = new "expirable_semaphore_available_permits"
-        for "expirable_semaphore" after ["expirable_semaphore_prelude"] {
+        for "expirable_semaphore" after ["clock_prelude", "expirable_semaphore_prelude"] {
         keys { permits, deadlines }
         args {}
     }
@@ -151,7 +152,8 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Takes one permit with an id and a lease (`lua/expirable_semaphore_acquire.lua`).
     pub(crate) struct XAcquire = new "expirable_semaphore_acquire" for "expirable_semaphore"
-        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "clock_prelude", "wake_prelude", "semaphore_wake_prelude",
+            "expirable_semaphore_prelude"] {
         keys { permits, deadlines, attempt_record, waiters }
         args { id: &'a str, lease_ms: u64 }
         // A first try's: it does not register.
@@ -166,7 +168,8 @@ redisync_core::toolkit::lua_script! {
 redisync_core::toolkit::lua_script! {
     /// Returns a permit by id (`lua/expirable_semaphore_release.lua`).
     pub(crate) struct XRelease = new "expirable_semaphore_release" for "expirable_semaphore"
-        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "clock_prelude", "wake_prelude", "semaphore_wake_prelude",
+            "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { id: &'a str }
     }
@@ -186,7 +189,8 @@ redisync_core::toolkit::lua_script! {
     /// Takes a client out of the waiters, passing on a wake-up it may have been sent
     /// (`lua/expirable_semaphore_withdraw.lua`).
     pub(crate) struct XWithdraw = new "expirable_semaphore_withdraw" for "expirable_semaphore"
-        after ["publish_prelude", "wake_prelude", "semaphore_wake_prelude", "expirable_semaphore_prelude"] {
+        after ["publish_prelude", "clock_prelude", "wake_prelude", "semaphore_wake_prelude",
+            "expirable_semaphore_prelude"] {
         keys { permits, deadlines, waiters }
         args { channel: &'a str }
     }
@@ -205,7 +209,7 @@ redisync_core::toolkit::lua_script! {
     /// Renews many watchdog-held permits at once, in the watchdog's batch convention
     /// (`lua/expirable_semaphore_renew.lua`); each permit's part is an [`XRenewedPermit`].
     pub(crate) static X_RENEW = new "expirable_semaphore_renew" for "expirable_semaphore"
-        after ["expirable_semaphore_prelude"];
+        after ["clock_prelude", "expirable_semaphore_prelude"];
 }
 
 /// One permit's part of an [`X_RENEW`] batch, as the watchdog registers it
