@@ -374,15 +374,23 @@ impl Notices {
                 return std::future::pending().await;
             }
             let state = watcher.borrow_and_update().clone();
-            let bumped = state.generation != self.generation;
+            let notice = is_notice(self.generation, self.confirmed, &state);
             self.generation = state.generation;
-            let notice = bumped && self.confirmed;
             self.confirmed |= state.subscribed;
             if notice {
                 return;
             }
         }
     }
+}
+
+/// Whether a change of the notice channel's state, seen with `generation` as the last one
+/// looked at, may stand for a notice. A message always does: it can arrive, and be seen in
+/// one change with the subscription's confirmation, before the watchdog looked at the
+/// confirmation alone. A bump without a message (a reconnect) does once the subscription was
+/// confirmed: notices may have been missed while it was down.
+fn is_notice(generation: u64, confirmed: bool, state: &crate::pubsub::ChannelState) -> bool {
+    state.generation != generation && (confirmed || state.message.is_some())
 }
 
 async fn run(transport: Arc<Transport>, watchdog: Arc<Watchdog>, mut notices: Option<Notices>) {
@@ -686,5 +694,48 @@ fn settle(
             }
             entries.remove(serial);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_notice;
+    use crate::pubsub::ChannelState;
+
+    fn state(subscribed: bool, generation: u64, message: Option<&str>) -> ChannelState {
+        ChannelState {
+            subscribed,
+            generation,
+            message: message.map(Into::into),
+            unreachable: false,
+        }
+    }
+
+    #[test]
+    fn a_message_seen_with_the_confirmation_is_a_notice() {
+        // The confirmation and a notice, seen in one change before the first look.
+        assert!(is_notice(0, false, &state(true, 1, Some("lost"))));
+        // The message delivered before the confirmation was.
+        assert!(is_notice(0, false, &state(false, 1, Some("lost"))));
+    }
+
+    #[test]
+    fn a_bump_without_a_message_counts_only_once_confirmed() {
+        assert!(
+            !is_notice(0, false, &state(true, 0, None)),
+            "the confirmation alone"
+        );
+        assert!(
+            !is_notice(0, false, &state(false, 1, None)),
+            "a reconnect before it"
+        );
+        assert!(
+            is_notice(3, true, &state(true, 4, None)),
+            "a reconnect after it"
+        );
+        assert!(
+            !is_notice(4, true, &state(true, 4, Some("lost"))),
+            "nothing new"
+        );
     }
 }
