@@ -1029,6 +1029,29 @@ async fn watchdog_stops_renewing_once_the_guard_is_gone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_a_hold_when_every_connection_is_killed_at_once() {
+    // Every pooled connection breaks at once, and each fails its next request before it
+    // reconnects: renewals that tried one connection per pause would meet the broken ones one
+    // by one, and a short lease (such as a hand-over's) would run out meanwhile.
+    let server = RedisServer::start();
+    let watchdog = ms(450);
+    let client = build_client(&server.url(), watchdog, Duration::from_secs(2)).await;
+    let guard = client.lock("killed-connections").lock().await.unwrap();
+    for round in 0..3 {
+        tokio::time::sleep(watchdog / 2).await;
+        let killed = common::int(&server, &["CLIENT", "KILL", "TYPE", "normal"]);
+        assert!(killed >= 1, "nothing to kill");
+        tokio::time::sleep(watchdog * 2).await;
+        assert!(
+            !guard.is_lost(),
+            "the hold was lost after its connections were killed (round {round})"
+        );
+    }
+    assert_eq!(client.stats().lost_leases, 0);
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_lost_fires_before_anyone_else_is_let_in() {
     let server = RedisServer::start();
     let proxy = ChaosProxy::start(&server);

@@ -1315,6 +1315,14 @@ async fn multi_worker(clients: Vec<Client>, seed: u64, run: Arc<MultiRun>) {
             Some(Ok(Some(guard))) => guard,
         };
         run.tally.add("acquired", 1);
+        // A hold lost while the multi-lock waited for a later lock (a hand-over's short lease
+        // whose renewals met killed connections) must be taken again, not handed out.
+        if guard.is_lost() {
+            run.tally.violation(format!(
+                "a multi-lock returned a lock it had lost: {:?}",
+                guard.fencing_tokens()
+            ));
+        }
         let tokens = guard.fencing_tokens();
         if tokens.len() != names.len() {
             run.tally

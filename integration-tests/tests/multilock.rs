@@ -883,6 +883,60 @@ async fn watchdog_keeps_every_lock_without_a_lease() {
     assert_no_local_state(&[&c1, &c2], "unlock");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_lost_while_waiting_for_another_is_taken_again() {
+    // The multi-lock takes "a", then waits for "b". Meanwhile "a" is taken from it, and
+    // another holder takes and releases it: the guard it returns must not hold that old hold.
+    let server = RedisServer::start();
+    let (c, other) = (quiet_client(&server).await, client(&server).await);
+    let held_elsewhere = other.lock("b").lock().await.unwrap();
+    let multi = c.multi_lock([c.lock("b"), c.lock("a")]);
+    let first = multi.locks()[0].clone();
+    assert_eq!(first.name(), "a");
+    let waiter = {
+        let multi = multi.clone();
+        tokio::spawn(async move { multi.lock().await })
+    };
+    eventually("the multi-lock waits for b", SETTLE, || {
+        c.stats().contended_waits >= 1
+    })
+    .await;
+    assert_held_once_by(&server, "a", &first);
+    assert!(other.lock("a").force_unlock().await.unwrap());
+    eventually(
+        "the multi-lock's client learns that a is lost",
+        SETTLE,
+        || c.stats().lost_leases >= 1,
+    )
+    .await;
+    let between = other.lock("a").lock().await.unwrap();
+    let between_token = between.fencing_token();
+    between.unlock().await.unwrap();
+    held_elsewhere.unlock().await.unwrap();
+
+    let guard = tokio::time::timeout(DEADLOCK, waiter)
+        .await
+        .expect("the multi-lock returns once both are free")
+        .unwrap()
+        .unwrap();
+    let tokens = guard.fencing_tokens();
+    assert!(
+        !guard.is_lost(),
+        "the multi-lock returned a lock it knew it had lost: {tokens:?}"
+    );
+    assert_eq!(tokens[0].0, "a");
+    assert!(
+        tokens[0].1 > between_token,
+        "a's token {} is older than the hold taken in between ({between_token})",
+        tokens[0].1
+    );
+    assert_held_once_by(&server, "a", &first);
+    assert_held_once_by(&server, "b", &multi.locks()[1]);
+    guard.unlock().await.unwrap();
+    assert_none_held(&[(&server, "a"), (&server, "b")], "unlock");
+    assert_no_local_state(&[&c, &other], "unlock");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Failure reports
 // ---------------------------------------------------------------------------------------------

@@ -59,7 +59,11 @@
 //! A renewal call that hangs (one connection of the pool stalled) is not waited out: when it
 //! has not answered within half a renewal period (or the command timeout, if shorter; for an
 //! early renewal, see above), the same batch is sent again, on the next connection of the
-//! pool, up to [`HEDGES`] times in all; the first answer counts. So one slow connection cannot
+//! pool, up to [`HEDGES`] times in all; the first answer counts. One that fails because its
+//! connection broke is sent again at once on the next connection, within the same [`HEDGES`]
+//! sends: when every connection of the pool broke at once (connections killed, a server
+//! restarted), each fails its next request before it reconnects, and a pause before each try
+//! could outlast a short lease. So one slow connection cannot
 //! lose every hold even when the command timeout is longer than the lease. A round still on
 //! the wire when the next is due delays that next round until it ends (rounds never overlap);
 //! it delays nothing else.
@@ -641,6 +645,15 @@ async fn hedged(
         tokio::select! {
             Some(answer) = in_flight.next() => match answer {
                 Ok(answer) => return Ok(answer),
+                // A connection of the pool that broke (a killed connection, a restarted
+                // server) fails only its next request, and then reconnects; when every one
+                // broke at once, retrying after a pause would meet them one by one, a pause
+                // each. Sent again at once on the next connection instead.
+                Err(err) if sent < HEDGES && connection_broke(&err) => {
+                    tracing::debug!(error = %err, "renewal call met a broken connection; sending it again");
+                    in_flight.push(send(call.clone()));
+                    sent += 1;
+                }
                 Err(err) if in_flight.is_empty() => return Err(err),
                 Err(err) => {
                     tracing::debug!(error = %err, "one renewal call failed; waiting for the others");
@@ -653,6 +666,11 @@ async fn hedged(
             }
         }
     }
+}
+
+/// Whether a request failed because its connection broke (it reconnects for the next one).
+fn connection_broke(err: &crate::Error) -> bool {
+    matches!(err, crate::Error::Redis(e) if e.is_connection_dropped() || e.is_io_error())
 }
 
 fn settle(

@@ -39,6 +39,10 @@ use crate::release::{delete_all, give_back, release_all};
 /// * **Leases.** While it is still acquiring, every lock it holds is renewed by the watchdog,
 ///   so none expires while it waits for the others. Once it holds all of them, a fixed lease
 ///   (`lock_with_lease`) is set on every one at once; otherwise the watchdog keeps all alive.
+/// * **A lock lost while waiting.** If a lock taken early is lost while the multi-lock waits
+///   for a later one (its lease ran out because renewals failed, or it was force-unlocked),
+///   that lock and the ones after it are given back and taken again, in canonical order: the
+///   guard returned holds no lock the client already knows it lost.
 /// * **A lock listed twice** (two handles to one name on one server) is acquired once, through
 ///   the first handle.
 ///
@@ -222,6 +226,15 @@ impl MultiLock {
     }
 
     /// Takes every lock into `held`; `false` if the deadline passed first.
+    ///
+    /// A lock taken before a later one may be lost while that one is acquired (its lease ran
+    /// out because renewals failed, as a hand-over's short lease can, or it was
+    /// force-unlocked): the locks from the first lost one on are then given back and taken
+    /// again, in canonical order, so that no guard is returned with an earlier hold the client
+    /// knows is gone, and the multi-lock only ever holds locks that sort before the one it
+    /// waits for. The holds of the last step are as fresh as a lock's own acquire returns them
+    /// (a very short fixed lease may be over by then, as it may for a lock's), and are not
+    /// looked at: retaking them would only get the same.
     async fn take_all(
         &self,
         held: &mut Vec<LockGuard>,
@@ -232,32 +245,58 @@ impl MultiLock {
         // acquired after it; otherwise leases are fixed once everything is held.
         let lease_now = if self.groups.len() == 1 { lease } else { None };
         let mut lease_is_set = lease_now.is_some();
-        for group in &self.groups {
-            let locks = &self.locks[group.clone()];
-            if let Some(guards) = ReentrantLock::try_lock_all(locks, lease_now).await? {
-                held.extend(guards);
-                continue;
-            }
-            // Busy. Without time to wait, that is the answer: taking the free ones one by one
-            // only to give them back would just get in other callers' way.
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Ok(false);
-            }
-            // Wait for each lock in turn (so with a watchdog lease), in canonical order.
-            lease_is_set = false;
-            for lock in locks {
-                let guard = match deadline {
-                    None => lock.lock().await?,
-                    Some(deadline) => {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        match lock.try_lock_for(left).await? {
-                            Some(guard) => guard,
-                            None => return Ok(false),
+        loop {
+            // How many of `held` were taken before the latest step.
+            let mut earlier = held.len();
+            for group in &self.groups {
+                // `held` has the first locks in canonical order: the group's part not held.
+                let start = group.start.max(held.len());
+                if start >= group.end {
+                    continue;
+                }
+                let locks = &self.locks[start..group.end];
+                earlier = held.len();
+                if let Some(guards) = ReentrantLock::try_lock_all(locks, lease_now).await? {
+                    held.extend(guards);
+                    continue;
+                }
+                // Busy. Without time to wait, that is the answer: taking the free ones one by
+                // one only to give them back would just get in other callers' way.
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Ok(false);
+                }
+                // Wait for each lock in turn (so with a watchdog lease), in canonical order.
+                lease_is_set = false;
+                for lock in locks {
+                    earlier = held.len();
+                    let guard = match deadline {
+                        None => lock.lock().await?,
+                        Some(deadline) => {
+                            let left = deadline.saturating_duration_since(Instant::now());
+                            match lock.try_lock_for(left).await? {
+                                Some(guard) => guard,
+                                None => return Ok(false),
+                            }
                         }
-                    }
-                };
-                held.push(guard);
+                    };
+                    held.push(guard);
+                }
             }
+            let Some(first_lost) = held[..earlier].iter().position(LockGuard::is_lost) else {
+                break;
+            };
+            tracing::debug!(
+                lock = held[first_lost].name(),
+                "a lock was lost while the multi-lock waited for another: taking it again"
+            );
+            // The lost ones hold nothing to give back (dropping them sends their release
+            // anyway, which finds nothing); the others are given back before the lost one is
+            // asked for again, keeping the canonical order.
+            let (_lost, live): (Vec<LockGuard>, Vec<LockGuard>) = held
+                .split_off(first_lost)
+                .into_iter()
+                .partition(LockGuard::is_lost);
+            give_back(live).await;
         }
         if let (Some(lease), false) = (lease, lease_is_set) {
             let fixed = join_all(held.iter_mut().map(|guard| guard.fix_lease(lease))).await;
