@@ -1104,8 +1104,7 @@ impl ClassicSemaphore<'_> {
     }
 
     async fn exists(&self, client: &Client) -> Result<bool, Exit> {
-        let found = self.inspector.findings(client, self.name).await?;
-        Ok(found.iter().any(|finding| finding.kind == "semaphore"))
+        self.inspector.has(client, self.name, "semaphore").await
     }
 }
 
@@ -1655,6 +1654,13 @@ impl Inspector {
         self.read(client, name, inspect::Everything).await
     }
 
+    /// Whether a primitive of `kind` exists under `name`: for a classic semaphore, whose
+    /// count alone cannot tell "none free" from "none at all".
+    async fn has(&self, client: &Client, name: &str, kind: &str) -> Result<bool, Exit> {
+        let found = self.findings(client, name).await?;
+        Ok(found.iter().any(|finding| finding.kind == kind))
+    }
+
     /// Reads what `reading` asks under `name`, within the command timeout.
     async fn read<R: inspect::Reading>(
         &self,
@@ -1917,8 +1923,7 @@ async fn classic_semaphore_set(
             ))
         }
         PermitChange::By(add) => {
-            let found = inspector.findings(client, name).await?;
-            if !found.iter().any(|finding| finding.kind == "semaphore") {
+            if !inspector.has(client, name, "semaphore").await? {
                 return Err(no_semaphore_to_change(name, " --classic"));
             }
             semaphore.add_permits(add).await?;
